@@ -1,0 +1,80 @@
+// The MoE layer: dispatch -> GEMM 1 -> clamped SwiGLU -> GEMM 2 -> combine (SPEC.md §2–4).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "moe_ep/backend.h"
+#include "moe_ep/config.h"
+#include "moe_ep/runtime.h"
+#include "moe_ep/tensor.h"
+#include "moe_ep/weights.h"
+
+namespace moe_ep {
+
+// Per-call tensors on the calling rank. T may be 0.
+//   x             bf16 [T, H]                       when config.quantize_input
+//   a, a_scale    mxfp4: e4m3 [T, H], u8|e8m0 [T, H/32]            when !quantize_input
+//                 nvfp4: u8 [T, H/2] packed e2m1, u8|e4m3 [T, H/16],
+//   a_global      nvfp4: f32 [T] per-token global encode factor g (dequant = q * s / g)
+//   topk_ids      i32 | i64 [T, K], global expert ids, -1 = skip the slot
+//   topk_weights  f32 [T, K]
+//   y             bf16 [T, H] (written for every row)
+struct ForwardArgs {
+  TensorView x;
+  TensorView a, a_scale, a_global;
+  TensorView topk_ids;
+  TensorView topk_weights;
+  TensorView y;
+  void* stream = nullptr;  // cudaStream_t for CUDA layers; ignored on the CPU
+};
+
+// Sticky device-side error bits, raised by kernels instead of a host sync (SPEC.md §8).
+enum ErrorFlag : uint32_t {
+  kErrorExpertIdOutOfRange = 1u << 0,  // a topk id outside [-1, E) was treated as skipped
+};
+
+struct LayerInfo {
+  std::string family;
+  std::string implementation;  // "cpu", "cuda-sm90"
+  Device device;
+  int64_t num_experts = 0, num_local_experts = 0, hidden_size = 0, intermediate_size = 0,
+          top_k = 0, max_tokens_per_rank = 0;
+  std::string notes;  // load-time findings, e.g. the MXFP4 -> FP8 exactness window
+};
+
+class Layer {
+ public:
+  class Impl;
+
+  // Validates everything before allocating; weights are copied/converted at load.
+  static std::unique_ptr<Layer> create(std::shared_ptr<Runtime> runtime, const FleetParams& fleet,
+                                       const KernelConfig& config, const WeightPack& weights);
+  ~Layer();
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  void forward(const ForwardArgs& args);
+
+  // Computes only the listed output rows (others untouched). CPU layers only; used to check
+  // large GPU runs cheaply.
+  void forward_rows(const ForwardArgs& args, std::span<const int64_t> rows);
+
+  // Reads (and with clear, resets) the sticky error bits. Synchronizes with the device.
+  uint32_t read_error_flags(bool clear = true);
+  // Throws kDevice naming each raised flag; clears them.
+  void check_error_flags();
+
+  const LayerInfo& info() const;
+  const FleetParams& fleet() const;
+  const KernelConfig& config() const;
+  Runtime& runtime() const;
+
+ private:
+  explicit Layer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace moe_ep

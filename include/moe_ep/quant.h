@@ -1,0 +1,50 @@
+// Quantization recipes of SPEC.md §3–5, on host memory. These are the library's reference
+// implementations: the CPU backend and the weight loaders use them, the CUDA kernels must
+// reproduce them bit for bit (Q8) or within each recipe's tolerance.
+#pragma once
+
+#include <cstdint>
+
+namespace moe_ep {
+
+inline constexpr int64_t kMxBlock = 32;  // elements per UE8M0 scale (MXFP4 weights, Q8)
+inline constexpr int64_t kNvBlock = 16;  // elements per e4m3 scale (NVFP4)
+inline constexpr float kE4M3Max = 448.0f;
+inline constexpr float kE2M1Max = 6.0f;
+inline constexpr float kQ8AmaxFloor = 1e-4f;
+
+// ---- Q8: FP8 e4m3 with one UE8M0 scale per 32 elements (activations) ----
+// amax floored at 1e-4; s = 2^ceil(log2(amax / 448)), byte clamped to [1, 254].
+uint8_t q8_scale_byte(float amax);
+// n % 32 == 0. q gets n e4m3 bytes, scales n / 32 E8M0 bytes.
+void quantize_q8(const float* v, int64_t n, uint8_t* q, uint8_t* scales);
+void dequantize_q8(const uint8_t* q, const uint8_t* scales, int64_t n, float* out);
+
+// ---- MXFP4 weights: e2m1 with one UE8M0 scale per 32 elements along K ----
+// s = 2^ceil(log2(amax / 6)) (byte clamped to [0, 254]); an all-zero block gets byte 127.
+uint8_t mxfp4_scale_byte(float amax);
+// w: [rows, k] row-major, k % 32 == 0. packed: [rows, k / 2], scales: [rows, k / 32].
+void quantize_mxfp4(const float* w, int64_t rows, int64_t k, uint8_t* packed, uint8_t* scales);
+void dequantize_mxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t k,
+                      float* out);
+
+// ---- NVFP4: e2m1 with one e4m3 scale per 16 elements and one fp32 global scale ----
+// For a tensor of amax A the global encode factor is g = 448 * 6 / A (g = 1 when A == 0);
+// checkpoints store its inverse as weight_scale_2. Block scale s = e4m3(g * amax_block / 6);
+// q = e2m1_rne(clamp(v * g / s, ±6)) (q = 0 where s == 0); dequantized v ≈ q * s / g.
+float nvfp4_global_encode(float amax);
+// w: [rows, k] row-major, k % 16 == 0. packed: [rows, k / 2], scales: [rows, k / 16] e4m3.
+void quantize_nvfp4(const float* w, int64_t rows, int64_t k, float global_encode,
+                    uint8_t* packed, uint8_t* scales);
+void dequantize_nvfp4(const uint8_t* packed, const uint8_t* scales, float global_encode,
+                      int64_t rows, int64_t k, float* out);
+
+// ---- NVFP4 activations: per-token dynamic global scale ----
+// Each row r of v [rows, k] gets g_r = nvfp4_global_encode(amax of row r), written to
+// global_encode[r]; the row is then quantized as above.
+void quantize_nvfp4_rows(const float* v, int64_t rows, int64_t k, uint8_t* packed,
+                         uint8_t* scales, float* global_encode);
+
+float max_abs(const float* v, int64_t n);
+
+}  // namespace moe_ep
