@@ -1,8 +1,30 @@
-#include <fmt/format.h>
+// moe_ep: the command-line tool. Subcommands live in cmd_*.cpp.
+#include <string>
+#include <vector>
 
-#include "moe_ep/moe_ep.h"
+#include <CLI/CLI.hpp>
 
-int main() {
-  fmt::print("moe_ep backends: {}\n", moe_ep::backend_names());
-  return 0;
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace moe_ep::cli;
+  CLI::App app{"moe_ep: expert-parallel Mixture-of-Experts layer with FP4 expert weights, on the "
+               "CPU and on CUDA (SM90).\nExit codes: 0 ok, 1 check failed or runtime error, 2 bad "
+               "usage or unsupported request."};
+  app.set_version_flag("--version", std::string(MOE_EP_VERSION));
+  app.require_subcommand(1);
+
+  const std::vector<Command> commands = {add_info_command(app), add_run_command(app),
+                                         add_bench_command(app)};
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints help/version to stdout, errors to stderr
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  for (const Command& command : commands)
+    if (command.app->parsed()) return command.run();
+  return kExitUsage;
 }

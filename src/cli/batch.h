@@ -1,0 +1,23 @@
+// One forward's tensors on a driver's device: inputs uploaded from a HostInputs, y poisoned.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cli/device_driver.h"
+#include "moe_ep/layer.h"
+#include "testing/synthetic.h"
+
+namespace moe_ep::cli {
+
+struct DeviceBatch {
+  ForwardArgs args;  // x, topk_ids, topk_weights, y on the driver's device; stream set
+  int64_t y_bytes = 0;
+};
+
+DeviceBatch upload_batch(Driver& driver, const testing::HostInputs& inputs);
+// Fills y with 0xFF bytes (bf16 NaN) so rows a forward fails to write are caught.
+void poison_y(Driver& driver, const DeviceBatch& batch);
+std::vector<uint16_t> download_y(Driver& driver, const DeviceBatch& batch);
+
+}  // namespace moe_ep::cli

@@ -1,0 +1,199 @@
+// `moe_ep bench`: median forward time over a sweep of T for one preset on one device, next to
+// its roofline floor (roofline.h).
+//
+// --compare torch is accepted here but measured elsewhere: the PyTorch pipelines of the same
+// layer run from the device test runner (scripts/device_*.sh) in the same device session, and
+// their times are merged into bench/RESULTS.md there. This binary only marks the columns.
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/batch.h"
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "cli/problem.h"
+#include "cli/roofline.h"
+#include "core/check.h"
+#include "moe_ep/layer.h"
+#include "moe_ep/runtime.h"
+
+namespace moe_ep::cli {
+namespace {
+
+struct BenchOptions {
+  ProblemOptions problem;
+  bool preset_given = false;
+  std::vector<int64_t> tokens = {1, 8, 32, 128, 512, 2048, 8192};
+  std::string csv;
+  std::string compare;  // "" or "torch"
+  bool json = false;
+  int iters = 0;        // 0: 50 on CUDA, 5 on the CPU
+  int warmup = -1;      // -1: 5 on CUDA, 1 on the CPU
+  bool eager = false;
+  double bandwidth_gbps = 0.0;  // 0: measure
+  double compute_tflops = 0.0;  // 0: measure
+};
+
+struct BenchRow {
+  int64_t tokens = 0, valid_slots = 0, unique_experts = 0;
+  double time_us = 0.0, min_us = 0.0;
+  Roofline floor;
+};
+
+const char* kCsvHeader =
+    "preset,backend,implementation,device,weight_format,tokens,valid_slots,unique_experts,"
+    "time_us,min_us,weight_bytes,flops,memory_floor_us,compute_floor_us,floor_us,"
+    "fraction_of_floor,tflops,bandwidth_gbps,compute_tflops,compute_rate_kind";
+
+int bench_command(BenchOptions o) {
+  MOE_EP_CHECK(!o.tokens.empty(), "--tokens is empty; expected a list such as 1,8,32");
+  for (int64_t t : o.tokens)
+    MOE_EP_CHECK(t >= 0, "--tokens contains {}; expected values >= 0", t);
+  // Without --preset: the model-sized layer on a GPU, the demo layer on the CPU.
+  if (!o.preset_given)
+    o.problem.preset = resolve_device(o.problem.device).device.type == DeviceType::kCUDA
+                           ? "deepseek-v4-flash" : "tiny";
+  const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
+  const ProblemSetup s = plan_problem(o.problem, max_t, 1);
+  const bool cuda = s.device.device.type == DeviceType::kCUDA;
+  const int iters = o.iters > 0 ? o.iters : (cuda ? 50 : 5);
+  const int warmup = o.warmup >= 0 ? o.warmup : (cuda ? 5 : 1);
+
+  const testing::HostWeights weights = generate_weights(s, o.problem.seed);
+  auto driver = make_driver(s.device.device);
+  Bootstrap boot;
+  boot.device = s.device.device;
+  auto runtime = Runtime::acquire(boot);
+  std::unique_ptr<Layer> layer;
+  {
+    std::unique_ptr<ScopedEnv> env;
+    if (o.problem.threads > 0)
+      env = std::make_unique<ScopedEnv>("MOE_EP_NUM_THREADS", std::to_string(o.problem.threads));
+    layer = Layer::create(runtime, s.fleet, s.config, weights.pack());
+  }
+
+  RooflineRates rates;
+  rates.bandwidth_bytes_per_s =
+      o.bandwidth_gbps > 0 ? o.bandwidth_gbps * 1e9 : driver->measure_copy_bandwidth();
+  rates.compute_flop_per_s =
+      o.compute_tflops > 0 ? o.compute_tflops * 1e12 : driver->measure_compute_rate();
+  const std::string rate_kind = o.compute_tflops > 0 ? "given" : driver->compute_rate_kind();
+  const int64_t expert_bytes =
+      expert_weight_bytes(s.weight_format, s.fleet.hidden_size, s.config.intermediate_size);
+
+  if (!o.json) {
+    fmt::print("moe_ep bench: preset {} (H={} I={} E={} K={}), backend {} on {} ({}), {} weights\n",
+               s.preset->name, s.fleet.hidden_size, s.config.intermediate_size, s.fleet.num_experts,
+               s.config.top_k, s.config.family, s.device.device.str(), s.device.name,
+               weight_format_name(s.weight_format));
+    fmt::print("  floor = max(unique expert weight bytes / {:.1f} GB/s, FLOPs / {:.2f} TFLOP/s "
+               "[{}]); {} per T, median of {} after {} warm-up\n",
+               rates.bandwidth_bytes_per_s / 1e9, rates.compute_flop_per_s / 1e12, rate_kind,
+               cuda && !o.eager ? "cuda graph replays" : "forwards", iters, warmup);
+    fmt::print("  {:>6} {:>7} {:>5} {:>12} {:>12} {:>9} {:>9}\n", "T", "slots", "exp", "time_us",
+               "floor_us", "of_floor", "TFLOP/s");
+  }
+  std::vector<BenchRow> rows;
+  for (int64_t T : o.tokens) {
+    const testing::HostInputs in = generate_inputs(s, o.problem, T, T);
+    DeviceBatch batch = upload_batch(*driver, in);
+    poison_y(*driver, batch);
+    const std::vector<double> times = driver->time_forward(
+        [&](void*) { layer->forward(batch.args); }, warmup, iters, cuda && !o.eager);
+    layer->check_error_flags();
+    BenchRow r;
+    r.tokens = T;
+    r.valid_slots = in.num_valid_slots();
+    r.unique_experts = testing::count_unique_experts(in);
+    r.time_us = median(times);
+    r.min_us = *std::min_element(times.begin(), times.end());
+    r.floor = roofline(r.unique_experts, expert_bytes, r.valid_slots, s.fleet.hidden_size,
+                       s.config.intermediate_size, rates);
+    rows.push_back(r);
+    if (!o.json)
+      fmt::print("  {:>6} {:>7} {:>5} {:>12.1f} {:>12.1f} {:>8.1f}% {:>9.3f}\n", T, r.valid_slots,
+                 r.unique_experts, r.time_us, r.floor.floor_us, 100.0 * r.floor.floor_us / r.time_us,
+                 r.floor.flops / r.time_us * 1e-6);
+  }
+  if (!o.compare.empty())
+    fmt::print(stderr, "moe_ep bench: --compare {}: the PyTorch pipelines run from the device test "
+               "runner (scripts/device_*.sh), not from this binary; no torch columns here\n",
+               o.compare);
+
+  if (!o.csv.empty()) {
+    std::ofstream csv(o.csv);
+    MOE_EP_CHECK(csv.good(), "--csv '{}' cannot be opened for writing", o.csv);
+    csv << kCsvHeader << "\n";
+    for (const BenchRow& r : rows)
+      csv << fmt::format("{},{},{},{},{},{},{},{},{:.3f},{:.3f},{},{:.6g},{:.3f},{:.3f},{:.3f},{:.5f},"
+                         "{:.5f},{:.2f},{:.4f},{}\n",
+                         s.preset->name, s.config.family, s.implementation, s.device.device.str(),
+                         weight_format_name(s.weight_format), r.tokens, r.valid_slots,
+                         r.unique_experts, r.time_us, r.min_us, r.floor.weight_bytes, r.floor.flops,
+                         r.floor.memory_floor_us, r.floor.compute_floor_us, r.floor.floor_us,
+                         r.floor.floor_us / r.time_us, r.floor.flops / r.time_us * 1e-6,
+                         rates.bandwidth_bytes_per_s / 1e9, rates.compute_flop_per_s / 1e12,
+                         rate_kind);
+  }
+  if (o.json) {
+    Json j;
+    j["command"] = "bench";
+    j["version"] = MOE_EP_VERSION;
+    j.update(problem_json(s, o.problem));
+    j["iters"] = iters;
+    j["warmup"] = warmup;
+    j["timing"] = cuda && !o.eager ? "cuda-graph-replay" : (cuda ? "eager" : "wall-clock");
+    j["bandwidth_gbps"] = json_number(rates.bandwidth_bytes_per_s / 1e9);
+    j["compute_tflops"] = json_number(rates.compute_flop_per_s / 1e12);
+    j["compute_rate_kind"] = rate_kind;
+    Json arr = Json::array();
+    for (const BenchRow& r : rows)
+      arr.push_back({{"tokens", r.tokens}, {"valid_slots", r.valid_slots},
+                     {"unique_experts", r.unique_experts}, {"time_us", json_number(r.time_us)},
+                     {"min_us", json_number(r.min_us)}, {"weight_bytes", r.floor.weight_bytes},
+                     {"flops", r.floor.flops}, {"memory_floor_us", json_number(r.floor.memory_floor_us)},
+                     {"compute_floor_us", json_number(r.floor.compute_floor_us)},
+                     {"floor_us", json_number(r.floor.floor_us)},
+                     {"fraction_of_floor", json_number(r.floor.floor_us / r.time_us)},
+                     {"tflops", json_number(r.floor.flops / r.time_us * 1e-6)}});
+    j["rows"] = arr;
+    fmt::print("{}\n", j.dump());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Sweep T for one preset on one device: median forward time, roofline floor, "
+               "fraction of the floor, TFLOP/s.");
+  add_problem_options(*cmd, o->problem, "default deepseek-v4-flash on CUDA, tiny on the CPU");
+  cmd->add_option("--tokens,-T", o->tokens, "comma-separated list of T")->delimiter(',')
+      ->check(integer_at_least(0))
+      ->capture_default_str();
+  cmd->add_option("--csv", o->csv, "write the table as CSV to this file");
+  cmd->add_option("--compare", o->compare,
+                  "torch: PyTorch pipelines of the same layer (run by the device test runner)")
+      ->check(CLI::IsMember({"torch"}));
+  cmd->add_flag("--json", o->json, "print exactly one JSON object on stdout");
+  cmd->add_option("--iters", o->iters, "timed forwards per T (default: 50 on CUDA, 5 on the CPU)")
+      ->check(integer_at_least(1));
+  cmd->add_option("--warmup", o->warmup, "untimed forwards per T (default: 5 on CUDA, 1 on the CPU)")
+      ->check(integer_at_least(0));
+  cmd->add_flag("--eager", o->eager, "CUDA: time eager forwards instead of CUDA graph replays");
+  cmd->add_option("--bandwidth-gbps", o->bandwidth_gbps, "memory bandwidth for the floor (default: measured)")
+      ->check(number_at_least(0, true));
+  cmd->add_option("--compute-tflops", o->compute_tflops, "compute rate for the floor (default: measured)")
+      ->check(number_at_least(0, true));
+  return {cmd, [o, cmd] {
+            o->preset_given = cmd->count("--preset") > 0;
+            return run_guarded("bench", [o] { return bench_command(*o); });
+          }};
+}
+
+}  // namespace moe_ep::cli

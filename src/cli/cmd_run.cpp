@@ -1,0 +1,264 @@
+// `moe_ep run`: one forward of a synthetic problem, timed, and checked against the CPU
+// reference backend.
+//
+//   --device cuda: y of the device layer vs the CPU backend's forward_rows on up to
+//                  --check-rows rows, rel err against the recipe's threshold (testing/tolerances.h).
+//   --device cpu:  y of the multi-threaded forward vs a second CPU layer with 1 thread running
+//                  forward_rows on the sampled rows, bitwise (the CPU backend promises results
+//                  independent of thread count and row subset).
+//   Both:          sanity of every row (finite, holes-only tokens zero, others nonzero), and a
+//                  bitwise comparison of the first y with the y after the timed reruns.
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/batch.h"
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "cli/output_check.h"
+#include "cli/problem.h"
+#include "cli/run_options.h"
+#include "core/check.h"
+#include "moe_ep/layer.h"
+#include "moe_ep/runtime.h"
+#include "testing/tolerances.h"
+
+namespace moe_ep::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// What one rank's forward produced.
+struct ForwardResult {
+  std::vector<uint16_t> y;          // after the first (checked) forward
+  std::vector<double> times_us;
+  std::string timing;               // how times_us was measured
+  bool rerun_bitwise_equal = false; // y after the timed reruns == the first y
+  double load_ms = 0.0;
+  std::string layer_notes;
+};
+
+struct CheckResult {
+  bool enabled = false;
+  std::string reference;
+  int64_t checked_rows = 0;
+  double rel_err = NAN;
+  double threshold = NAN;
+  bool bitwise_required = false;
+  bool reference_ok = false;
+  bool sanity_ok = false;
+  std::string sanity;
+  bool passed = false;
+};
+
+// Issue-3 features: each becomes a branch of run_command once implemented.
+void refuse_unimplemented(const RunOptions& o) {
+  MOE_EP_CHECK_CODE(o.ranks == 1, ErrorCode::kUnsupported,
+                    "--ranks {}: more than one rank is not supported yet", o.ranks);
+  MOE_EP_CHECK_CODE(o.layers == 1, ErrorCode::kUnsupported,
+                    "--layers {}: more than one layer on a shared workspace is not supported yet",
+                    o.layers);
+  MOE_EP_CHECK_CODE(o.eplb_redundant == 0, ErrorCode::kUnsupported,
+                    "--eplb-redundant {}: EPLB is not supported yet", o.eplb_redundant);
+  MOE_EP_CHECK_CODE(!o.router, ErrorCode::kUnsupported, "--router: the V4 router is not supported yet");
+}
+
+ForwardResult run_forward(const ProblemSetup& s, const RunOptions& o, const testing::HostWeights& weights,
+                          const testing::HostInputs& inputs) {
+  ForwardResult r;
+  const bool cuda = s.device.device.type == DeviceType::kCUDA;
+  auto driver = make_driver(s.device.device);
+  Bootstrap boot;
+  boot.device = s.device.device;
+  auto runtime = Runtime::acquire(boot);
+
+  const auto load_start = Clock::now();
+  std::unique_ptr<Layer> layer;
+  {
+    std::unique_ptr<ScopedEnv> env;
+    if (o.problem.threads > 0)
+      env = std::make_unique<ScopedEnv>("MOE_EP_NUM_THREADS", std::to_string(o.problem.threads));
+    layer = Layer::create(runtime, s.fleet, s.config, weights.pack());
+  }
+  r.load_ms = ms_since(load_start);
+  r.layer_notes = layer->info().notes;
+
+  DeviceBatch batch = upload_batch(*driver, inputs);
+  poison_y(*driver, batch);
+  layer->forward(batch.args);
+  driver->synchronize();
+  layer->check_error_flags();
+  r.y = download_y(*driver, batch);
+
+  const int iters = o.iters > 0 ? o.iters : (cuda ? 20 : 1);
+  const int warmup = o.warmup >= 0 ? o.warmup : (cuda ? 3 : 0);
+  const bool capture = cuda && !o.eager;
+  poison_y(*driver, batch);
+  r.times_us = driver->time_forward([&](void*) { layer->forward(batch.args); }, warmup, iters, capture);
+  layer->check_error_flags();
+  r.timing = capture ? fmt::format("cuda graph replays, median of {} after {} warm-up", iters, warmup)
+                     : fmt::format("{} forwards, median of {} after {} warm-up",
+                                   cuda ? "eager cuda" : "wall-clock", iters, warmup);
+  const std::vector<uint16_t> y_rerun = download_y(*driver, batch);
+  r.rerun_bitwise_equal = y_rerun == r.y;
+  return r;  // layer, then runtime released here: the reference may acquire its own runtime
+}
+
+CheckResult check_output(const ProblemSetup& s, const RunOptions& o, const testing::HostWeights& weights,
+                         const testing::HostInputs& inputs, const ForwardResult& fwd) {
+  CheckResult c;
+  c.enabled = true;
+  const int64_t H = s.fleet.hidden_size;
+  const std::vector<int64_t> rows = sample_rows(inputs.num_tokens, o.check_rows);
+  c.checked_rows = static_cast<int64_t>(rows.size());
+  const bool cpu = s.device.device.type == DeviceType::kCPU;
+  const std::vector<uint16_t> ref =
+      cpu_reference_rows(s, weights, inputs, rows, cpu ? 1 : o.problem.threads);
+  c.rel_err = rel_err_rows(fwd.y, ref, H, rows);
+  if (cpu) {
+    c.bitwise_required = true;
+    c.threshold = 0.0;
+    c.reference = fmt::format("cpu backend forward_rows with 1 thread on {} of {} rows; bitwise "
+                              "equality with the {} forward required",
+                              rows.size(), inputs.num_tokens,
+                              o.problem.threads > 0 ? fmt::format("{}-thread", o.problem.threads)
+                                                    : std::string("default-thread"));
+    c.reference_ok = bitwise_equal_rows(fwd.y, ref, H, rows);
+  } else {
+    c.threshold = testing::device_rel_err_threshold(s.config.family);
+    c.reference = fmt::format("cpu backend forward_rows on {} of {} rows; relative error "
+                              "||y-ref||/||ref|| (float64) <= {:g}",
+                              rows.size(), inputs.num_tokens, c.threshold);
+    c.reference_ok = c.rel_err <= c.threshold;  // false for NaN
+  }
+  c.sanity_ok = sanity_check(fwd.y, inputs, &c.sanity);
+  c.passed = c.reference_ok && c.sanity_ok && fwd.rerun_bitwise_equal;
+  return c;
+}
+
+void print_summary(const ProblemSetup& s, const RunOptions& o, const testing::HostInputs& in,
+                   double generate_ms, const ForwardResult& f, const CheckResult& c) {
+  fmt::print("moe_ep run: preset {} (H={} I={} E={} K={} clamp={}), backend {} on {} ({}, {})\n",
+             s.preset->name, s.fleet.hidden_size, s.config.intermediate_size, s.fleet.num_experts,
+             s.config.top_k, s.config.activation_clamp.value_or(INFINITY), s.config.family,
+             s.device.device.str(), s.implementation, s.device.name);
+  fmt::print("  tokens {} ({} valid slots, {} experts hit), ranks {}, max_tokens_per_rank {}, "
+             "{} weights, seed {}\n",
+             in.num_tokens, in.num_valid_slots(), testing::count_unique_experts(in), s.world_size,
+             s.fleet.max_tokens_per_rank, weight_format_name(s.weight_format), o.problem.seed);
+  fmt::print("  weights generated in {:.1f} ms, layer loaded in {:.1f} ms\n", generate_ms, f.load_ms);
+  if (!f.layer_notes.empty()) {
+    std::string notes = f.layer_notes;
+    for (size_t p = notes.find('\n'); p != std::string::npos; p = notes.find('\n', p + 1))
+      notes.replace(p, 1, "\n         ");
+    fmt::print("  layer: {}\n", notes);
+  }
+  fmt::print("  forward: {:.1f} us ({})\n", median(f.times_us), f.timing);
+  fmt::print("  rerun: y {} the first forward's bitwise\n", f.rerun_bitwise_equal ? "equals" : "DIFFERS FROM");
+  if (!c.enabled) {
+    fmt::print("  check: off\n");
+    return;
+  }
+  fmt::print("  check: {}\n", c.reference);
+  fmt::print("         rel_err {:.3e} (threshold {:g}){}; sanity: {}\n", c.rel_err, c.threshold,
+             c.bitwise_required ? (c.reference_ok ? ", bitwise equal" : ", NOT bitwise equal") : "",
+             c.sanity);
+  fmt::print("  result: {}\n", c.passed ? "PASSED" : "FAILED");
+}
+
+Json result_json(const ProblemSetup& s, const RunOptions& o, const testing::HostInputs& in,
+                 double generate_ms, const ForwardResult& f, const CheckResult& c) {
+  Json j;
+  j["command"] = "run";
+  j["version"] = MOE_EP_VERSION;
+  j.update(problem_json(s, o.problem));
+  j["tokens"] = in.num_tokens;
+  j["layers"] = o.layers;
+  j["valid_slots"] = in.num_valid_slots();
+  j["unique_experts"] = testing::count_unique_experts(in);
+  j["weight_bytes"] = expert_weight_bytes(s.weight_format, s.fleet.hidden_size, s.config.intermediate_size) *
+                      s.fleet.num_experts;
+  j["generate_ms"] = json_number(generate_ms);
+  j["load_ms"] = json_number(f.load_ms);
+  j["time_us"] = json_number(median(f.times_us));
+  Json times = Json::array();
+  for (double t : f.times_us) times.push_back(json_number(t));
+  j["times_us"] = times;
+  j["timing"] = f.timing;
+  j["rerun_bitwise_equal"] = f.rerun_bitwise_equal;
+  j["layer_notes"] = f.layer_notes;
+  j["check"] = c.enabled;
+  j["reference"] = c.enabled ? Json(c.reference) : Json(nullptr);
+  j["checked_rows"] = c.checked_rows;
+  j["rel_err"] = c.enabled ? json_number(c.rel_err) : Json(nullptr);
+  j["threshold"] = c.enabled ? json_number(c.threshold) : Json(nullptr);
+  j["bitwise_required"] = c.bitwise_required;
+  j["sanity_ok"] = c.enabled ? Json(c.sanity_ok) : Json(nullptr);
+  j["sanity"] = c.sanity;
+  j["check_passed"] = c.enabled ? Json(c.passed) : Json(nullptr);
+  return j;
+}
+
+int run_command(const RunOptions& o) {
+  refuse_unimplemented(o);
+  const ProblemSetup setup = plan_problem(o.problem, o.tokens, o.ranks);
+  const testing::HostInputs inputs = generate_inputs(setup, o.problem, o.tokens);
+  const auto generate_start = Clock::now();
+  const testing::HostWeights weights = generate_weights(setup, o.problem.seed);
+  const double generate_ms = ms_since(generate_start);
+
+  const ForwardResult fwd = run_forward(setup, o, weights, inputs);
+  CheckResult check;
+  if (o.check) check = check_output(setup, o, weights, inputs, fwd);
+
+  if (o.json)
+    fmt::print("{}\n", result_json(setup, o, inputs, generate_ms, fwd, check).dump());
+  else
+    print_summary(setup, o, inputs, generate_ms, fwd, check);
+  if (o.check && !check.passed) {
+    fmt::print(stderr, "moe_ep run: check FAILED: rel_err {} (threshold {}), {}, sanity: {}, rerun "
+               "bitwise equal: {}\n", check.rel_err, check.threshold,
+               check.reference_ok ? "reference ok" : "reference mismatch", check.sanity,
+               fwd.rerun_bitwise_equal);
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_run_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  o->problem.holes = 0.05;  // padding-like -1 slots, so the default check covers them
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Run one forward of a synthetic problem, timed, and check it against the CPU "
+             "reference backend (default: tiny preset, auto device, check on).");
+  add_problem_options(*cmd, o->problem, "default tiny");
+  cmd->add_option("--tokens,-T", o->tokens, "tokens T per rank")->check(integer_at_least(0))
+      ->capture_default_str();
+  cmd->add_flag("--check,!--no-check", o->check, "compare with the CPU reference (default on)");
+  cmd->add_flag("--json", o->json, "print exactly one JSON object on stdout");
+  cmd->add_option("--iters", o->iters, "timed forwards (default: 20 on CUDA, 1 on the CPU)")
+      ->check(integer_at_least(1));
+  cmd->add_option("--warmup", o->warmup, "untimed forwards before timing (default: 3 on CUDA, 0 on the CPU)")
+      ->check(integer_at_least(0));
+  cmd->add_flag("--eager", o->eager, "CUDA: time eager forwards instead of CUDA graph replays");
+  cmd->add_option("--check-rows", o->check_rows, "rows compared with the reference (sampled evenly)")
+      ->check(integer_at_least(1))->capture_default_str();
+  cmd->add_option("--ranks", o->ranks, "EP ranks (simulated in-process on the CPU)")
+      ->check(integer_at_least(1))->capture_default_str();
+  cmd->add_option("--layers", o->layers, "layers run back to back on the shared workspace")
+      ->check(integer_at_least(1))->capture_default_str();
+  cmd->add_option("--eplb-redundant", o->eplb_redundant, "redundant physical experts (EPLB)")
+      ->check(integer_at_least(0))->capture_default_str();
+  cmd->add_flag("--router", o->router, "run the DeepSeek V4 router on synthetic logits first");
+  return {cmd, [o] { return run_guarded("run", [o] { return run_command(*o); }); }};
+}
+
+}  // namespace moe_ep::cli

@@ -1,0 +1,98 @@
+#include "cli/output_check.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "cli/batch.h"
+#include "moe_ep/formats.h"
+#include "moe_ep/layer.h"
+#include "moe_ep/runtime.h"
+
+namespace moe_ep::cli {
+
+std::vector<int64_t> sample_rows(int64_t T, int64_t max_rows) {
+  std::vector<int64_t> rows;
+  if (T <= max_rows) {
+    for (int64_t t = 0; t < T; ++t) rows.push_back(t);
+    return rows;
+  }
+  for (int64_t i = 0; i < max_rows; ++i) {
+    const int64_t r = max_rows == 1 ? 0 : i * (T - 1) / (max_rows - 1);
+    if (rows.empty() || rows.back() != r) rows.push_back(r);
+  }
+  return rows;
+}
+
+double rel_err_rows(std::span<const uint16_t> y, std::span<const uint16_t> ref, int64_t H,
+                    std::span<const int64_t> rows) {
+  double diff2 = 0.0, ref2 = 0.0;
+  for (int64_t r : rows)
+    for (int64_t h = 0; h < H; ++h) {
+      const double a = bf16_to_float(y[r * H + h]), b = bf16_to_float(ref[r * H + h]);
+      diff2 += (a - b) * (a - b);
+      ref2 += b * b;
+    }
+  if (std::isnan(diff2)) return std::nan("");
+  if (ref2 == 0.0) return diff2 == 0.0 ? 0.0 : INFINITY;
+  return std::sqrt(diff2 / ref2);
+}
+
+bool bitwise_equal_rows(std::span<const uint16_t> y, std::span<const uint16_t> ref, int64_t H,
+                        std::span<const int64_t> rows) {
+  for (int64_t r : rows)
+    for (int64_t h = 0; h < H; ++h)
+      if (y[r * H + h] != ref[r * H + h]) return false;
+  return true;
+}
+
+bool sanity_check(std::span<const uint16_t> y, const testing::HostInputs& in, std::string* detail) {
+  const int64_t T = in.num_tokens, H = in.hidden_size, K = in.top_k;
+  int64_t non_finite = 0, bad_empty_rows = 0, zero_rows = 0;
+  int64_t first_bad = -1;
+  for (int64_t t = 0; t < T; ++t) {
+    bool any_valid = false;
+    for (int64_t k = 0; k < K; ++k) any_valid |= in.topk_ids[t * K + k] >= 0;
+    double norm2 = 0.0;
+    int64_t row_non_finite = 0;
+    for (int64_t h = 0; h < H; ++h) {
+      const float v = bf16_to_float(y[t * H + h]);
+      if (!std::isfinite(v)) ++row_non_finite;
+      else norm2 += static_cast<double>(v) * v;
+    }
+    non_finite += row_non_finite;
+    const bool bad = row_non_finite > 0 || (!any_valid && norm2 != 0.0) || (any_valid && norm2 == 0.0);
+    bad_empty_rows += (!any_valid && norm2 != 0.0);
+    zero_rows += (any_valid && norm2 == 0.0);
+    if (bad && first_bad < 0) first_bad = t;
+  }
+  const bool ok = non_finite == 0 && bad_empty_rows == 0 && zero_rows == 0;
+  if (detail)
+    *detail = ok ? "all values finite; tokens without a valid slot are zero; the others are nonzero"
+                 : fmt::format("{} non-finite values, {} tokens without a valid slot not zero, "
+                               "{} tokens with valid slots all zero (first bad row {})",
+                               non_finite, bad_empty_rows, zero_rows, first_bad);
+  return ok;
+}
+
+std::vector<uint16_t> cpu_reference_rows(const ProblemSetup& s, const testing::HostWeights& weights,
+                                         const testing::HostInputs& in, std::span<const int64_t> rows,
+                                         int num_threads) {
+  auto driver = make_cpu_driver();
+  Bootstrap boot;
+  boot.device = Device::cpu();
+  auto runtime = Runtime::acquire(boot);
+  std::unique_ptr<Layer> layer;
+  {
+    // The CPU backend sizes its thread pool from MOE_EP_NUM_THREADS when the layer is created.
+    std::unique_ptr<ScopedEnv> env;
+    if (num_threads > 0) env = std::make_unique<ScopedEnv>("MOE_EP_NUM_THREADS", std::to_string(num_threads));
+    layer = Layer::create(runtime, s.fleet, s.config, weights.pack());
+  }
+  DeviceBatch batch = upload_batch(*driver, in);
+  poison_y(*driver, batch);
+  layer->forward_rows(batch.args, rows);
+  return download_y(*driver, batch);
+}
+
+}  // namespace moe_ep::cli

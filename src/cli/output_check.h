@@ -1,0 +1,36 @@
+// Checks of a layer output y against the CPU reference backend, and sanity checks that need
+// no reference. All norms in float64.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cli/problem.h"
+#include "testing/synthetic.h"
+
+namespace moe_ep::cli {
+
+// Rows to check: all of them when T <= max_rows, else max_rows rows spread evenly over [0, T)
+// including the first and the last.
+std::vector<int64_t> sample_rows(int64_t num_tokens, int64_t max_rows);
+
+// ||y - ref||_2 / ||ref||_2 over `rows` of bf16 [T, H] arrays; 0 when both are zero, +inf when
+// only ref is zero, NaN when y holds NaN.
+double rel_err_rows(std::span<const uint16_t> y, std::span<const uint16_t> ref, int64_t H,
+                    std::span<const int64_t> rows);
+bool bitwise_equal_rows(std::span<const uint16_t> y, std::span<const uint16_t> ref, int64_t H,
+                        std::span<const int64_t> rows);
+
+// Every element finite (no poison left), tokens without a valid slot exactly zero, and a
+// nonzero output where some slot is valid. `detail` says what failed.
+bool sanity_check(std::span<const uint16_t> y, const testing::HostInputs& inputs, std::string* detail);
+
+// The CPU reference backend's y on `rows` (other rows stay NaN): a fresh CPU runtime and layer
+// with `num_threads` threads (0: the library default). No other runtime may be alive.
+std::vector<uint16_t> cpu_reference_rows(const ProblemSetup& setup, const testing::HostWeights& weights,
+                                         const testing::HostInputs& inputs,
+                                         std::span<const int64_t> rows, int num_threads);
+
+}  // namespace moe_ep::cli

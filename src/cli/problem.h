@@ -1,0 +1,58 @@
+// The synthetic problem behind `moe_ep run` and `moe_ep bench`: flags shared by both, their
+// validation (all of it before any weight is generated), and the generated host data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/cli_common.h"
+#include "moe_ep/backend.h"
+#include "moe_ep/config.h"
+#include "moe_ep/weights.h"
+#include "testing/presets.h"
+#include "testing/synthetic.h"
+
+namespace moe_ep::cli {
+
+struct ProblemOptions {
+  std::string preset = "tiny";
+  std::string backend = "mxfp4";
+  std::string device = "auto";
+  std::string weights = "native";  // native (the backend's own format), mxfp4, nvfp4, bf16
+  uint64_t seed = 1;
+  int64_t max_tokens_per_rank = 0;  // 0: max(largest T, the preset's default)
+  double holes = 0.0;               // fraction of -1 slots in topk_ids
+  int threads = 0;                  // CPU threads (MOE_EP_NUM_THREADS); 0: the library's default
+};
+
+// Registers --preset --backend --device --weights --seed --max-tokens-per-rank --holes --threads.
+void add_problem_options(CLI::App& cmd, ProblemOptions& options, const std::string& default_preset_note);
+
+// Everything a run needs to know before allocating, validated by the library's own checks.
+struct ProblemSetup {
+  const testing::Preset* preset = nullptr;
+  FleetParams fleet;
+  KernelConfig config;
+  WeightFormat weight_format = WeightFormat::kMXFP4;
+  ResolvedDevice device;
+  std::string implementation;  // "cpu", "cuda-sm90"
+  int world_size = 1;
+};
+
+// Throws moe_ep::Error (kInvalidArgument / kUnsupported) naming the flag and the allowed values.
+ProblemSetup plan_problem(const ProblemOptions& options, int64_t max_num_tokens, int world_size);
+
+// Generates the weights of every expert (num_experts slots), with a progress bar on a TTY.
+testing::HostWeights generate_weights(const ProblemSetup& setup, uint64_t seed);
+
+testing::HostInputs generate_inputs(const ProblemSetup& setup, const ProblemOptions& options,
+                                    int64_t num_tokens, int64_t stream_idx = 0);
+
+// Bytes of one expert's weights in `format` for shapes H, I (elements + scales + globals).
+int64_t expert_weight_bytes(WeightFormat format, int64_t hidden_size, int64_t intermediate_size);
+
+Json problem_json(const ProblemSetup& setup, const ProblemOptions& options);
+
+}  // namespace moe_ep::cli

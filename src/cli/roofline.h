@@ -1,0 +1,23 @@
+// The floor a forward cannot beat: reading the weights of every expert it touches once, or
+// doing its matrix-multiply FLOPs at the device's rate, whichever takes longer.
+#pragma once
+
+#include <cstdint>
+
+namespace moe_ep::cli {
+
+struct RooflineRates {
+  double bandwidth_bytes_per_s = 0.0;  // measured device-memory copy bandwidth
+  double compute_flop_per_s = 0.0;     // measured rate of the kernels' arithmetic
+};
+
+struct Roofline {
+  int64_t weight_bytes = 0;  // unique experts touched x bytes per expert
+  double flops = 0.0;        // 2 * valid slots * (2I*H + H*I)
+  double memory_floor_us = 0.0, compute_floor_us = 0.0, floor_us = 0.0;
+};
+
+Roofline roofline(int64_t unique_experts, int64_t expert_bytes, int64_t valid_slots,
+                  int64_t hidden_size, int64_t intermediate_size, const RooflineRates& rates);
+
+}  // namespace moe_ep::cli

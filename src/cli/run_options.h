@@ -1,0 +1,27 @@
+// Flags of `moe_ep run`. The expert-parallel flags (--ranks, --layers, --eplb-redundant,
+// --router) are parsed already; run_plan() refuses what is not implemented yet.
+#pragma once
+
+#include <cstdint>
+
+#include "cli/problem.h"
+
+namespace moe_ep::cli {
+
+struct RunOptions {
+  ProblemOptions problem;
+  int64_t tokens = 128;       // T per rank
+  bool check = true;
+  bool json = false;
+  int iters = 0;              // timed forwards; 0: 20 on CUDA, 1 on the CPU
+  int warmup = -1;            // untimed forwards before timing; -1: 3 on CUDA, 0 on the CPU
+  bool eager = false;         // CUDA: time eager calls instead of graph replays
+  int64_t check_rows = 256;   // at most this many rows are compared with the reference
+  // expert parallelism
+  int ranks = 1;              // simulated ranks (CPU) / EP ranks
+  int layers = 1;             // layers run back to back on the shared workspace
+  int64_t eplb_redundant = 0; // redundant physical experts (EPLB)
+  bool router = false;        // DeepSeek V4 router on synthetic logits before the layer
+};
+
+}  // namespace moe_ep::cli
