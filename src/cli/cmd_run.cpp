@@ -21,6 +21,7 @@
 #include "cli/problem.h"
 #include "cli/run_options.h"
 #include "core/check.h"
+#include "moe_ep/formats.h"
 #include "moe_ep/layer.h"
 #include "moe_ep/runtime.h"
 #include "testing/tolerances.h"
@@ -213,7 +214,14 @@ int run_command(const RunOptions& o) {
   const testing::HostWeights weights = generate_weights(setup, o.problem.seed);
   const double generate_ms = ms_since(generate_start);
 
-  const ForwardResult fwd = run_forward(setup, o, weights, inputs);
+  ForwardResult fwd = run_forward(setup, o, weights, inputs);
+  if (o.corrupt_row >= 0) {
+    MOE_EP_CHECK(o.corrupt_row < o.tokens, "--corrupt-row {} is outside [0, T = {})", o.corrupt_row,
+                 o.tokens);
+    // One element moved by ~1/8 of the row's scale: the smallest kind of bug the check must see.
+    uint16_t& v = fwd.y[o.corrupt_row * setup.fleet.hidden_size];
+    v = float_to_bf16(bf16_to_float(v) * 1.125f + 0.125f);
+  }
   CheckResult check;
   if (o.check) check = check_output(setup, o, weights, inputs, fwd);
 
@@ -258,6 +266,8 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--eplb-redundant", o->eplb_redundant, "redundant physical experts (EPLB)")
       ->check(integer_at_least(0))->capture_default_str();
   cmd->add_flag("--router", o->router, "run the DeepSeek V4 router on synthetic logits first");
+  cmd->add_option("--corrupt-row", o->corrupt_row, "perturb one row of y before the check (tests)")
+      ->check(integer_at_least(0))->group("");
   return {cmd, [o] { return run_guarded("run", [o] { return run_command(*o); }); }};
 }
 

@@ -17,6 +17,8 @@ struct RunOptions {
   int warmup = -1;            // untimed forwards before timing; -1: 3 on CUDA, 0 on the CPU
   bool eager = false;         // CUDA: time eager calls instead of graph replays
   int64_t check_rows = 256;   // at most this many rows are compared with the reference
+  int64_t corrupt_row = -1;   // hidden, for the tool's own tests: perturb this row of y before
+                              // the check, which must then fail
   // expert parallelism
   int ranks = 1;              // simulated ranks (CPU) / EP ranks
   int layers = 1;             // layers run back to back on the shared workspace

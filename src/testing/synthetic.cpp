@@ -132,20 +132,18 @@ HostWeights make_weights(const WeightSpec& spec, const ProgressFn& progress) {
     std::vector<float> buf(static_cast<size_t>(2 * I * H));
     for (int64_t s = next_slot++; s < w.num_slots; s = next_slot++) {
       Rng rng(spec.seed, Stream::kExpertWeights, static_cast<uint64_t>(ids[s]));
-      // W13: gate rows [0, I) and up rows [I, 2I); NVFP4 gives each half its own global scale.
+      // W13: gate rows [0, I) and up rows [I, 2I). NVFP4: one global scale from the amax of the
+      // whole W13, stored for both halves (a checkpoint may carry two; equal ones are the case
+      // every backend accepts without folding).
       std::span<float> w13(buf.data(), static_cast<size_t>(2 * I * H));
       fill_fast_normal(rng, w13_std, w13);
-      for (int half = 0; half < 2; ++half) {
-        const float* src = w13.data() + half * I * H;
-        float g = 1.0f;
-        if (spec.format == WeightFormat::kNVFP4) {
-          g = nvfp4_global_encode(max_abs(src, I * H));
-          w.w13_global[s * 2 + half] = 1.0f / g;
-        }
-        quantize_rows(spec.format, src, I, H, g,
-                      w.w13.data() + s * w13_elem + half * w13_elem / 2,
-                      w.w13_scale.data() + s * w13_scale + half * w13_scale / 2);
+      float g13 = 1.0f;
+      if (spec.format == WeightFormat::kNVFP4) {
+        g13 = nvfp4_global_encode(max_abs(w13.data(), 2 * I * H));
+        w.w13_global[s * 2] = w.w13_global[s * 2 + 1] = 1.0f / g13;
       }
+      quantize_rows(spec.format, w13.data(), 2 * I, H, g13, w.w13.data() + s * w13_elem,
+                    w.w13_scale.data() + s * w13_scale);
       std::span<float> w2(buf.data(), static_cast<size_t>(H * I));
       fill_fast_normal(rng, w2_std, w2);
       float g = 1.0f;

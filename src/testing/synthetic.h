@@ -38,7 +38,8 @@ struct HostWeights {
   WeightFormat format = WeightFormat::kMXFP4;
   int64_t num_slots = 0, hidden_size = 0, intermediate_size = 0;
   std::vector<uint8_t> w13, w13_scale, w2, w2_scale;  // packed e2m1 / scale bytes, or bf16 bytes
-  std::vector<float> w13_global, w2_global;            // NVFP4 weight_scale_2 (1 / g)
+  std::vector<float> w13_global, w2_global;            // NVFP4 weight_scale_2 (1 / g); gate
+                                                       // and up share one (amax of all W13)
 
   WeightPack pack() const;  // views into this object; valid while it lives
   int64_t nbytes() const;   // all weight bytes (what a forward touching every expert reads)
