@@ -1,6 +1,7 @@
 // Bit-exact scalar conversions for the number formats of SPEC.md §5.
 //
-//   bf16   1-8-7, round to nearest even, NaN stays NaN (quiet).
+//   bf16   1-8-7, round to nearest even (values past the maximum become ±Inf); every NaN
+//          gives the quiet NaN 0x7FC0 with the sign of the input (as ml_dtypes does).
 //   e4m3   float8_e4m3fn: 1-4-3, bias 7, max 448, no Inf, NaN = 0x7F/0xFF.
 //          Round to nearest even, saturating: |v| > 448 and ±Inf give ±448; NaN gives 0x7F
 //          with the sign of the input.

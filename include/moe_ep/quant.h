@@ -1,6 +1,10 @@
 // Quantization recipes of SPEC.md §3–5, on host memory. These are the library's reference
 // implementations: the CPU backend and the weight loaders use them, the CUDA kernels must
-// reproduce them bit for bit (Q8) or within each recipe's tolerance.
+// reproduce them bit for bit (Q8) or within each recipe's tolerance. tests/core/test_quant_*
+// check them byte for byte against an independent numpy + ml_dtypes implementation.
+//
+// Arithmetic: the power-of-two scales take ceil(log2(.)) of the exact real quotient amax / 448
+// or amax / 6; the NVFP4 formulas are evaluated in fp32, left to right as written.
 #pragma once
 
 #include <cstdint>
@@ -14,14 +18,16 @@ inline constexpr float kE2M1Max = 6.0f;
 inline constexpr float kQ8AmaxFloor = 1e-4f;
 
 // ---- Q8: FP8 e4m3 with one UE8M0 scale per 32 elements (activations) ----
-// amax floored at 1e-4; s = 2^ceil(log2(amax / 448)), byte clamped to [1, 254].
+// amax floored at 1e-4; s = 2^ceil(log2(amax / 448)), byte clamped to [1, 254]. With the floor
+// a finite amax gives a byte in [105, 247]; +Inf gives 254.
 uint8_t q8_scale_byte(float amax);
 // n % 32 == 0. q gets n e4m3 bytes, scales n / 32 E8M0 bytes.
 void quantize_q8(const float* v, int64_t n, uint8_t* q, uint8_t* scales);
 void dequantize_q8(const uint8_t* q, const uint8_t* scales, int64_t n, float* out);
 
 // ---- MXFP4 weights: e2m1 with one UE8M0 scale per 32 elements along K ----
-// s = 2^ceil(log2(amax / 6)) (byte clamped to [0, 254]); an all-zero block gets byte 127.
+// s = 2^ceil(log2(amax / 6)) (byte clamped to [0, 254]; +Inf gives 254); an all-zero block,
+// which the SPEC leaves open, gets byte 127 (s = 1).
 uint8_t mxfp4_scale_byte(float amax);
 // w: [rows, k] row-major, k % 32 == 0. packed: [rows, k / 2], scales: [rows, k / 32].
 void quantize_mxfp4(const float* w, int64_t rows, int64_t k, uint8_t* packed, uint8_t* scales);
@@ -45,6 +51,7 @@ void dequantize_nvfp4(const uint8_t* packed, const uint8_t* scales, float global
 void quantize_nvfp4_rows(const float* v, int64_t rows, int64_t k, uint8_t* packed,
                          uint8_t* scales, float* global_encode);
 
+// max |v[i]|, 0 for n == 0; NaN elements are ignored (std::fmax).
 float max_abs(const float* v, int64_t n);
 
 }  // namespace moe_ep

@@ -14,7 +14,7 @@ constexpr float kE2M1Values[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f
 
 uint16_t float_to_bf16(float v) {
   uint32_t bits = std::bit_cast<uint32_t>(v);
-  if (std::isnan(v)) return static_cast<uint16_t>((bits >> 16) | 0x0040);
+  if (std::isnan(v)) return static_cast<uint16_t>(((bits >> 16) & 0x8000) | 0x7FC0);
   const uint32_t rounding = 0x7FFF + ((bits >> 16) & 1);
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }
@@ -53,18 +53,19 @@ float e4m3_to_float(uint8_t bits) {
 uint8_t float_to_e2m1(float v) {
   if (std::isnan(v)) return 0;
   const uint8_t sign = std::signbit(v) ? 0x8 : 0x0;
+  // Magnitude code by the midpoints between adjacent values; a tie (<= on the left of a code
+  // with mantissa bit 0, < on the left of one with bit 1) goes to the even code. Everything
+  // above 5, Inf included, saturates to 6.
   const float a = std::fabs(v);
-  uint8_t best = 0;
-  float best_dist = INFINITY;
-  for (uint8_t code = 0; code < 8; ++code) {
-    const float dist = std::fabs(a - kE2M1Values[code]);
-    // Round to nearest, ties to the even code (mantissa bit 0).
-    if (dist < best_dist || (dist == best_dist && (code & 1) == 0)) {
-      best = code;
-      best_dist = dist;
-    }
-  }
-  return sign | best;
+  uint8_t code = 7;
+  if (a <= 0.25f) code = 0;
+  else if (a < 0.75f) code = 1;
+  else if (a <= 1.25f) code = 2;
+  else if (a < 1.75f) code = 3;
+  else if (a <= 2.5f) code = 4;
+  else if (a < 3.5f) code = 5;
+  else if (a <= 5.0f) code = 6;
+  return sign | code;
 }
 
 float e2m1_to_float(uint8_t nibble) {

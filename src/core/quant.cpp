@@ -14,10 +14,23 @@ float max_abs(const float* v, int64_t n) {
   return m;
 }
 
+namespace {
+
+// ceil(log2(amax / divisor)) of the exact quotient, for finite amax > 0 and divisor 448 or 6.
+// The double quotient of a float by either never rounds onto a power of two; the float quotient
+// can, where it is an fp32 subnormal (amax / 6 just above 2^-127 rounds to 2^-127).
+int ceil_log2_of_quotient(float amax, double divisor) {
+  int e = 0;
+  const double m = std::frexp(static_cast<double>(amax) / divisor, &e);  // m in [0.5, 1)
+  return m == 0.5 ? e - 1 : e;
+}
+
+}  // namespace
+
 uint8_t q8_scale_byte(float amax) {
   const float floored = std::fmax(amax, kQ8AmaxFloor);
   if (!std::isfinite(floored)) return 254;
-  const int e = ceil_log2(floored / kE4M3Max);
+  const int e = ceil_log2_of_quotient(floored, kE4M3Max);
   return static_cast<uint8_t>(std::clamp(e + 127, 1, 254));
 }
 
@@ -39,7 +52,7 @@ void dequantize_q8(const uint8_t* q, const uint8_t* scales, int64_t n, float* ou
 uint8_t mxfp4_scale_byte(float amax) {
   if (amax == 0.0f) return 127;
   if (!std::isfinite(amax)) return 254;
-  const int e = ceil_log2(amax / kE2M1Max);
+  const int e = ceil_log2_of_quotient(amax, kE2M1Max);
   return static_cast<uint8_t>(std::clamp(e + 127, 0, 254));
 }
 
