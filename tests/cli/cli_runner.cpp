@@ -11,15 +11,33 @@
 
 namespace moe_ep::test {
 
+namespace {
+
+// MOE_EP_CLI when set; else the build's layout: <build>/tests/moe_ep_tests next to <build>/moe_ep.
+std::string cli_path() {
+  if (const char* env = std::getenv("MOE_EP_CLI")) return env;
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    std::string path(exe, static_cast<size_t>(n));
+    for (int up = 0; up < 2 && path.rfind('/') != std::string::npos; ++up) path.erase(path.rfind('/'));
+    path += "/moe_ep";
+    if (access(path.c_str(), X_OK) == 0) return path;
+  }
+  throw std::runtime_error("MOE_EP_CLI is not set and no moe_ep binary was found next to the "
+                           "test binary's folder; build the moe_ep_cli target");
+}
+
+}  // namespace
+
 CliResult run_cli(const std::string& args) {
-  const char* cli = std::getenv("MOE_EP_CLI");
-  if (!cli) throw std::runtime_error("MOE_EP_CLI is not set (run the tests through ctest)");
+  const std::string cli = cli_path();
   char err_path[] = "/tmp/moe_ep_cli_stderr_XXXXXX";
   const int fd = mkstemp(err_path);
   if (fd < 0) throw std::runtime_error("mkstemp failed");
   close(fd);
   CliResult r;
-  r.command = std::string(cli) + " " + args;
+  r.command = cli + " " + args;
   FILE* pipe = popen((r.command + " 2>" + err_path).c_str(), "r");
   if (!pipe) throw std::runtime_error("popen failed: " + r.command);
   char buf[4096];
