@@ -1,9 +1,234 @@
+// Layer::create and Layer::forward: every input is checked here, before any allocation or
+// computation, so backends receive validated requests only (SPEC.md §8).
 #include "moe_ep/layer.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
 
 #include "check.h"
 #include "layer_impl.h"
+#include "moe_ep/formats.h"
+#include "moe_ep/quant.h"
+#include "weight_prep.h"
+
+#if defined(MOE_EP_WITH_CUDA) && __has_include("cuda/cuda_layer.h")
+#include "cuda/cuda_layer.h"
+#define MOE_EP_HAS_CUDA_LAYER 1
+#endif
 
 namespace moe_ep {
+
+#ifndef MOE_EP_HAS_CUDA_LAYER
+int device_compute_capability(Device) { return 0; }
+#endif
+
+namespace {
+
+// One expected dimension: its value and its name in messages ("T", "2I", "H/32").
+struct Dim {
+  int64_t value;
+  const char* name;
+};
+
+std::string dims_str(std::initializer_list<Dim> dims, bool values) {
+  std::string s = "[";
+  bool first = true;
+  for (const Dim& d : dims) {
+    s += first ? "" : ", ";
+    s += values ? std::to_string(d.value) : d.name;
+    first = false;
+  }
+  return s + "]";
+}
+
+std::string dtypes_str(std::initializer_list<DType> dtypes) {
+  std::string s;
+  for (DType d : dtypes) s += fmt::format("{}{}", s.empty() ? "" : " | ", dtype_name(d));
+  return s;
+}
+
+// dtype, shape, row-major contiguity and device of one tensor.
+void check_tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes,
+                  std::initializer_list<Dim> dims, std::string_view device_rule,
+                  bool device_ok) {
+  MOE_EP_CHECK(t.defined(), "{} is missing; expected {} {} = {}", name, dtypes_str(dtypes),
+               dims_str(dims, false), dims_str(dims, true));
+  bool dtype_ok = false;
+  for (DType d : dtypes) dtype_ok |= (t.dtype == d);
+  MOE_EP_CHECK(dtype_ok, "{} has dtype {}; expected {}", name, dtype_name(t.dtype),
+               dtypes_str(dtypes));
+  bool shape_ok = t.ndim == static_cast<int32_t>(dims.size());
+  int d = 0;
+  for (const Dim& dim : dims) shape_ok = shape_ok && t.shape[d++] == dim.value;
+  MOE_EP_CHECK(shape_ok, "{} has shape {}; expected {} = {}", name, t.shape_str(),
+               dims_str(dims, false), dims_str(dims, true));
+  MOE_EP_CHECK(t.is_contiguous(), "{} with shape {} has strides {}; expected row-major contiguous",
+               name, t.shape_str(),
+               [&] {
+                 std::string s = "[";
+                 for (int i = 0; i < t.ndim; ++i) s += fmt::format("{}{}", i ? ", " : "", t.strides[i]);
+                 return s + "]";
+               }());
+  MOE_EP_CHECK(t.numel() == 0 || t.data != nullptr, "{} with shape {} has a null data pointer",
+               name, t.shape_str());
+  MOE_EP_CHECK(device_ok, "{} is on {}; expected {}", name, t.device.str(), device_rule);
+}
+
+void check_absent(const TensorView& t, std::string_view name, std::string_view why) {
+  MOE_EP_CHECK(!t.defined(), "{} is given but not used {}; leave it empty", name, why);
+}
+
+// ---- weights ----
+
+void check_weight_layout(const WeightPack& w, const FleetParams& fleet, const KernelConfig& config,
+                         int64_t num_local, Device layer_device) {
+  const Device dev = w.w13.device;
+  const bool dev_ok = dev.type == DeviceType::kCPU || dev == layer_device;
+  const std::string rule = layer_device.type == DeviceType::kCPU
+                               ? std::string("cpu (the layer runs on cpu)")
+                               : fmt::format("cpu or {} (the layer's device)", layer_device.str());
+  const int64_t H = fleet.hidden_size, I = config.intermediate_size;
+  const Dim e{num_local, "E_loc"}, i2{2 * I, "2I"}, h{H, "H"}, i{I, "I"};
+  auto same_dev = [&](const TensorView& t) { return dev_ok && t.device == dev; };
+  const std::string fmt_name(weight_format_name(w.format));
+  const std::string why = fmt::format("with {} weights", fmt_name);
+
+  switch (w.format) {
+    case WeightFormat::kMXFP4:
+    case WeightFormat::kNVFP4: {
+      const bool mx = w.format == WeightFormat::kMXFP4;
+      const int64_t block = mx ? kMxBlock : kNvBlock;
+      const DType scale_dtype = mx ? DType::kE8M0 : DType::kE4M3;
+      const char* h_blocks = mx ? "H/32" : "H/16";
+      const char* i_blocks = mx ? "I/32" : "I/16";
+      check_tensor(w.w13, "w13", {DType::kU8}, {e, i2, {H / 2, "H/2"}}, rule, dev_ok);
+      check_tensor(w.w13_scale, "w13_scale", {DType::kU8, scale_dtype}, {e, i2, {H / block, h_blocks}},
+                   rule, same_dev(w.w13_scale));
+      check_tensor(w.w2, "w2", {DType::kU8}, {e, h, {I / 2, "I/2"}}, rule, same_dev(w.w2));
+      check_tensor(w.w2_scale, "w2_scale", {DType::kU8, scale_dtype}, {e, h, {I / block, i_blocks}},
+                   rule, same_dev(w.w2_scale));
+      if (mx) {
+        check_absent(w.w13_global, "w13_global", why);
+        check_absent(w.w2_global, "w2_global", why);
+      } else {
+        check_tensor(w.w13_global, "w13_global", {DType::kF32}, {e, {2, "2"}}, rule,
+                     same_dev(w.w13_global));
+        check_tensor(w.w2_global, "w2_global", {DType::kF32}, {e}, rule, same_dev(w.w2_global));
+      }
+      break;
+    }
+    case WeightFormat::kBF16:
+      check_tensor(w.w13, "w13", {DType::kBF16}, {e, i2, h}, rule, dev_ok);
+      check_tensor(w.w2, "w2", {DType::kBF16}, {e, h, i}, rule, same_dev(w.w2));
+      check_absent(w.w13_scale, "w13_scale", why);
+      check_absent(w.w2_scale, "w2_scale", why);
+      check_absent(w.w13_global, "w13_global", why);
+      check_absent(w.w2_global, "w2_global", why);
+      break;
+    default:
+      MOE_EP_FAIL(ErrorCode::kInvalidArgument, "weights.format = {} is not a known weight format; "
+                  "expected mxfp4, nvfp4 or bf16", static_cast<int>(w.format));
+  }
+}
+
+bool pack_on_host(const WeightPack& w) { return w.w13.device.type == DeviceType::kCPU; }
+
+// ---- forward arguments ----
+
+// Checks a caller-quantized activation in host memory (a device copy is the kernel's concern).
+void check_activation_values(const ForwardArgs& args, bool mxfp4) {
+  const auto* scales = args.a_scale.ptr<const uint8_t>();
+  for (int64_t i = 0; i < args.a_scale.numel(); ++i) {
+    const bool bad = mxfp4 ? scales[i] == kE8M0NaN : (scales[i] & 0x7F) == 0x7F;
+    MOE_EP_CHECK(!bad, "a_scale[{}, {}] = 0x{:02X} is a NaN {} scale; expected a finite scale",
+                 i / args.a_scale.shape[1], i % args.a_scale.shape[1], scales[i],
+                 mxfp4 ? "E8M0" : "e4m3");
+  }
+  if (mxfp4) {
+    const auto* codes = args.a.ptr<const uint8_t>();
+    for (int64_t i = 0; i < args.a.numel(); ++i)
+      MOE_EP_CHECK((codes[i] & 0x7F) != 0x7F,
+                   "a[{}, {}] = 0x{:02X} is an e4m3 NaN; expected finite e4m3 activations",
+                   i / args.a.shape[1], i % args.a.shape[1], codes[i]);
+  } else {
+    const auto* g = args.a_global.ptr<const float>();
+    for (int64_t t = 0; t < args.a_global.numel(); ++t)
+      MOE_EP_CHECK(std::isfinite(g[t]) && g[t] > 0.0f,
+                   "a_global[{}] = {} is invalid; expected a finite global encode factor > 0", t,
+                   g[t]);
+  }
+}
+
+template <class Id>
+void check_host_ids(const TensorView& ids, int64_t num_experts) {
+  const auto* p = ids.ptr<const Id>();
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    MOE_EP_CHECK(p[i] >= -1 && p[i] < num_experts,
+                 "topk_ids[{}, {}] = {} is outside [-1, num_experts = {}); expected a global "
+                 "expert id or -1 (skip)",
+                 i / ids.shape[1], i % ids.shape[1], static_cast<int64_t>(p[i]), num_experts);
+}
+
+void check_forward_args(const ForwardArgs& args, const LayerInfo& info, const KernelConfig& config) {
+  const Device dev = info.device;
+  const std::string rule = fmt::format("{} (the layer's device)", dev.str());
+  auto on = [&](const TensorView& t) { return t.device == dev; };
+  const int64_t H = info.hidden_size, K = info.top_k;
+  const bool mxfp4 = info.family == "mxfp4";
+
+  // T comes from the activation; every other tensor must agree with it.
+  const TensorView& act = config.quantize_input ? args.x : args.a;
+  const char* act_name = config.quantize_input ? "x" : "a";
+  if (config.quantize_input) {
+    MOE_EP_CHECK(args.x.defined(), "x is missing; config.quantize_input = true needs x bf16 [T, H]");
+    check_absent(args.a, "a", "when config.quantize_input = true (the layer quantizes x)");
+    check_absent(args.a_scale, "a_scale", "when config.quantize_input = true (the layer quantizes x)");
+    check_absent(args.a_global, "a_global", "when config.quantize_input = true (the layer quantizes x)");
+  } else {
+    check_absent(args.x, "x", "when config.quantize_input = false (pass a and a_scale)");
+    MOE_EP_CHECK(args.a.defined(), "a is missing; config.quantize_input = false needs the "
+                 "quantized activation a and a_scale");
+  }
+  MOE_EP_CHECK(act.ndim == 2, "{} has shape {}; expected [T, H] with H = {}", act_name,
+               act.shape_str(), H);
+  const int64_t T = act.shape[0];
+  MOE_EP_CHECK(T >= 0 && T <= info.max_tokens_per_rank,
+               "{} has T = {} tokens; expected 0..max_tokens_per_rank = {} (FleetParams."
+               "max_tokens_per_rank)", act_name, T, info.max_tokens_per_rank);
+  const Dim t{T, "T"}, h{H, "H"}, k{K, "K"};
+
+  if (config.quantize_input) {
+    check_tensor(args.x, "x", {DType::kBF16}, {t, h}, rule, on(args.x));
+  } else if (mxfp4) {
+    check_tensor(args.a, "a", {DType::kE4M3, DType::kU8}, {t, h}, rule, on(args.a));
+    check_tensor(args.a_scale, "a_scale", {DType::kU8, DType::kE8M0}, {t, {H / kMxBlock, "H/32"}},
+                 rule, on(args.a_scale));
+    check_absent(args.a_global, "a_global", "by backend 'mxfp4' (Q8 activations have no global scale)");
+  } else {
+    check_tensor(args.a, "a", {DType::kU8}, {t, {H / 2, "H/2"}}, rule, on(args.a));
+    check_tensor(args.a_scale, "a_scale", {DType::kU8, DType::kE4M3}, {t, {H / kNvBlock, "H/16"}},
+                 rule, on(args.a_scale));
+    check_tensor(args.a_global, "a_global", {DType::kF32}, {t}, rule, on(args.a_global));
+  }
+  check_tensor(args.topk_ids, "topk_ids", {DType::kI32, DType::kI64}, {t, k}, rule,
+               on(args.topk_ids));
+  check_tensor(args.topk_weights, "topk_weights", {DType::kF32}, {t, k}, rule,
+               on(args.topk_weights));
+  check_tensor(args.y, "y", {DType::kBF16}, {t, h}, rule, on(args.y));
+
+  // Host data is checked now; device data is checked by the kernels, which treat a bad id as
+  // skipped and raise kErrorExpertIdOutOfRange (read with Layer::read_error_flags).
+  if (dev.type == DeviceType::kCPU) {
+    if (args.topk_ids.dtype == DType::kI32)
+      check_host_ids<int32_t>(args.topk_ids, info.num_experts);
+    else
+      check_host_ids<int64_t>(args.topk_ids, info.num_experts);
+    if (!config.quantize_input) check_activation_values(args, mxfp4);
+  }
+}
+
+}  // namespace
 
 void Layer::Impl::forward_rows(const ForwardArgs&, std::span<const int64_t>) {
   MOE_EP_FAIL(ErrorCode::kUnsupported, "forward_rows is supported on CPU layers only; this layer "
@@ -16,24 +241,75 @@ Layer::~Layer() = default;
 std::unique_ptr<Layer> Layer::create(std::shared_ptr<Runtime> runtime, const FleetParams& fleet,
                                      const KernelConfig& config, const WeightPack& weights) {
   MOE_EP_CHECK_CODE(runtime != nullptr, ErrorCode::kRuntime,
-                    "Layer::create: runtime is null (released?); acquire a Runtime first");
+                    "Layer::create: runtime is null: layer built on a released runtime; acquire "
+                    "a Runtime first");
   validate_config(fleet, config, runtime->world_size());
   LayerRequest req;
-  req.runtime = std::move(runtime);
+  req.family = &find_family(config.family);
+  bool format_ok = false;
+  for (WeightFormat f : req.family->weight_formats) format_ok |= (f == weights.format);
+  MOE_EP_CHECK(format_ok, "weights.format = {} is not accepted by backend '{}'; expected one of {}",
+               weight_format_name(weights.format), req.family->name, [&] {
+                 std::string s;
+                 for (WeightFormat f : req.family->weight_formats)
+                   s += fmt::format("{}{}", s.empty() ? "" : ", ", weight_format_name(f));
+                 return s;
+               }());
+
+  const Device device = runtime->device();
+  std::string reason;
+  req.implementation = find_implementation(*req.family, device, device_compute_capability(device),
+                                           &reason);
+  MOE_EP_CHECK_CODE(req.implementation != nullptr, ErrorCode::kUnsupported, "{}", reason);
+
+  const int64_t num_local = fleet.num_experts / runtime->world_size();
+  check_weight_layout(weights, fleet, config, num_local, device);
+  if (pack_on_host(weights)) check_weight_values(weights);
+
+  req.runtime = runtime;
   req.fleet = fleet;
   req.config = config;
-  req.family = &find_family(config.family);
   req.weights = weights;
-  std::string reason;
-  req.implementation = find_implementation(*req.family, req.runtime->device(), 0, &reason);
-  MOE_EP_CHECK_CODE(req.implementation != nullptr, ErrorCode::kUnsupported, "{}", reason);
-  return std::unique_ptr<Layer>(new Layer(make_cpu_layer(req)));
+
+  std::unique_ptr<Impl> impl;
+  if (device.type == DeviceType::kCPU) {
+    impl = make_cpu_layer(req);
+  } else {
+#ifdef MOE_EP_HAS_CUDA_LAYER
+    impl = make_cuda_layer(req);
+#else
+    MOE_EP_FAIL(ErrorCode::kUnsupported, "the CUDA layer is not part of this build; use device cpu");
+#endif
+  }
+  LayerInfo& info = impl->info;
+  info.family = std::string(req.family->name);
+  info.implementation = std::string(req.implementation->name);
+  info.device = device;
+  info.num_experts = fleet.num_experts;
+  info.num_local_experts = num_local;
+  info.hidden_size = fleet.hidden_size;
+  info.intermediate_size = config.intermediate_size;
+  info.top_k = config.top_k;
+  info.max_tokens_per_rank = fleet.max_tokens_per_rank;
+  impl->fleet = fleet;
+  impl->config = config;
+  impl->runtime = std::move(runtime);
+  return std::unique_ptr<Layer>(new Layer(std::move(impl)));
 }
 
-void Layer::forward(const ForwardArgs& args) { impl_->forward(args); }
+void Layer::forward(const ForwardArgs& args) {
+  check_forward_args(args, impl_->info, impl_->config);
+  impl_->forward(args);
+}
+
 void Layer::forward_rows(const ForwardArgs& args, std::span<const int64_t> rows) {
+  check_forward_args(args, impl_->info, impl_->config);
+  const int64_t T = impl_->config.quantize_input ? args.x.shape[0] : args.a.shape[0];
+  for (size_t i = 0; i < rows.size(); ++i)
+    MOE_EP_CHECK(rows[i] >= 0 && rows[i] < T, "rows[{}] = {} is outside [0, T = {})", i, rows[i], T);
   impl_->forward_rows(args, rows);
 }
+
 uint32_t Layer::read_error_flags(bool clear) { return impl_->read_error_flags(clear); }
 void Layer::check_error_flags() {
   const uint32_t flags = read_error_flags(true);

@@ -32,9 +32,14 @@ struct LayerRequest {
   WeightPack weights;  // validated
 };
 
-// Backend factories. make_cuda_layer exists only when the CUDA backend is compiled
-// (MOE_EP_WITH_CUDA).
+// Backend factories. The CUDA backend (src/cuda) defines make_cuda_layer and
+// device_compute_capability and provides the header src/cuda/cuda_layer.h; layer.cpp calls them
+// when MOE_EP_WITH_CUDA is defined and that header exists, and otherwise reports compute
+// capability 0 and refuses CUDA layers.
 std::unique_ptr<Layer::Impl> make_cpu_layer(const LayerRequest& request);
 std::unique_ptr<Layer::Impl> make_cuda_layer(const LayerRequest& request);
+
+// major*10+minor of a CUDA device (90 for H100/H200); 0 for the CPU or when it cannot be read.
+int device_compute_capability(Device device);
 
 }  // namespace moe_ep

@@ -1,10 +1,171 @@
+// The CPU layer for world size 1: quantize x -> build (row, expert, weight) entries from
+// topk_ids -> expert outputs -> combine y[t] = bf16(sum over valid k, in slot order, of o_k).
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
 #include "core/check.h"
 #include "core/layer_impl.h"
+#include "core/weight_prep.h"
+#include "cpu/expert_compute.h"
+#include "cpu/thread_pool.h"
+#include "moe_ep/formats.h"
+#include "moe_ep/quant.h"
 
 namespace moe_ep {
+namespace {
 
-std::unique_ptr<Layer::Impl> make_cpu_layer(const LayerRequest&) {
-  MOE_EP_FAIL(ErrorCode::kUnsupported, "CPU layer not built yet");
+using cpu::ExpertEntry;
+using cpu::QuantizedRows;
+
+// Upper bound on the per-batch buffers (h in fp32 and o in bf16 per entry, quantized x);
+// longer inputs are processed in batches of tokens.
+constexpr int64_t kBatchBytes = int64_t{256} << 20;
+
+// Owned quantized activations of a batch of tokens (when the layer quantizes x).
+struct QuantizedBatch {
+  std::vector<uint8_t> codes, scales;
+  std::vector<float> global;
+  QuantizedRows view(int64_t num_rows) const {
+    return {num_rows, codes.data(), scales.data(), global.empty() ? nullptr : global.data()};
+  }
+};
+
+class CpuLayer final : public Layer::Impl {
+ public:
+  explicit CpuLayer(const LayerRequest& req)
+      : pool_(cpu::shared_thread_pool(cpu::default_num_threads())) {
+    MOE_EP_CHECK_CODE(req.runtime->world_size() == 1, ErrorCode::kUnsupported,
+                      "the CPU layer runs with world_size 1 only so far; got world_size = {}",
+                      req.runtime->world_size());
+    const ExpertShape shape{req.fleet.num_experts, req.fleet.hidden_size,
+                            req.config.intermediate_size};
+    cpu::ThreadPool* pool = pool_.get();
+    auto parallel = [pool](int64_t n, const std::function<void(int64_t)>& task) {
+      pool->parallel_for(n, task);
+    };
+    weights_ = prepare_host_weights(*req.family, req.weights, shape, parallel);
+    info.notes = weights_.notes;
+    if (weights_.format == WeightFormat::kMXFP4) {
+      info.notes += '\n';
+      info.notes += describe_fp8_window(
+          analyze_fp8_window(weights_, parallel),
+          "the CPU reference converts no weights to FP8: it decodes e2m1 * 2^k to fp32, exact "
+          "for every row");
+    }
+    problem_.weights = &weights_;
+    problem_.activation_clamp = req.config.activation_clamp.value_or(
+        std::numeric_limits<float>::infinity());
+  }
+
+  void forward(const ForwardArgs& args) override {
+    std::vector<int64_t> rows(num_tokens(args));
+    std::iota(rows.begin(), rows.end(), int64_t{0});
+    run(args, rows);
+  }
+
+  void forward_rows(const ForwardArgs& args, std::span<const int64_t> rows) override {
+    run(args, rows);
+  }
+
+  // Host topk ids are checked in Layer::forward before any computation; nothing is deferred.
+  uint32_t read_error_flags(bool) override { return 0; }
+
+ private:
+  int64_t num_tokens(const ForwardArgs& args) const {
+    return config.quantize_input ? args.x.shape[0] : args.a.shape[0];
+  }
+
+  int64_t batch_tokens() const {
+    const int64_t H = info.hidden_size, I = info.intermediate_size, K = info.top_k;
+    const int64_t per_token = K * (I * 4 + H * 2) + H * 2 + 16;
+    return std::max<int64_t>(1, kBatchBytes / per_token);
+  }
+
+  int64_t topk_id(const TensorView& ids, int64_t t, int64_t k) const {
+    const int64_t i = t * info.top_k + k;
+    return ids.dtype == DType::kI32 ? ids.ptr<const int32_t>()[i] : ids.ptr<const int64_t>()[i];
+  }
+
+  // Quantizes x rows rows[0..n) into batch (row i of the batch = token rows[i]).
+  void quantize_x(const TensorView& x, std::span<const int64_t> rows, QuantizedBatch& batch) {
+    const int64_t H = info.hidden_size, n = static_cast<int64_t>(rows.size());
+    const bool nvfp4 = weights_.format == WeightFormat::kNVFP4;
+    batch.codes.resize(n * (nvfp4 ? H / 2 : H));
+    batch.scales.resize(n * H / (nvfp4 ? kNvBlock : kMxBlock));
+    batch.global.resize(nvfp4 ? n : 0);
+    pool_->parallel_for(n, [&](int64_t i) {
+      thread_local std::vector<float> v;
+      v.resize(H);
+      const uint16_t* src = x.ptr<const uint16_t>() + rows[i] * H;
+      for (int64_t j = 0; j < H; ++j) v[j] = bf16_to_float(src[j]);
+      if (nvfp4)
+        quantize_nvfp4_rows(v.data(), 1, H, batch.codes.data() + i * H / 2,
+                            batch.scales.data() + i * H / kNvBlock, batch.global.data() + i);
+      else
+        quantize_q8(v.data(), H, batch.codes.data() + i * H, batch.scales.data() + i * H / kMxBlock);
+    });
+  }
+
+  void run(const ForwardArgs& args, std::span<const int64_t> rows) {
+    const int64_t H = info.hidden_size, K = info.top_k;
+    const int64_t step = batch_tokens();
+    QuantizedBatch batch;
+    std::vector<ExpertEntry> entries;
+    std::vector<int64_t> slot_entry;  // [batch tokens, K]: entry index or -1
+    std::vector<uint16_t> outputs;
+    for (size_t b0 = 0; b0 < rows.size(); b0 += step) {
+      const auto batch_rows = rows.subspan(b0, std::min<size_t>(step, rows.size() - b0));
+      const int64_t n = static_cast<int64_t>(batch_rows.size());
+      QuantizedRows act;
+      if (config.quantize_input) {
+        quantize_x(args.x, batch_rows, batch);
+        act = batch.view(n);
+      } else {
+        act = {args.a.shape[0], args.a.ptr<const uint8_t>(), args.a_scale.ptr<const uint8_t>(),
+               args.a_global.defined() ? args.a_global.ptr<const float>() : nullptr};
+      }
+
+      entries.clear();
+      slot_entry.assign(n * K, -1);
+      const auto* weights = args.topk_weights.ptr<const float>();
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t t = batch_rows[i];
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t id = topk_id(args.topk_ids, t, k);
+          if (id < 0) continue;
+          slot_entry[i * K + k] = static_cast<int64_t>(entries.size());
+          entries.push_back({config.quantize_input ? i : t, id, weights[t * K + k]});
+        }
+      }
+      outputs.resize(entries.size() * H);
+      cpu::compute_expert_outputs(problem_, act, entries, outputs.data(), *pool_);
+
+      // Combine in slot order k = 0..K-1; a token without a valid slot gets zeros.
+      pool_->parallel_for(n, [&](int64_t i) {
+        uint16_t* y_row = args.y.ptr<uint16_t>() + batch_rows[i] * H;
+        for (int64_t j = 0; j < H; ++j) {
+          float sum = 0.0f;
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t entry = slot_entry[i * K + k];
+            if (entry >= 0) sum += bf16_to_float(outputs[entry * H + j]);
+          }
+          y_row[j] = float_to_bf16(sum);
+        }
+      });
+    }
+  }
+
+  std::shared_ptr<cpu::ThreadPool> pool_;
+  HostExpertWeights weights_;
+  cpu::ExpertProblem problem_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer::Impl> make_cpu_layer(const LayerRequest& request) {
+  return std::make_unique<CpuLayer>(request);
 }
 
 }  // namespace moe_ep

@@ -1,0 +1,105 @@
+#include "cpu/reference_math.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "moe_ep/formats.h"
+#include "moe_ep/quant.h"
+
+namespace moe_ep::cpu {
+namespace {
+
+constexpr int kLanes = 16;
+
+// e2m1 values of both nibbles of a byte: {low (even element), high (odd element)}.
+struct E2M1PairTable {
+  std::array<std::array<float, 2>, 256> pair;
+  E2M1PairTable() {
+    for (int b = 0; b < 256; ++b)
+      pair[b] = {e2m1_to_float(static_cast<uint8_t>(b & 0xF)),
+                 e2m1_to_float(static_cast<uint8_t>(b >> 4))};
+  }
+};
+const E2M1PairTable kE2M1Pairs;
+
+struct ByteTable {
+  std::array<float, 256> value;
+  explicit ByteTable(float (*decode)(uint8_t)) {
+    for (int b = 0; b < 256; ++b) value[b] = decode(static_cast<uint8_t>(b));
+  }
+};
+const ByteTable kE8M0(&e8m0_to_float);
+const ByteTable kE4M3(&e4m3_to_float);
+
+// num_rows x k e2m1 elements, one scale per `block` elements along k.
+template <int64_t kBlock>
+void decode_fp4_rows(const uint8_t* packed, const uint8_t* scales, const ByteTable& scale_table,
+                     int64_t row_begin, int64_t num_rows, int64_t k, float* out) {
+  const int64_t num_blocks = num_rows * k / kBlock;
+  const uint8_t* codes = packed + row_begin * k / 2;
+  const uint8_t* s = scales + row_begin * k / kBlock;
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const float scale = scale_table.value[s[b]];
+    const uint8_t* c = codes + b * kBlock / 2;
+    float* o = out + b * kBlock;
+    for (int64_t i = 0; i < kBlock / 2; ++i) {
+      const auto& pair = kE2M1Pairs.pair[c[i]];
+      o[2 * i] = pair[0] * scale;
+      o[2 * i + 1] = pair[1] * scale;
+    }
+  }
+}
+
+}  // namespace
+
+float dot_fp32(const float* a, const float* b, int64_t n) {
+  float p[kLanes] = {};
+  for (int64_t i = 0; i < n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) p[j] += a[i + j] * b[i + j];
+  for (int width = kLanes / 2; width >= 1; width /= 2)
+    for (int j = 0; j < width; ++j) p[j] += p[j + width];
+  return p[0];
+}
+
+void decode_mxfp4_rows(const uint8_t* packed, const uint8_t* scales, int64_t row_begin,
+                       int64_t num_rows, int64_t k, float* out) {
+  decode_fp4_rows<kMxBlock>(packed, scales, kE8M0, row_begin, num_rows, k, out);
+}
+
+void decode_nvfp4_rows(const uint8_t* packed, const uint8_t* scales, int64_t row_begin,
+                       int64_t num_rows, int64_t k, float* out) {
+  decode_fp4_rows<kNvBlock>(packed, scales, kE4M3, row_begin, num_rows, k, out);
+}
+
+void decode_q8_row(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = kE4M3.value[codes[i]] * kE8M0.value[scales[i / kMxBlock]];
+}
+
+void q8_roundtrip_row(const float* v, int64_t n, float* out) {
+  thread_local std::vector<uint8_t> codes, scales;
+  codes.resize(n);
+  scales.resize(n / kMxBlock);
+  quantize_q8(v, n, codes.data(), scales.data());
+  decode_q8_row(codes.data(), scales.data(), n, out);
+}
+
+float nvfp4_roundtrip_row(const float* v, int64_t n, float* out) {
+  thread_local std::vector<uint8_t> packed, scales;
+  packed.resize(n / 2);
+  scales.resize(n / kNvBlock);
+  float g = 0.0f;
+  quantize_nvfp4_rows(v, 1, n, packed.data(), scales.data(), &g);
+  decode_nvfp4_rows(packed.data(), scales.data(), 0, 1, n, out);
+  return g;
+}
+
+float clamped_swiglu(float gate, float up, float clamp, float weight) {
+  gate = std::min(gate, clamp);
+  up = std::clamp(up, -clamp, clamp);
+  const float silu = gate / (1.0f + std::exp(-gate));
+  return silu * up * weight;
+}
+
+}  // namespace moe_ep::cpu

@@ -1,0 +1,121 @@
+#include "cpu/thread_pool.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <exception>
+#include <map>
+
+#include "core/check.h"
+
+namespace moe_ep::cpu {
+
+struct ThreadPool::Job {
+  const std::function<void(int64_t)>* task = nullptr;
+  int64_t num_tasks = 0;
+  std::atomic<int64_t> next{0};      // next task index to hand out
+  std::atomic<int64_t> finished{0};  // tasks done (or abandoned after an error)
+  std::mutex mutex;
+  std::condition_variable done;
+  std::exception_ptr error;
+};
+
+ThreadPool::ThreadPool(int num_threads) {
+  MOE_EP_CHECK(num_threads >= 1, "thread count {} is invalid; expected >= 1", num_threads);
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::run_tasks(Job& job) {
+  int64_t done_here = 0;
+  for (int64_t i; (i = job.next.fetch_add(1)) < job.num_tasks;) {
+    bool failed;
+    {
+      std::lock_guard<std::mutex> lock(job.mutex);
+      failed = job.error != nullptr;
+    }
+    if (!failed) {
+      try {
+        (*job.task)(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(job.mutex);
+        if (!job.error) job.error = std::current_exception();
+      }
+    }
+    ++done_here;
+  }
+  if (done_here > 0 && job.finished.fetch_add(done_here) + done_here == job.num_tasks) {
+    std::lock_guard<std::mutex> lock(job.mutex);
+    job.done.notify_all();
+  }
+}
+
+void ThreadPool::worker_loop() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] {
+        while (!jobs_.empty() && jobs_.front()->next.load() >= jobs_.front()->num_tasks)
+          jobs_.pop_front();  // fully handed out
+        return stopping_ || !jobs_.empty();
+      });
+      if (stopping_) return;
+      job = jobs_.front();
+    }
+    run_tasks(*job);
+  }
+}
+
+void ThreadPool::parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& task) {
+  if (num_tasks <= 0) return;
+  if (workers_.empty() || num_tasks == 1) {
+    for (int64_t i = 0; i < num_tasks; ++i) task(i);
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->task = &task;
+  job->num_tasks = num_tasks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.push_back(job);
+  }
+  wake_.notify_all();
+  run_tasks(*job);
+  {
+    std::unique_lock<std::mutex> lock(job->mutex);
+    job->done.wait(lock, [&] { return job->finished.load() == job->num_tasks; });
+  }
+  if (job->error) std::rethrow_exception(job->error);
+}
+
+int default_num_threads() {
+  if (const char* env = std::getenv("MOE_EP_NUM_THREADS")) {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    MOE_EP_CHECK(end != env && *end == '\0' && n >= 1 && n <= 4096,
+                 "MOE_EP_NUM_THREADS = '{}' is invalid; expected an integer 1..4096", env);
+    return static_cast<int>(n);
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+std::shared_ptr<ThreadPool> shared_thread_pool(int num_threads) {
+  static std::mutex mutex;
+  static std::map<int, std::weak_ptr<ThreadPool>> pools;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto pool = pools[num_threads].lock()) return pool;
+  auto pool = std::make_shared<ThreadPool>(num_threads);
+  pools[num_threads] = pool;
+  return pool;
+}
+
+}  // namespace moe_ep::cpu

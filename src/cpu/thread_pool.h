@@ -1,0 +1,50 @@
+// A small fork-join pool for the CPU backend.
+//
+// parallel_for(n, task) runs task(0..n-1) on the pool's workers and the calling thread and
+// returns when all have finished. Several threads may call parallel_for at once (simulated EP
+// ranks do); their jobs share the workers. Tasks must not depend on which thread runs them:
+// results are then identical for every thread count (each task writes its own outputs and
+// keeps scratch data in thread_local buffers).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace moe_ep::cpu {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int num_threads);  // num_threads >= 1 counts the calling thread
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // The first exception thrown by a task is rethrown here after all tasks have stopped.
+  void parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& task);
+
+ private:
+  struct Job;
+  void worker_loop();
+  static void run_tasks(Job& job);
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Job>> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+// MOE_EP_NUM_THREADS when set (>= 1), else std::thread::hardware_concurrency().
+int default_num_threads();
+
+// A process-wide pool per thread count, created on first use and kept while referenced.
+std::shared_ptr<ThreadPool> shared_thread_pool(int num_threads);
+
+}  // namespace moe_ep::cpu
