@@ -1,6 +1,7 @@
 // The CPU layer for world size 1: quantize x -> build (row, expert, weight) entries from
 // topk_ids -> expert outputs -> combine y[t] = bf16(sum over valid k, in slot order, of o_k).
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -20,8 +21,19 @@ using cpu::ExpertEntry;
 using cpu::QuantizedRows;
 
 // Upper bound on the per-batch buffers (h in fp32 and o in bf16 per entry, quantized x);
-// longer inputs are processed in batches of tokens.
+// longer inputs are processed in batches of tokens. MOE_EP_CPU_BATCH_TOKENS overrides the
+// batch length (a knob for tests of the batching).
 constexpr int64_t kBatchBytes = int64_t{256} << 20;
+
+int64_t batch_tokens_override() {
+  const char* env = std::getenv("MOE_EP_CPU_BATCH_TOKENS");
+  if (!env) return 0;
+  char* end = nullptr;
+  const long long n = std::strtoll(env, &end, 10);
+  MOE_EP_CHECK(end != env && *end == '\0' && n >= 1,
+               "MOE_EP_CPU_BATCH_TOKENS = '{}' is invalid; expected an integer >= 1", env);
+  return n;
+}
 
 // Owned quantized activations of a batch of tokens (when the layer quantizes x).
 struct QuantizedBatch {
@@ -54,6 +66,7 @@ class CpuLayer final : public Layer::Impl {
           "the CPU reference converts no weights to FP8: it decodes e2m1 * 2^k to fp32, exact "
           "for every row");
     }
+    batch_override_ = batch_tokens_override();
     problem_.weights = &weights_;
     problem_.activation_clamp = req.config.activation_clamp.value_or(
         std::numeric_limits<float>::infinity());
@@ -78,6 +91,7 @@ class CpuLayer final : public Layer::Impl {
   }
 
   int64_t batch_tokens() const {
+    if (batch_override_ > 0) return batch_override_;
     const int64_t H = info.hidden_size, I = info.intermediate_size, K = info.top_k;
     const int64_t per_token = K * (I * 4 + H * 2) + H * 2 + 16;
     return std::max<int64_t>(1, kBatchBytes / per_token);
@@ -160,6 +174,7 @@ class CpuLayer final : public Layer::Impl {
   std::shared_ptr<cpu::ThreadPool> pool_;
   HostExpertWeights weights_;
   cpu::ExpertProblem problem_;
+  int64_t batch_override_ = 0;
 };
 
 }  // namespace
