@@ -245,11 +245,13 @@ HostExpertWeights prepare_host_weights(const FamilyProperties& family, const Wei
                     family.name, weight_format_name(pack.format));
   allocate(w);
   quantize_from_values(w, pack, parallel_for);
-  if (w.format == WeightFormat::kNVFP4) {
-    add_note(w.notes, fmt::format("weights: {} dequantized to bf16 and requantized to nvfp4 at "
-                                  "load (one global scale per expert tensor from its amax); "
-                                  "close to, not bit-identical with, the mxfp4 recipe",
-                                  weight_format_name(pack.format)));
+  if (w.format == WeightFormat::kNVFP4 && pack.format == WeightFormat::kMXFP4) {
+    add_note(w.notes, "weights: mxfp4 dequantized to bf16 and requantized to nvfp4 at load (one "
+                      "global scale per expert tensor from its amax); close to, not bit-identical "
+                      "with, the mxfp4 recipe");
+  } else if (w.format == WeightFormat::kNVFP4) {
+    add_note(w.notes, "weights: bf16 quantized to nvfp4 at load (one global scale per expert "
+                      "tensor from its amax)");
   } else {
     add_note(w.notes, "weights: bf16 quantized to mxfp4 at load");
   }

@@ -1,0 +1,149 @@
+// Building blocks of the CPU reference: the fixed-order dot product, the decoders, the
+// clamped SwiGLU, the thread pool, and the per-expert compute used by dispatch/combine.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "cpu/expert_compute.h"
+#include "cpu/reference_math.h"
+#include "cpu/thread_pool.h"
+#include "moe_ep/formats.h"
+#include "moe_ep/quant.h"
+#include "support/layer_problem.h"
+
+namespace moe_ep::cpu {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// The documented order, written out: 16 strided partial sums, then halving pairwise.
+float documented_dot(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> partial(16, 0.0f);
+  for (size_t i = 0; i < a.size(); ++i) partial[i % 16] = partial[i % 16] + a[i] * b[i];
+  for (size_t width = 8; width >= 1; width /= 2)
+    for (size_t j = 0; j < width; ++j) partial[j] = partial[j] + partial[j + width];
+  return partial[0];
+}
+
+TEST(CpuMath, DotProductFollowsTheDocumentedOrder) {
+  int differs_from_sequential = 0;
+  for (uint64_t seed = 0; seed < 100; ++seed) {
+    const size_t n = 16 * (1 + seed % 40);
+    const auto a = random_floats(n, seed), b = random_floats(n, seed + 1000);
+    const float got = dot_fp32(a.data(), b.data(), static_cast<int64_t>(n));
+    ASSERT_EQ(got, documented_dot(a, b)) << "n=" << n << " seed=" << seed;
+    float sequential = 0.0f;
+    for (size_t i = 0; i < n; ++i) sequential += a[i] * b[i];
+    differs_from_sequential += sequential != got;
+  }
+  EXPECT_GT(differs_from_sequential, 10) << "inputs too tame to tell summation orders apart";
+}
+
+TEST(CpuMath, DecodersMatchTheLibraryDequantizers) {
+  std::mt19937_64 rng(7);
+  const int64_t rows = 6, k = 64;
+  std::vector<uint8_t> packed(rows * k / 2), mx_scales(rows * k / 32), nv_scales(rows * k / 16);
+  for (auto& b : packed) b = uint8_t(rng());
+  for (auto& s : mx_scales) s = uint8_t(rng() % 255);  // every byte but 0xFF
+  for (auto& s : nv_scales) s = uint8_t(rng() % 0x7F);  // positive, no NaN
+  std::vector<float> want(rows * k), got(3 * k);
+  dequantize_mxfp4(packed.data(), mx_scales.data(), rows, k, want.data());
+  decode_mxfp4_rows(packed.data(), mx_scales.data(), 2, 3, k, got.data());
+  for (int64_t i = 0; i < 3 * k; ++i) ASSERT_EQ(got[i], want[2 * k + i]) << i;
+  dequantize_nvfp4(packed.data(), nv_scales.data(), 1.0f, rows, k, want.data());
+  decode_nvfp4_rows(packed.data(), nv_scales.data(), 2, 3, k, got.data());
+  for (int64_t i = 0; i < 3 * k; ++i) ASSERT_EQ(got[i], want[2 * k + i]) << i;
+}
+
+TEST(CpuMath, RoundTripsMatchTheLibraryQuantizers) {
+  const auto v = random_floats(128, 8);
+  std::vector<uint8_t> q(128), s(4), p(64), ns(8);
+  std::vector<float> want(128), got(128);
+  quantize_q8(v.data(), 128, q.data(), s.data());
+  dequantize_q8(q.data(), s.data(), 128, want.data());
+  q8_roundtrip_row(v.data(), 128, got.data());
+  EXPECT_EQ(got, want);
+  float g = 0.0f;
+  quantize_nvfp4_rows(v.data(), 1, 128, p.data(), ns.data(), &g);
+  dequantize_nvfp4(p.data(), ns.data(), g, 1, 128, want.data());
+  EXPECT_EQ(nvfp4_roundtrip_row(v.data(), 128, got.data()), g);
+  for (int i = 0; i < 128; ++i) ASSERT_EQ(got[i] / g, want[i]) << i;
+}
+
+TEST(CpuMath, ClampedSwiGLU) {
+  auto silu = [](float v) { return v / (1.0f + std::exp(-v)); };
+  // The gate is clamped from above only, the up half on both sides.
+  EXPECT_EQ(clamped_swiglu(-20.0f, 3.0f, 10.0f, 0.5f), silu(-20.0f) * 3.0f * 0.5f);
+  EXPECT_EQ(clamped_swiglu(15.0f, 3.0f, 10.0f, 1.0f), silu(10.0f) * 3.0f);
+  EXPECT_EQ(clamped_swiglu(2.0f, 15.0f, 10.0f, 1.0f), silu(2.0f) * 10.0f);
+  EXPECT_EQ(clamped_swiglu(2.0f, -15.0f, 10.0f, 1.0f), silu(2.0f) * -10.0f);
+  EXPECT_EQ(clamped_swiglu(50.0f, 60.0f, INFINITY, 1.0f), silu(50.0f) * 60.0f);
+  EXPECT_EQ(clamped_swiglu(3.0f, 4.0f, 0.0f, 1.0f), 0.0f);
+}
+
+TEST(ThreadPool, RunsEveryTaskOnceAndRethrows) {
+  ThreadPool pool(4);
+  std::vector<std::atomic<int>> hits(1000);
+  pool.parallel_for(1000, [&](int64_t i) { hits[i].fetch_add(1); });
+  for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  EXPECT_THROW(pool.parallel_for(100, [](int64_t i) {
+    if (i == 37) throw std::runtime_error("task 37");
+  }), std::runtime_error);
+  // Concurrent and nested submissions complete.
+  std::atomic<int64_t> total{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 3; ++c)
+    callers.emplace_back([&] {
+      pool.parallel_for(20, [&](int64_t) {
+        pool.parallel_for(10, [&](int64_t j) { total.fetch_add(j); });
+      });
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(total.load(), 3 * 20 * 45);
+}
+
+TEST(ExpertCompute, EntryOrderAndThreadCountDoNotChangeAnyBit) {
+  using namespace testsupport;
+  for (const char* fam : {"mxfp4", "nvfp4"}) {
+    const Problem p = tiny_problem(fam);
+    const WeightSet ws = random_weights(p, std::string(fam) == "mxfp4" ? WeightFormat::kMXFP4 : WeightFormat::kNVFP4, 61);
+    const ExpertShape shape{p.num_experts, p.hidden, p.intermediate};
+    const HostExpertWeights w = prepare_host_weights(find_family(fam), ws.pack(), shape);
+    Inputs in = random_inputs(p, 10, 62);
+    quantize_inputs_for_caller(p, in);
+    const QuantizedRows rows{10, in.a.values().data(), in.a_scale.values().data(),
+                             in.a_global.empty() ? nullptr : in.a_global.values().data()};
+    std::vector<ExpertEntry> entries;
+    std::mt19937_64 rng(63);
+    for (int n = 0; n < 37; ++n)
+      entries.push_back({int64_t(rng() % 10), int64_t(rng() % 4), 0.1f + float(rng() % 9) / 10});
+    const ExpertProblem problem{&w, 10.0f};
+    ThreadPool one(1), five(5);
+    std::vector<uint16_t> a(entries.size() * p.hidden), b(a.size());
+    compute_expert_outputs(problem, rows, entries, a.data(), one);
+    std::vector<size_t> perm(entries.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<ExpertEntry> shuffled;
+    for (size_t i : perm) shuffled.push_back(entries[i]);
+    compute_expert_outputs(problem, rows, shuffled, b.data(), five);
+    for (size_t n = 0; n < perm.size(); ++n)
+      for (int64_t j = 0; j < p.hidden; ++j)
+        ASSERT_EQ(b[n * p.hidden + j], a[perm[n] * p.hidden + j]) << fam << " entry " << n;
+    compute_expert_outputs(problem, rows, {}, nullptr, five);  // no entries: nothing to do
+  }
+}
+
+}  // namespace
+}  // namespace moe_ep::cpu
