@@ -124,6 +124,23 @@ CLI::Validator number_at_least(double min, bool strictly_greater) {
       fmt::format("NUMBER {} {}", strictly_greater ? ">" : ">=", min));
 }
 
+CLI::Validator number_in_range(double min, double max) {
+  return CLI::Validator(
+      [min, max](std::string& value) -> std::string {
+        size_t used = 0;
+        double v = 0;
+        try {
+          v = std::stod(value, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != value.size() || !(v >= min && v <= max))
+          return fmt::format("'{}' is not a number in [{}, {}]", value, min, max);
+        return "";
+      },
+      fmt::format("NUMBER in [{}, {}]", min, max));
+}
+
 double median(std::vector<double> values) {
   if (values.empty()) return std::nan("");
   std::sort(values.begin(), values.end());

@@ -53,6 +53,7 @@ class ScopedEnv {
 // Flag validators with short messages ("'abc' is not an integer; expected an integer >= 1").
 CLI::Validator integer_at_least(int64_t min);
 CLI::Validator number_at_least(double min, bool strictly_greater = false);
+CLI::Validator number_in_range(double min, double max);
 
 double median(std::vector<double> values);
 // Non-finite doubles become JSON null (JSON has no NaN / Inf).

@@ -26,7 +26,7 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
                  "FleetParams.max_tokens_per_rank (default: max(T, the preset's default))")
       ->check(integer_at_least(1));
   cmd.add_option("--holes", o.holes, "fraction of topk_ids slots set to -1")
-      ->check(number_at_least(0.0) & CLI::Range(0.0, 1.0))->capture_default_str();
+      ->check(number_in_range(0.0, 1.0))->capture_default_str();
   cmd.add_option("--threads", o.threads, "CPU threads of the CPU backend (default: all)")
       ->check(integer_at_least(1));
 }
