@@ -1,0 +1,292 @@
+#include "cuda/cuda_layer.h"
+
+#include <cstdlib>
+#include <limits>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "core/weight_prep.h"
+#include "cpu/thread_pool.h"
+#include "cuda/device_buffer.h"
+#include "cuda/device_info.h"
+#include "cuda/errors.h"
+#include "cuda/kernels/sm90_combine.h"
+#include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/kernels/sm90_nvfp4_quantize.h"
+#include "cuda/kernels/sm90_permute.h"
+#include "cuda/kernels/sm90_q8_quantize.h"
+#include "cuda/plan.h"
+#include "cuda/weight_layout.h"
+
+namespace moe_ep {
+namespace cuda {
+namespace {
+
+// A host copy of one tensor of a pack that lives on the GPU (same shape, Device::cpu()).
+struct HostCopy {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+};
+
+HostCopy copy_to_host(const TensorView& t) {
+  HostCopy c;
+  c.view = t;
+  if (!t.defined()) return c;
+  c.view.device = Device::cpu();
+  if (t.device.type != DeviceType::kCUDA) return c;
+  c.bytes.resize(static_cast<size_t>(t.nbytes()));
+  if (!c.bytes.empty())
+    MOE_EP_CUDA_CHECK(cudaMemcpy(c.bytes.data(), t.data, c.bytes.size(), cudaMemcpyDeviceToHost));
+  c.view.data = c.bytes.data();
+  return c;
+}
+
+struct UploadedGemmWeights {
+  DeviceBuffer tiles, scales, global;
+};
+
+UploadedGemmWeights upload(const KernelWeightTensor& t, const std::vector<float>& global) {
+  UploadedGemmWeights u;
+  u.tiles = DeviceBuffer::upload(t.tiles);
+  u.scales = DeviceBuffer::upload(t.scales);
+  u.global = DeviceBuffer::upload(global);
+  return u;
+}
+
+class CudaLayer final : public Layer::Impl {
+ public:
+  explicit CudaLayer(const LayerRequest& req) {
+    MOE_EP_CHECK_CODE(req.runtime->world_size() == 1, ErrorCode::kUnsupported,
+                      "the CUDA layer runs with world_size 1 only so far; got world_size = {}",
+                      req.runtime->world_size());
+    device_index_ = req.runtime->device().index;
+    const CudaDeviceInfo dev = device_info(device_index_);
+    MOE_EP_CUDA_CHECK(cudaSetDevice(device_index_));
+
+    nvfp4_ = req.family->name == "nvfp4";
+    quantize_input_ = req.config.quantize_input;
+    fast_math_ = req.config.fast_math;
+    clamp_ = req.config.activation_clamp.value_or(std::numeric_limits<float>::infinity());
+    LayerShape shape{req.fleet.num_experts, req.fleet.hidden_size, req.config.intermediate_size,
+                     req.config.top_k, req.fleet.max_tokens_per_rank, nvfp4_};
+
+    // Kernel limits first: they fail before any large allocation.
+    const size_t permute_smem = sm90_permute_shared_bytes(static_cast<int>(shape.num_experts));
+    MOE_EP_CHECK_CODE(static_cast<int64_t>(permute_smem) <= dev.shared_per_block_optin,
+                      ErrorCode::kUnsupported,
+                      "num_experts = {} needs {} bytes of shared memory in the routing kernel; "
+                      "cuda:{} allows {} per block", shape.num_experts, permute_smem,
+                      device_index_, dev.shared_per_block_optin);
+    MOE_EP_CUDA_CHECK(configure_sm90_permute(static_cast<int>(shape.num_experts)));
+    DeviceLimits limits;
+    limits.sm_count = dev.sm_count;
+    if (nvfp4_) {
+      MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_grouped_gemm1(&limits.gemm1_blocks_per_sm));
+      MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_grouped_gemm2(&limits.gemm2_blocks_per_sm));
+    } else {
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_grouped_gemm1(&limits.gemm1_blocks_per_sm));
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_grouped_gemm2(&limits.gemm2_blocks_per_sm));
+    }
+    MOE_EP_CHECK_CODE(limits.gemm1_blocks_per_sm > 0 && limits.gemm2_blocks_per_sm > 0,
+                      ErrorCode::kUnsupported, "the grouped GEMM kernels do not fit on cuda:{} ({})",
+                      device_index_, dev.name);
+    plan_ = make_plan(shape, limits);
+
+    // Weights: to host (when on the GPU), canonical per family, kernel layout, upload.
+    const WeightPack& in = req.weights;
+    HostCopy c13 = copy_to_host(in.w13), c13s = copy_to_host(in.w13_scale),
+             c13g = copy_to_host(in.w13_global), c2 = copy_to_host(in.w2),
+             c2s = copy_to_host(in.w2_scale), c2g = copy_to_host(in.w2_global);
+    WeightPack host_pack{in.format, c13.view, c13s.view, c13g.view, c2.view, c2s.view, c2g.view};
+    auto pool = cpu::shared_thread_pool(cpu::default_num_threads());
+    auto parallel = [p = pool.get()](int64_t n, const std::function<void(int64_t)>& task) {
+      p->parallel_for(n, task);
+    };
+    const ExpertShape expert_shape{shape.num_experts, shape.hidden, shape.intermediate};
+    std::string notes;
+    {
+      HostExpertWeights canonical = prepare_host_weights(*req.family, host_pack, expert_shape, parallel);
+      notes = canonical.notes;
+      if (!nvfp4_) {
+        notes += '\n';
+        notes += describe_fp8_window(
+            analyze_fp8_window(canonical, parallel),
+            "none needed here: the SM90 kernels decode e2m1 to e4m3 unscaled and apply every "
+            "UE8M0 block scale in fp32 at its k block, exact for every row");
+      } else {
+        notes += "\nnvfp4 on SM90: operands decoded to f16 (e2m1 * e4m3 is exact in f16), f16 "
+                 "tensor cores with fp32 accumulation, global scales applied in the epilogue";
+      }
+      const KernelWeights kw = make_kernel_weights(canonical, parallel);
+      w13_ = upload(kw.w13, kw.w13_global);
+      w2_ = upload(kw.w2, kw.w2_global);
+    }
+    workspace_ = DeviceBuffer(plan_.workspace.total_bytes);
+    error_flags_ = DeviceBuffer(sizeof(uint32_t));
+    MOE_EP_CUDA_CHECK(cudaMemset(error_flags_.get(), 0, sizeof(uint32_t)));
+    MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+    info.notes = notes + "\n" + plan_.describe();
+    if (std::getenv("MOE_EP_PRINT_PLAN")) fmt::print(stderr, "moe_ep: {}\n", plan_.describe());
+  }
+
+  void forward(const ForwardArgs& args) override {
+    const int64_t T = quantize_input_ ? args.x.shape[0] : args.a.shape[0];
+    if (T == 0) return;
+    int current = -1;
+    MOE_EP_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != device_index_) MOE_EP_CUDA_CHECK(cudaSetDevice(device_index_));
+    auto stream = static_cast<cudaStream_t>(args.stream);
+    const LayerShape& s = plan_.shape;
+    const WorkspaceLayout& w = plan_.workspace;
+    const int64_t H = s.hidden, I = s.intermediate, K = s.top_k;
+    const int64_t block = nvfp4_ ? 16 : 32;
+
+    // 1. Activations.
+    const uint8_t* a = quantize_input_ ? workspace_.get(w.a) : args.a.ptr<const uint8_t>();
+    const uint8_t* a_scale = quantize_input_ ? workspace_.get(w.a_scale) : args.a_scale.ptr<const uint8_t>();
+    const float* a_global = nullptr;
+    if (nvfp4_) a_global = quantize_input_ ? workspace_.get<float>(w.a_global) : args.a_global.ptr<const float>();
+    if (quantize_input_) {
+      if (nvfp4_) {
+        Nvfp4QuantizeParams q;
+        q.in = args.x.data;
+        q.in_is_bf16 = 1;
+        q.cols = H;
+        q.max_rows = static_cast<int32_t>(T);
+        q.packed = workspace_.get(w.a);
+        q.scales = workspace_.get(w.a_scale);
+        q.global = workspace_.get<float>(w.a_global);
+        MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_quantize(q, stream));
+      } else {
+        Q8QuantizeParams q;
+        q.x = args.x.ptr<const uint16_t>();
+        q.rows = T;
+        q.cols = H;
+        q.q = workspace_.get(w.a);
+        q.scales = workspace_.get(w.a_scale);
+        MOE_EP_CUDA_CHECK(launch_sm90_q8_quantize(q, stream));
+      }
+    }
+
+    // 2. Routing.
+    PermuteParams r;
+    r.topk_ids = args.topk_ids.data;
+    r.ids_are_int64 = args.topk_ids.dtype == DType::kI64;
+    r.topk_weights = args.topk_weights.ptr<const float>();
+    r.num_tokens = static_cast<int32_t>(T);
+    r.top_k = static_cast<int32_t>(K);
+    r.num_experts = static_cast<int32_t>(s.num_experts);
+    r.block_m = kGemmBlockM;
+    r.expert_offsets = workspace_.get<int32_t>(w.expert_offsets);
+    r.num_m_tiles = workspace_.get<int32_t>(w.num_m_tiles);
+    r.tile_expert = workspace_.get<int32_t>(w.tile_expert);
+    r.tile_row_begin = workspace_.get<int32_t>(w.tile_row_begin);
+    r.row_token = workspace_.get<int32_t>(w.row_token);
+    r.row_weight = workspace_.get<float>(w.row_weight);
+    r.slot_row = workspace_.get<int32_t>(w.slot_row);
+    r.error_flags = error_flags_.get<uint32_t>();
+    MOE_EP_CUDA_CHECK(launch_sm90_permute(r, stream));
+
+    GroupedGemmSchedule schedule{r.num_m_tiles, r.tile_expert, r.tile_row_begin, r.expert_offsets};
+
+    // 3. GEMM 1 + SwiGLU (+ Q8 of h for mxfp4).
+    Gemm1Params g1;
+    g1.schedule = schedule;
+    g1.op.n = static_cast<int32_t>(2 * I);
+    g1.op.k = static_cast<int32_t>(H);
+    g1.op.a = a;
+    g1.op.a_row_bytes = nvfp4_ ? H / 2 : H;
+    g1.op.a_scale = a_scale;
+    g1.op.a_scale_row_bytes = H / block;
+    g1.op.a_global = a_global;
+    g1.op.a_row_index = r.row_token;
+    g1.op.w = w13_.tiles.get();
+    g1.op.w_scale = w13_.scales.get();
+    g1.op.w_global = w13_.global.get<float>();
+    g1.epilogue.row_weight = r.row_weight;
+    g1.epilogue.clamp = clamp_;
+    g1.epilogue.fast_math = fast_math_ ? 1 : 0;
+    g1.epilogue.intermediate = static_cast<int32_t>(I);
+    g1.epilogue.h_q = workspace_.get(w.h);
+    g1.epilogue.h_scale = workspace_.get(w.h_scale);
+    g1.epilogue.h_f32 = nvfp4_ ? workspace_.get<float>(w.h_f32) : nullptr;
+    const int grid1 = plan_.gemm1_grid(T);
+    if (nvfp4_) {
+      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_grouped_gemm1(g1, grid1, stream));
+      Nvfp4QuantizeParams q;
+      q.in = workspace_.get(w.h_f32);
+      q.in_is_bf16 = 0;
+      q.cols = I;
+      q.max_rows = static_cast<int32_t>(T * K);
+      q.num_rows = r.expert_offsets + s.num_experts;
+      q.packed = workspace_.get(w.h);
+      q.scales = workspace_.get(w.h_scale);
+      q.global = workspace_.get<float>(w.h_global);
+      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_quantize(q, stream));
+    } else {
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_grouped_gemm1(g1, grid1, stream));
+    }
+
+    // 4. GEMM 2.
+    Gemm2Params g2;
+    g2.schedule = schedule;
+    g2.op.n = static_cast<int32_t>(H);
+    g2.op.k = static_cast<int32_t>(I);
+    g2.op.a = workspace_.get(w.h);
+    g2.op.a_row_bytes = nvfp4_ ? I / 2 : I;
+    g2.op.a_scale = workspace_.get(w.h_scale);
+    g2.op.a_scale_row_bytes = I / block;
+    g2.op.a_global = nvfp4_ ? workspace_.get<float>(w.h_global) : nullptr;
+    g2.op.w = w2_.tiles.get();
+    g2.op.w_scale = w2_.scales.get();
+    g2.op.w_global = w2_.global.get<float>();
+    g2.epilogue.out = workspace_.get<uint16_t>(w.o);
+    const int grid2 = plan_.gemm2_grid(T);
+    if (nvfp4_)
+      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_grouped_gemm2(g2, grid2, stream));
+    else
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_grouped_gemm2(g2, grid2, stream));
+
+    // 5. Combine.
+    CombineParams c;
+    c.o = g2.epilogue.out;
+    c.slot_row = r.slot_row;
+    c.y = args.y.ptr<uint16_t>();
+    c.num_tokens = static_cast<int32_t>(T);
+    c.top_k = static_cast<int32_t>(K);
+    c.hidden = static_cast<int32_t>(H);
+    MOE_EP_CUDA_CHECK(launch_sm90_combine(c, stream));
+  }
+
+  // Synchronizes the device (by design: the caller picks the point).
+  uint32_t read_error_flags(bool clear) override {
+    MOE_EP_CUDA_CHECK(cudaSetDevice(device_index_));
+    MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+    uint32_t flags = 0;
+    MOE_EP_CUDA_CHECK(cudaMemcpy(&flags, error_flags_.get(), sizeof(flags), cudaMemcpyDeviceToHost));
+    if (clear && flags != 0) {
+      MOE_EP_CUDA_CHECK(cudaMemset(error_flags_.get(), 0, sizeof(uint32_t)));
+      MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    return flags;
+  }
+
+ private:
+  int device_index_ = 0;
+  bool nvfp4_ = false, quantize_input_ = true, fast_math_ = false;
+  float clamp_ = 0.0f;
+  Plan plan_;
+  UploadedGemmWeights w13_, w2_;
+  DeviceBuffer workspace_, error_flags_;
+};
+
+}  // namespace
+}  // namespace cuda
+
+std::unique_ptr<Layer::Impl> make_cuda_layer(const LayerRequest& request) {
+  return std::make_unique<cuda::CudaLayer>(request);
+}
+
+}  // namespace moe_ep

@@ -1,0 +1,94 @@
+// Grouped (per-expert) GEMMs of the layer: host-visible parameters and launchers.
+//
+// Rows of every GEMM are the permuted (expert-grouped) rows of sm90_permute: expert e owns rows
+// [expert_offsets[e], expert_offsets[e+1]). The routing kernel also lists the m-tiles
+// (tile_expert, tile_row_begin; kGemmBlockM rows each, the last one of an expert partial), so
+// the persistent GEMM grid walks tiles = m_tile * (n / kGemmBlockN) + n_tile without a host sync.
+//
+// Weight layouts (written by weight_layout.cpp; N = output features, K = reduction):
+//   w        [E][N/8][K/128][512 B]  micro-tiles of 8 rows x 128 k; lane l = 4*g + t of a warp
+//                                    owns bytes [16l, 16l+16): row g, four 32-bit words.
+//            mxfp4: word j = k block j (32 wide), values k = 32j + 4t + {0..3} (lo) and
+//                   32j + 16 + 4t + {0..3} (hi), in the nibble order of tile/fp4_codec.h.
+//            nvfp4: word j = k16 blocks 2j (lo) and 2j+1 (hi), values 16b + 4t + {0..3}.
+//   w_scale  mxfp4: [E][K/128][N][4]  E8M0 of the four k32 blocks of a 128-wide k step
+//            nvfp4: [E][K/128][N][8]  e4m3 of the eight k16 blocks
+//   GEMM 1 rows are interleaved by 8: row block 2b holds gate rows 8b..8b+7, block 2b+1 the
+//   up rows I+8b..; so a 128-wide n tile yields 64 complete SwiGLU outputs.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace moe_ep::cuda {
+
+inline constexpr int kGemmBlockM = 64;
+inline constexpr int kGemmBlockN = 128;
+inline constexpr int kGemmBlockK = 128;
+inline constexpr int kGemmThreads = 256;
+inline constexpr int kWeightMicroTileBytes = 512;  // 8 rows x 128 k of FP4
+
+struct GroupedGemmSchedule {
+  const int32_t* num_m_tiles;     // [1]
+  const int32_t* tile_expert;     // [max_m_tiles]
+  const int32_t* tile_row_begin;  // [max_m_tiles]
+  const int32_t* expert_offsets;  // [E + 1]
+};
+
+struct GroupedGemmOperands {
+  int32_t n = 0, k = 0;
+  // A: row r of the GEMM reads A row a_row_index[r] (identity when null).
+  const uint8_t* a = nullptr;        // mxfp4: e4m3 [rows, k]; nvfp4: packed e2m1 [rows, k/2]
+  int64_t a_row_bytes = 0;
+  const uint8_t* a_scale = nullptr;  // mxfp4: E8M0 [rows, k/32]; nvfp4: e4m3 [rows, k/16]
+  int64_t a_scale_row_bytes = 0;
+  const float* a_global = nullptr;   // nvfp4: per A row encode factor g (dequant q * s / g)
+  const int32_t* a_row_index = nullptr;
+  const uint8_t* w = nullptr;
+  const uint8_t* w_scale = nullptr;
+  const float* w_global = nullptr;   // nvfp4: [E] weight_scale_2
+};
+
+// GEMM 1 epilogue: gu = bf16(acc); h = silu(min(gate, c)) * clamp(up, -c, c) * row_weight.
+// mxfp4 writes Q8(h) (e4m3 [rows, I] + E8M0 [rows, I/32]); nvfp4 writes fp32 h [rows, I].
+struct SwigluEpilogueParams {
+  const float* row_weight = nullptr;  // [rows]
+  float clamp = 0.0f;                 // +inf when the layer has no clamp
+  int32_t fast_math = 0;
+  int32_t intermediate = 0;           // I
+  uint8_t* h_q = nullptr;
+  uint8_t* h_scale = nullptr;
+  float* h_f32 = nullptr;
+};
+
+// GEMM 2 epilogue: o = bf16(acc) [rows, n].
+struct StoreEpilogueParams {
+  uint16_t* out = nullptr;
+};
+
+struct Gemm1Params {
+  GroupedGemmSchedule schedule;
+  GroupedGemmOperands op;
+  SwigluEpilogueParams epilogue;
+};
+
+struct Gemm2Params {
+  GroupedGemmSchedule schedule;
+  GroupedGemmOperands op;
+  StoreEpilogueParams epilogue;
+};
+
+// configure_*: raises the kernel's shared-memory limit and reports how many blocks fit on one
+// multiprocessor (the persistent grid is at most that times the SM count). Called at plan time.
+cudaError_t configure_sm90_mxfp4_grouped_gemm1(int* blocks_per_sm);
+cudaError_t configure_sm90_mxfp4_grouped_gemm2(int* blocks_per_sm);
+cudaError_t configure_sm90_nvfp4_grouped_gemm1(int* blocks_per_sm);
+cudaError_t configure_sm90_nvfp4_grouped_gemm2(int* blocks_per_sm);
+
+cudaError_t launch_sm90_mxfp4_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
+cudaError_t launch_sm90_mxfp4_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
+cudaError_t launch_sm90_nvfp4_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
+cudaError_t launch_sm90_nvfp4_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
+
+}  // namespace moe_ep::cuda

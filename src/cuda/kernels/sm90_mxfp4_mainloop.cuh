@@ -1,0 +1,191 @@
+// MXFP4 x Q8 mainloop: FP8 tensor-core MMA (m16n8k32 e4m3) with the per-32 scales applied in
+// fp32 at every k block, so the result is exact whatever the spread of the block exponents:
+//   acc[r, n] += mma_k32(a[r, kb], w[n, kb]) * 2^sa[r, kb] * 2^sw[n, kb]
+// Weights stay FP4 in memory and in shared memory; each lane decodes its own B fragments to
+// e4m3 in registers (tile/fp4_codec.h). A multi-stage cp.async pipeline feeds shared memory.
+//
+// Shared memory of one stage (kStageBytes):
+//   [0, 8192)        A   64 rows x 128 B e4m3; 16-byte chunk c of row r at r*128 + (c ^ (r&7))*16
+//   [8192, 16384)    B   16 weight micro-tiles of 512 B, as in global memory
+//   [16384, 16640)   SA  64 rows x 4 E8M0 bytes (the 4 k32 blocks of the step)
+//   [16640, 17152)   SW  128 columns x 4 E8M0 bytes
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/kernels/sm90_grouped_gemm_tile.cuh"
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/ptx/mma.cuh"
+#include "cuda/tile/fp4_codec.h"
+#include "cuda/tile/quant_device.cuh"
+
+namespace moe_ep::cuda {
+
+struct Mxfp4Mainloop {
+  static constexpr int kStages = 4;
+  static constexpr int kABytes = kGemmBlockM * kGemmBlockK;
+  static constexpr int kBBytes = (kGemmBlockN / 8) * kWeightMicroTileBytes;
+  static constexpr int kSaBytes = kGemmBlockM * 4;
+  static constexpr int kSwBytes = kGemmBlockN * 4;
+  static constexpr int kStageBytes = kABytes + kBBytes + kSaBytes + kSwBytes;
+  static constexpr int kSharedBytes = kStages * kStageBytes;
+  static_assert(kGemmBlockK == 128 && kGemmThreads == 256, "load mapping assumes these");
+
+  // Global sources of one thread's copies for the tile (fixed across k steps).
+  struct Sources {
+    const uint8_t* a[2];
+    uint32_t a_bytes[2];  // 16, or 0 to zero-fill a row past the tile's end
+    const uint8_t* sa;
+    uint32_t sa_bytes;
+    const uint8_t* w;     // micro-tile column of this thread's B chunks, k step 0
+    const uint8_t* sw;
+  };
+
+  static __device__ __forceinline__ Sources sources(const GroupedGemmOperands& op, const TileCoord& t) {
+    const int tid = threadIdx.x;
+    Sources s;
+    auto a_row = [&](int r) -> const uint8_t* {
+      const int row = t.row_begin + r;
+      const int src = op.a_row_index ? op.a_row_index[row] : row;
+      return op.a + static_cast<int64_t>(src) * op.a_row_bytes;
+    };
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = tid / 8 + 32 * i;
+      const bool valid = r < t.num_rows;
+      s.a[i] = valid ? a_row(r) + (tid % 8) * 16 : op.a;
+      s.a_bytes[i] = valid ? 16 : 0;
+    }
+    const bool sa_valid = tid < t.num_rows;
+    s.sa = op.a_scale;
+    if (tid < kGemmBlockM && sa_valid) {
+      const int row = t.row_begin + tid;
+      const int src = op.a_row_index ? op.a_row_index[row] : row;
+      s.sa = op.a_scale + static_cast<int64_t>(src) * op.a_scale_row_bytes;
+    }
+    s.sa_bytes = sa_valid ? 4 : 0;
+    const int64_t k_steps = op.k / kGemmBlockK;
+    const int64_t n8 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_tile * (kGemmBlockN / 8);
+    s.w = op.w + (n8 * k_steps) * kWeightMicroTileBytes;
+    s.sw = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + t.n_tile * kGemmBlockN) * 4;
+    return s;
+  }
+
+  static __device__ __forceinline__ void load_stage(const GroupedGemmOperands& op, const Sources& s,
+                                                    int k_step, uint8_t* stage) {
+    const int tid = threadIdx.x;
+    const uint32_t base = ptx::smem_addr(stage);
+    const int64_t k_steps = op.k / kGemmBlockK;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = tid / 8 + 32 * i, c = tid % 8;
+      ptx::cp_async_16(base + r * 128 + ((c ^ (r & 7)) << 4), s.a[i] + (s.a_bytes[i] ? k_step * kGemmBlockK : 0),
+                       s.a_bytes[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int chunk = tid + kGemmThreads * i;
+      const int micro = chunk / 32, part = chunk % 32;
+      ptx::cp_async_16(base + kABytes + chunk * 16,
+                       s.w + (micro * k_steps + k_step) * kWeightMicroTileBytes + part * 16);
+    }
+    if (tid < kGemmBlockM) {
+      ptx::cp_async_4(base + kABytes + kBBytes + tid * 4, s.sa + (s.sa_bytes ? k_step * 4 : 0), s.sa_bytes);
+    } else if (tid < kGemmBlockM + kSwBytes / 16) {
+      const int part = tid - kGemmBlockM;
+      ptx::cp_async_16(base + kABytes + kBBytes + kSaBytes + part * 16,
+                       s.sw + static_cast<int64_t>(k_step) * op.n * 4 + part * 16);
+    }
+  }
+
+  static __device__ __forceinline__ void compute_stage(const uint8_t* stage, const WarpPosition& wp,
+                                                       Accumulators& acc) {
+    const uint8_t* sa_smem = stage + kABytes + kBBytes;
+    const uint8_t* sw_smem = sa_smem + kSaBytes;
+    uint4 bw[4];
+    uint32_t sw_word[4][2];
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+      bw[ni] = *reinterpret_cast<const uint4*>(stage + kABytes +
+                                               (wp.col0 / 8 + ni) * kWeightMicroTileBytes + wp.lane * 16);
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        sw_word[ni][c] = *reinterpret_cast<const uint32_t*>(sw_smem + (wp.col0 + ni * 8 + wp.thread_in_group * 2 + c) * 4);
+    }
+    uint32_t sa_word[2][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        sa_word[mi][h] = *reinterpret_cast<const uint32_t*>(sa_smem + (wp.row0 + mi * 16 + wp.group + 8 * h) * 4);
+
+    const uint32_t a_base = ptx::smem_addr(stage);
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      uint32_t a[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        const int r = wp.row0 + mi * 16 + ((wp.lane >> 3) & 1) * 8 + (wp.lane & 7);
+        const int c = kb * 2 + (wp.lane >> 4);
+        ptx::ldmatrix_x4(a[mi], a_base + r * 128 + ((c ^ (r & 7)) << 4));
+      }
+      float sa[2][2], sw[4][2];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) sa[mi][h] = e8m0_to_float_device((sa_word[mi][h] >> (8 * kb)) & 0xFF);
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) sw[ni][c] = e8m0_to_float_device((sw_word[ni][c] >> (8 * kb)) & 0xFF);
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        const uint32_t word = kb == 0 ? bw[ni].x : kb == 1 ? bw[ni].y : kb == 2 ? bw[ni].z : bw[ni].w;
+        uint32_t b0, b1;
+        decode_fp4_word(word, b0, b1);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          float part[4];
+          ptx::mma_m16n8k32_e4m3(part, a[mi], b0, b1, zero);
+          acc[mi][ni][0] = fmaf(part[0], sa[mi][0] * sw[ni][0], acc[mi][ni][0]);
+          acc[mi][ni][1] = fmaf(part[1], sa[mi][0] * sw[ni][1], acc[mi][ni][1]);
+          acc[mi][ni][2] = fmaf(part[2], sa[mi][1] * sw[ni][0], acc[mi][ni][2]);
+          acc[mi][ni][3] = fmaf(part[3], sa[mi][1] * sw[ni][1], acc[mi][ni][3]);
+        }
+      }
+    }
+  }
+
+  static __device__ __forceinline__ void run(const GroupedGemmOperands& op, const TileCoord& t,
+                                             uint8_t* smem, Accumulators& acc) {
+    const WarpPosition wp = warp_position();
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
+
+    const Sources s = sources(op, t);
+    const int k_steps = op.k / kGemmBlockK;
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+      if (st < k_steps) load_stage(op, s, st, smem + st * kStageBytes);
+      ptx::cp_async_commit();
+    }
+    for (int ks = 0; ks < k_steps; ++ks) {
+      ptx::cp_async_wait<kStages - 2>();
+      __syncthreads();  // stage ks landed for all threads; stage ks-1 is no longer read
+      const int next = ks + kStages - 1;
+      if (next < k_steps) load_stage(op, s, next, smem + (next % kStages) * kStageBytes);
+      ptx::cp_async_commit();
+      compute_stage(smem + (ks % kStages) * kStageBytes, wp, acc);
+    }
+    ptx::cp_async_wait<0>();
+    __syncthreads();
+  }
+};
+
+}  // namespace moe_ep::cuda

@@ -1,0 +1,65 @@
+// The plan of one CUDA layer, made once at creation: tile configuration, persistent grid sizes
+// and the workspace layout. Forward only launches with it.
+//
+// Workspace (one device allocation, every region 256-byte aligned; R = max_tokens_per_rank,
+// M = R * K the most expert rows, B = 32 for mxfp4 / 16 for nvfp4):
+//   a            R x H (mxfp4 e4m3) | R x H/2 (nvfp4 packed)     quantized x
+//   a_scale      R x H/B                                          block scales of a
+//   a_global     R x 4 B (nvfp4)                                  per-token encode factor
+//   expert_offsets (E+1) x 4 B, num_m_tiles 4 B,
+//   tile_expert, tile_row_begin   max_m_tiles x 4 B each,
+//   max_m_tiles = ceil(M / 64) + min(E, M)   (each non-empty expert adds at most one partial tile)
+//   row_token, row_weight, slot_row   M x 4 B each
+//   h            M x I (mxfp4) | M x I/2 (nvfp4)                  quantized SwiGLU output
+//   h_scale      M x I/B
+//   h_global     M x 4 B (nvfp4);  h_f32  M x I x 4 B (nvfp4, before its NVFP4 pass)
+//   o            M x H x 2 B                                      expert outputs, bf16
+// Every forward rewrites what it reads; nothing needs clearing between forwards.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace moe_ep::cuda {
+
+struct LayerShape {
+  int64_t num_experts = 0, hidden = 0, intermediate = 0, top_k = 0, max_tokens = 0;
+  bool nvfp4 = false;
+};
+
+struct WorkspaceLayout {
+  size_t a = 0, a_scale = 0, a_global = 0;
+  size_t expert_offsets = 0, num_m_tiles = 0, tile_expert = 0, tile_row_begin = 0;
+  size_t row_token = 0, row_weight = 0, slot_row = 0;
+  size_t h = 0, h_scale = 0, h_global = 0, h_f32 = 0;
+  size_t o = 0;
+  size_t total_bytes = 0;
+};
+
+struct DeviceLimits {
+  int sm_count = 0;
+  int gemm1_blocks_per_sm = 0;
+  int gemm2_blocks_per_sm = 0;
+};
+
+struct Plan {
+  LayerShape shape;
+  DeviceLimits limits;
+  int64_t max_rows = 0;     // M
+  int64_t max_m_tiles = 0;
+  WorkspaceLayout workspace;
+
+  // Upper bound of the m-tiles of a forward with T tokens (the routing writes the exact count).
+  int64_t m_tile_bound(int64_t num_tokens) const;
+  // Persistent grid of GEMM 1 / GEMM 2 for T tokens.
+  int gemm1_grid(int64_t num_tokens) const;
+  int gemm2_grid(int64_t num_tokens) const;
+  std::string describe() const;  // one line: tiles, grids, workspace bytes
+};
+
+// The workspace formula above (host arithmetic only; tests check it).
+WorkspaceLayout workspace_layout(const LayerShape& shape);
+Plan make_plan(const LayerShape& shape, const DeviceLimits& limits);
+
+}  // namespace moe_ep::cuda

@@ -1,0 +1,57 @@
+// Conversions and byte permutes. On the host the same functions run as bit-exact emulations, so
+// the FP4 decoders built on them are unit-tested without a GPU.
+#pragma once
+
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define MOE_EP_HD __host__ __device__ __forceinline__
+#else
+#define MOE_EP_HD inline
+#endif
+
+namespace moe_ep::cuda::ptx {
+
+// prmt.b32 (default mode): byte i of the result is byte (selector nibble i & 7) of {hi:lo};
+// selector bit 3 of a nibble replicates that byte's sign bit instead. Callers here keep it 0.
+MOE_EP_HD uint32_t prmt(uint32_t lo, uint32_t hi, uint32_t selector) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(lo), "r"(hi), "r"(selector));
+  return r;
+#else
+  const uint64_t bytes = (static_cast<uint64_t>(hi) << 32) | lo;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t nib = (selector >> (4 * i)) & 0xF;
+    uint32_t b = static_cast<uint32_t>(bytes >> (8 * (nib & 7))) & 0xFF;
+    if (nib & 8) b = (b & 0x80) ? 0xFF : 0x00;
+    r |= b << (8 * i);
+  }
+  return r;
+#endif
+}
+
+#if defined(__CUDACC__)
+// Two fp32 -> two e4m3 (round to nearest even, saturating to +-448): lo in byte 0.
+__device__ __forceinline__ uint16_t cvt_e4m3x2(float lo, float hi) {
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Two e4m3 (byte 0 -> low half) -> f16x2, exact.
+__device__ __forceinline__ uint32_t cvt_f16x2_from_e4m3x2(uint16_t v) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(v));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t hmul2_f16(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+#endif
+
+}  // namespace moe_ep::cuda::ptx

@@ -1,0 +1,43 @@
+// Load-time conversion of canonical host weights (core/weight_prep.h) into the layout the SM90
+// grouped GEMMs read (described in kernels/sm90_grouped_gemm.h). Pure host code: the layout and
+// its decoding are unit-tested without a GPU.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/weight_prep.h"
+
+namespace moe_ep::cuda {
+
+// One GEMM's weights of all local experts in kernel layout.
+struct KernelWeightTensor {
+  int64_t num_experts = 0, n = 0, k = 0;  // per expert: N output rows, K reduction
+  std::vector<uint8_t> tiles;             // [E][N/8][K/128][512 B]
+  std::vector<uint8_t> scales;            // [E][K/128][N][4 (mxfp4) | 8 (nvfp4)]
+};
+
+struct KernelWeights {
+  WeightFormat format = WeightFormat::kMXFP4;
+  KernelWeightTensor w13;  // N = 2I, rows interleaved by 8 (gate block, up block, ...)
+  KernelWeightTensor w2;   // N = H
+  std::vector<float> w13_global, w2_global;  // nvfp4 weight_scale_2 [E]
+};
+
+// Source row (0..2I-1 of canonical W13) of kernel row n of GEMM 1.
+int64_t gemm1_source_row(int64_t n, int64_t intermediate);
+
+// Converts; `parallel_for` runs independent (expert, row block) tasks.
+KernelWeights make_kernel_weights(const HostExpertWeights& w,
+                                  const ParallelFor& parallel_for = serial_for);
+
+// Reads back element (e, n, k) of a kernel tensor the way a kernel lane does: the e2m1 code
+// (4 bits, sign in bit 3) and the block scale byte. Used by tests.
+struct KernelWeightElement {
+  uint8_t code;
+  uint8_t scale;
+};
+KernelWeightElement read_kernel_weight(const KernelWeightTensor& t, WeightFormat format,
+                                       int64_t e, int64_t n, int64_t k);
+
+}  // namespace moe_ep::cuda
