@@ -48,6 +48,14 @@ const char* kCsvHeader =
     "time_us,min_us,weight_bytes,flops,memory_floor_us,compute_floor_us,floor_us,"
     "fraction_of_floor,tflops,bandwidth_gbps,compute_tflops,compute_rate_kind";
 
+// RFC 4180 quoting for free-text fields.
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
 int bench_command(BenchOptions o) {
   MOE_EP_CHECK(!o.tokens.empty(), "--tokens is empty; expected a list such as 1,8,32");
   for (int64_t t : o.tokens)
@@ -136,7 +144,7 @@ int bench_command(BenchOptions o) {
                          r.floor.memory_floor_us, r.floor.compute_floor_us, r.floor.floor_us,
                          r.floor.floor_us / r.time_us, r.floor.flops / r.time_us * 1e-6,
                          rates.bandwidth_bytes_per_s / 1e9, rates.compute_flop_per_s / 1e12,
-                         rate_kind);
+                         csv_field(rate_kind));
   }
   if (o.json) {
     Json j;
