@@ -7,13 +7,14 @@
 
 namespace moe_ep::testing {
 
-// mxfp4: FP8 activations and MXFP4 weights are bit-exact on both sides; differences come only
-// from fp32 accumulation order, which can flip a bf16 rounding of gu or o_k (2^-9 relative) and,
-// through Q8 of h, one e4m3 code (2^-4 relative) in a few elements.
+// Both sides accumulate in fp32 in different orders, so only rounding-boundary flips differ;
+// the CPU reference tests (tests/cpu/test_cpu_layer_reference.cpp) measured the same kind of
+// flips (fp32 vs float64 accumulation, 30 seeds) at <= 9.3e-5 for mxfp4 and <= 1.4e-2 for nvfp4.
+// mxfp4: a flipped bf16 rounding of gu moves one e4m3 code of Q8(h) by one step (~2^-4 of one
+// element); 2e-3 leaves a 20x margin and is still far below a wrong expert or a missed slot (~1).
 inline constexpr double kMxfp4DeviceRelErr = 2e-3;
-// nvfp4: as mxfp4, but a flipped rounding moves an e2m1 code of h (up to 1/3 relative) and a
-// per-token global scale; provisional until measured on the device.
-inline constexpr double kNvfp4DeviceRelErr = 1e-2;
+// nvfp4: a flip can move the per-token amax of h and so requantize that slot's whole row.
+inline constexpr double kNvfp4DeviceRelErr = 3e-2;
 
 // The threshold for `family` ("mxfp4" or "nvfp4"); a negative value for an unknown family.
 constexpr double device_rel_err_threshold(std::string_view family) {
