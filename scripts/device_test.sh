@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The GPU runner: on an SM90 machine, runs every GPU test, compute-sanitizer on a small case,
+# `moe_ep run`/`moe_ep bench --device cuda` and the PyTorch peers (bench/torch_peer.py) in one
+# go, writes logs and CSV under $OUT and prints a short table last.
+#
+#   scripts/device_test.sh                  binaries from .device-bin (scripts/device_pack.sh),
+#                                           else builds build-cuda here (needs the dev packages)
+#   MOE_EP_DEVICE_STEPS="tests sanitizer bench torch run"   steps to run (default: all)
+#   MOE_EP_BENCH_TOKENS=1,8,32,128,512,2048,8192            bench sweep
+#
+# Outputs ($OUT, default ./device-out): summary.txt, bench.csv, torch.csv, logs.tar.gz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/device-out}
+WORK=$(mktemp -d /tmp/moe_ep_device.XXXX)
+STEPS=${MOE_EP_DEVICE_STEPS:-tests sanitizer run bench torch}
+TOKENS=${MOE_EP_BENCH_TOKENS:-1,8,32,128,512,2048,8192}
+mkdir -p "$OUT"
+START=$(date +%s)
+BUDGET=${MOE_EP_DEVICE_BUDGET:-560}  # seconds for all steps (a device call allows 600)
+elapsed() { echo $(( $(date +%s) - START )); }
+# limit N: the smaller of N and the budget left (minus a margin for the summary); 0 = skip.
+limit() { local left=$(( BUDGET - $(elapsed) - 15 )); (( left < $1 )) && echo $(( left > 0 ? left : 0 )) || echo "$1"; }
+run_limited() {  # run_limited SECONDS cmd...: timeout, or skip when the budget is spent
+  local s; s=$(limit "$1"); shift
+  if (( s <= 5 )); then echo "skipped: device budget spent" >&2; return 124; fi
+  timeout "$s" "$@"
+}
+has_step() { [[ " $STEPS " == *" $1 "* ]]; }
+SUMMARY=$WORK/summary.txt
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+BIN=${MOE_EP_DEVICE_BIN:-.device-bin}
+if [[ -x "$BIN/moe_ep_cuda_tests" && -x "$BIN/moe_ep" ]]; then
+  export LD_LIBRARY_PATH="$PWD/$BIN:${LD_LIBRARY_PATH:-}"
+  TESTS=$BIN/moe_ep_cuda_tests CLI=$BIN/moe_ep
+  note "binaries: $BIN ($(cat "$BIN/COMMIT" 2>/dev/null | tr '\n' ' '))"
+else
+  note "binaries: building build-cuda (no $BIN)"
+  cmake -S . -B build-cuda -G Ninja -DMOE_EP_CUDA=ON > "$WORK/build.log" 2>&1 &&
+    ninja -C build-cuda moe_ep_cuda_tests moe_ep_cli >> "$WORK/build.log" 2>&1 ||
+    { note "build failed (see build.log)"; tail -30 "$WORK/build.log"; }
+  TESTS=build-cuda/tests/moe_ep_cuda_tests CLI=build-cuda/moe_ep
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem \
+  --format=csv,noheader > "$WORK/gpu.txt" 2>&1
+note "gpu: $(cat "$WORK/gpu.txt")"
+note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)  date: $(date -u +%Y-%m-%dT%H:%MZ)"
+
+# 1. GPU tests (every suite of moe_ep_cuda_tests).
+if has_step tests; then
+  run_limited 300 "$TESTS" --gtest_output=xml:"$WORK/gtest.xml" > "$WORK/tests.log" 2>&1
+  rc=$?
+  grep -E "^\[ sm90 " "$WORK/tests.log" > "$WORK/errors.txt"
+  pass=$(grep -c "^\[       OK \]" "$WORK/tests.log"); fail=$(grep -c "^\[  FAILED  \].*(" "$WORK/tests.log")
+  skip=$(grep -c "^\[  SKIPPED \].*(" "$WORK/tests.log")
+  note "tests: rc=$rc passed=$pass failed=$fail skipped=$skip  ($(elapsed) s)"
+  grep "^\[  FAILED  \].*(" "$WORK/tests.log" | sed 's/^/  /' | tee -a "$SUMMARY"
+fi
+
+# 2. compute-sanitizer on the small layer case (both recipes) and the quantizer kernel.
+if has_step sanitizer; then
+  for tool in memcheck racecheck synccheck; do
+    run_limited 150 compute-sanitizer --tool "$tool" --error-exitcode 86 "$TESTS" \
+      --gtest_filter='*SmallCaseForSanitizers*:Sm90Kernels.Q8*' > "$WORK/sanitizer_$tool.log" 2>&1
+    rc=$?
+    note "sanitizer $tool: rc=$rc ($( grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$WORK/sanitizer_$tool.log" | tail -1 ))  ($(elapsed) s)"
+  done
+fi
+
+# 3. moe_ep run on the GPU, checked against the CPU backend.
+if has_step run; then
+  for args in "--preset tiny --backend mxfp4" "--preset tiny --backend nvfp4" \
+              "--preset deepseek-v4-flash --backend mxfp4 -T 256 --check-rows 32"; do
+    run_limited 150 "$CLI" run --device cuda $args > "$WORK/run.log.tmp" 2>&1
+    rc=$?
+    cat "$WORK/run.log.tmp" >> "$WORK/run.log"
+    note "run $args: rc=$rc $(grep -iE "check" "$WORK/run.log.tmp" | tail -1 | tr -s ' ')"
+  done
+fi
+
+# 4. PyTorch peers first (their fp8 rate measurement feeds the bench floor).
+RATE=1400  # H200 dense FP8, unless measured below
+if has_step torch; then
+  PYTHONUNBUFFERED=1 run_limited 240 python3 bench/torch_peer.py --preset deepseek-v4-flash \
+    --tokens "$TOKENS" --check --fp8-rate --csv "$WORK/torch.csv" > "$WORK/torch.log" 2>&1
+  note "torch peers: rc=$? ($(elapsed) s); $(grep -E "check|dense fp8" "$WORK/torch.log" | tr '\n' ';')"
+  measured=$(grep -oP 'dense fp8 .*: \K[0-9]+(?= TFLOP/s)' "$WORK/torch.log" | head -1)
+  [[ -n "$measured" ]] && RATE=$measured && note "FP8 rate for the floor: $RATE TFLOP/s (torch._scaled_mm, measured now)"
+fi
+
+# 5. moe_ep bench on the GPU (graph replays), FP8 floor at $RATE TFLOP/s.
+if has_step bench; then
+  for backend in mxfp4 nvfp4; do
+    run_limited 200 "$CLI" bench --device cuda --preset deepseek-v4-flash --backend "$backend" \
+      --tokens "$TOKENS" --compute-tflops "$RATE" --csv "$WORK/bench_$backend.csv" \
+      > "$WORK/bench_$backend.log" 2>&1
+    note "bench $backend: rc=$? ($(elapsed) s)"
+  done
+  run_limited 60 "$CLI" bench --device cuda --preset tiny --tokens 1,128 --compute-tflops "$RATE" \
+    --csv "$WORK/bench_tiny.csv" > "$WORK/bench_tiny.log" 2>&1
+  note "bench tiny: rc=$? ($(elapsed) s)"
+  { head -1 "$WORK/bench_mxfp4.csv" 2>/dev/null
+    for f in "$WORK"/bench_*.csv; do tail -n +2 "$f"; done; } > "$WORK/bench.csv"
+fi
+
+# Table: moe_ep (mxfp4, nvfp4) next to the torch peers, per T.
+python3 - "$WORK" >> "$SUMMARY" <<'PY'
+import csv, os, sys
+w = sys.argv[1]
+rows = {}
+def load(path):
+    return list(csv.DictReader(open(path))) if os.path.exists(path) else []
+for r in load(os.path.join(w, "bench.csv")):
+    rows.setdefault((r["preset"], int(r["tokens"])), {})[r["backend"]] = r
+for r in load(os.path.join(w, "torch.csv")):
+    if r["peer"] != "fp8-scaled-mm-rate":
+        rows.setdefault((r["preset"], int(r["tokens"])), {})["torch " + r["peer"]] = r
+print(f"\n{'preset':<18} {'T':>5} {'mxfp4 us':>10} {'floor us':>9} {'of floor':>8} {'TFLOP/s':>8} "
+      f"{'nvfp4 us':>10} {'torch bf16':>10} {'torch fp8':>10}")
+for (preset, t), d in sorted(rows.items()):
+    mx, nv = d.get("mxfp4"), d.get("nvfp4")
+    b16, f8 = d.get("torch bf16"), d.get("torch fp8-rowwise")
+    f = lambda r, k: f"{float(r[k]):.1f}" if r and r.get(k) else "-"
+    frac = f"{100 * float(mx['fraction_of_floor']):.1f}%" if mx else "-"
+    tfl = f"{float(mx['tflops']):.1f}" if mx else "-"
+    print(f"{preset:<18} {t:>5} {f(mx, 'time_us'):>10} {f(mx, 'floor_us'):>9} {frac:>8} {tfl:>8} "
+          f"{f(nv, 'time_us'):>10} {f(b16, 'time_us'):>10} {f(f8, 'time_us'):>10}")
+PY
+note "total $(elapsed) s"
+
+cp "$SUMMARY" "$OUT/summary.txt"
+[[ -f "$WORK/bench.csv" ]] && cp "$WORK/bench.csv" "$OUT/bench.csv"
+[[ -f "$WORK/torch.csv" ]] && cp "$WORK/torch.csv" "$OUT/torch.csv"
+[[ -f "$WORK/errors.txt" ]] && cp "$WORK/errors.txt" "$OUT/errors.txt"
+tar -czf "$OUT/logs.tar.gz" -C "$WORK" . 2>/dev/null
+echo
+echo "==== moe_ep device summary ===="
+cat "$SUMMARY"

@@ -1,0 +1,139 @@
+#include "cuda_test_util.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "cuda/device_info.h"
+#include "cuda/errors.h"
+#include "moe_ep/formats.h"
+
+namespace moe_ep::cudatest {
+
+const std::string& cuda_unavailable_reason() {
+  static const std::string reason = [] {
+    std::string status;
+    const auto devices = cuda::list_devices(&status);
+    if (devices.empty()) return status;
+    if (devices[0].compute_capability != 90)
+      return fmt::format("cuda:0 ({}) has compute capability {}; the SM90 kernels need 90",
+                         devices[0].name, devices[0].compute_capability);
+    return std::string();
+  }();
+  return reason;
+}
+
+DeviceTensor to_device(const TensorView& host) {
+  DeviceTensor d;
+  d.view = host;
+  if (!host.defined()) return d;
+  d.buffer = cuda::DeviceBuffer(static_cast<size_t>(std::max<int64_t>(host.nbytes(), 1)));
+  if (host.nbytes() > 0)
+    MOE_EP_CUDA_CHECK(cudaMemcpy(d.buffer.get(), host.data, host.nbytes(), cudaMemcpyHostToDevice));
+  d.view.data = d.buffer.get();
+  d.view.device = Device::cuda(0);
+  return d;
+}
+
+DeviceInputs to_device(const testsupport::Problem& p, const testsupport::Inputs& in) {
+  DeviceInputs d;
+  d.tokens = in.tokens;
+  d.hidden = p.hidden;
+  if (p.quantize_input) {
+    d.x = to_device(in.x.view());
+  } else {
+    d.a = to_device(in.a.view());
+    d.a_scale = to_device(in.a_scale.view());
+    d.a_global = to_device(in.a_global.view());
+  }
+  d.ids = to_device(in.ids_i32 ? in.ids32.view() : in.ids64.view());
+  d.weights = to_device(in.weights.view());
+  d.y = cuda::DeviceBuffer(static_cast<size_t>(std::max<int64_t>(in.tokens * p.hidden * 2, 2)));
+  return d;
+}
+
+ForwardArgs DeviceInputs::args(cudaStream_t stream) const {
+  ForwardArgs a;
+  a.x = x.view;
+  a.a = this->a.view;
+  a.a_scale = a_scale.view;
+  a.a_global = a_global.view;
+  a.topk_ids = ids.view;
+  a.topk_weights = weights.view;
+  a.y = TensorView::contiguous(y.get(), DType::kBF16, {tokens, hidden}, Device::cuda(0));
+  a.stream = stream;
+  return a;
+}
+
+std::vector<uint16_t> run_on_gpu(Layer& layer, const DeviceInputs& in, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(in.tokens * in.hidden);
+  std::vector<uint16_t> y(n, testsupport::kBf16NaN);
+  if (n) MOE_EP_CUDA_CHECK(cudaMemcpy(in.y.get(), y.data(), n * 2, cudaMemcpyHostToDevice));
+  layer.forward(in.args(stream));
+  MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  MOE_EP_CUDA_CHECK(cudaGetLastError());
+  if (n) MOE_EP_CUDA_CHECK(cudaMemcpy(y.data(), in.y.get(), n * 2, cudaMemcpyDeviceToHost));
+  return y;
+}
+
+std::shared_ptr<Runtime> gpu_runtime() {
+  Bootstrap b;
+  b.device = Device::cuda(0);
+  return Runtime::acquire(b);
+}
+
+std::unique_ptr<Layer> make_gpu_layer(const testsupport::Problem& p, const WeightPack& w) {
+  return Layer::create(gpu_runtime(), p.fleet(), p.config(), w);
+}
+
+std::vector<double> cpu_reference(const testsupport::Problem& p, const WeightPack& w,
+                                  const testsupport::Inputs& in, std::span<const int64_t> rows) {
+  // The CPU runtime must be released before a CUDA runtime is acquired: one runtime per process.
+  auto layer = Layer::create(testsupport::cpu_runtime(), p.fleet(), p.config(), w);
+  testsupport::HostTensor<uint16_t> y = testsupport::poisoned_output(p, in.tokens);
+  if (rows.empty())
+    layer->forward(in.args(y, p.quantize_input));
+  else
+    layer->forward_rows(in.args(y, p.quantize_input), rows);
+  std::vector<double> out(y.size());
+  for (size_t i = 0; i < y.size(); ++i) out[i] = bf16_to_float(y[i]);
+  return out;
+}
+
+double relative_error_rows(const std::vector<uint16_t>& y, const std::vector<double>& ref,
+                           int64_t hidden, std::span<const int64_t> rows) {
+  if (y.size() != ref.size()) return INFINITY;
+  double diff2 = 0.0, ref2 = 0.0, max_diff = 0.0;
+  auto add_row = [&](int64_t t) {
+    for (int64_t j = 0; j < hidden; ++j) {
+      const size_t i = static_cast<size_t>(t * hidden + j);
+      const double v = bf16_to_float(y[i]);
+      if (!std::isfinite(v) || !std::isfinite(ref[i])) return false;
+      const double d = v - ref[i];
+      diff2 += d * d;
+      ref2 += ref[i] * ref[i];
+      max_diff = std::max(max_diff, std::fabs(d));
+    }
+    return true;
+  };
+  const int64_t tokens = hidden ? static_cast<int64_t>(y.size()) / hidden : 0;
+  if (rows.empty()) {
+    for (int64_t t = 0; t < tokens; ++t)
+      if (!add_row(t)) return INFINITY;
+  } else {
+    for (int64_t t : rows)
+      if (!add_row(t)) return INFINITY;
+  }
+  return ref2 > 0.0 ? std::sqrt(diff2 / ref2) : max_diff;
+}
+
+uint64_t hash_bits(const std::vector<uint16_t>& y) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint16_t v : y) {
+    h = (h ^ (v & 0xFF)) * 1099511628211ull;
+    h = (h ^ (v >> 8)) * 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace moe_ep::cudatest

@@ -1,0 +1,156 @@
+// The SM90 layer on the deepseek-v4-flash preset (H=4096, I=2048, E=256, K=6, clamp 10) against
+// the CPU layer: T = 1, 7, 128, 4096 with -1 holes and one expert taking 1024 rows; the CPU
+// computes a subset of rows for large T (forward_rows). Then 20 bitwise reruns and graph
+// replay at T = 4096. Weights and references are made once per suite: the CPU references
+// first, then the GPU layer (one runtime per process).
+#include <algorithm>
+#include <random>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cuda/errors.h"
+#include "cuda_test_util.h"
+#include "moe_ep/formats.h"
+#include "testing/presets.h"
+#include "testing/synthetic.h"
+
+namespace moe_ep::cudatest {
+namespace {
+
+using testsupport::Inputs;
+using testsupport::Problem;
+
+struct FlashCase {
+  std::string name;
+  Inputs in;
+  std::vector<int64_t> rows;  // rows the CPU computes; empty = all
+  std::vector<double> ref;
+};
+
+Inputs from_synthetic(const testing::HostInputs& h, int64_t K) {
+  Inputs in;
+  in.tokens = h.num_tokens;
+  in.ids_i32 = true;
+  in.x = testsupport::HostTensor<uint16_t>(DType::kBF16, {h.num_tokens, h.hidden_size});
+  in.x.values() = h.x;
+  in.ids32 = testsupport::HostTensor<int32_t>(DType::kI32, {h.num_tokens, K});
+  in.ids32.values() = h.topk_ids;
+  in.ids64 = testsupport::HostTensor<int64_t>(DType::kI64, {h.num_tokens, K});
+  for (size_t i = 0; i < h.topk_ids.size(); ++i) in.ids64[i] = h.topk_ids[i];
+  in.weights = testsupport::HostTensor<float>(DType::kF32, {h.num_tokens, K});
+  in.weights.values() = h.topk_weights;
+  return in;
+}
+
+std::vector<int64_t> row_subset(int64_t T, uint64_t seed) {
+  if (T <= 128) return {};
+  std::vector<int64_t> rows = {0, 1, T / 2, T - 1};
+  std::mt19937_64 rng(seed);
+  while (rows.size() < 48) rows.push_back(static_cast<int64_t>(rng() % T));
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+struct FlashState {
+  Problem problem;
+  testing::HostWeights weights;
+  std::vector<FlashCase> cases;
+  std::unique_ptr<Layer> layer;
+};
+
+template <const char* kFamily>
+class Sm90Flash : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!cuda_unavailable_reason().empty()) return;
+    const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
+    state_ = std::make_unique<FlashState>();
+    Problem& p = state_->problem;
+    p.family = kFamily;
+    p.num_experts = preset.num_experts;
+    p.hidden = preset.hidden_size;
+    p.intermediate = preset.intermediate_size;
+    p.top_k = preset.top_k;
+    p.clamp = preset.activation_clamp;
+    p.max_tokens = 4096;
+    testing::WeightSpec spec;
+    spec.hidden_size = p.hidden;
+    spec.intermediate_size = p.intermediate;
+    spec.format = p.family == "nvfp4" ? WeightFormat::kNVFP4 : WeightFormat::kMXFP4;
+    spec.seed = 2026;
+    spec.num_slots = p.num_experts;
+    state_->weights = testing::make_weights(spec);
+
+    auto add = [&](std::string name, int64_t T, double holes) {
+      testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, holes, preset.routed_scaling_factor,
+                            static_cast<uint64_t>(700 + T), 0};
+      FlashCase c{std::move(name), from_synthetic(testing::make_inputs(is), p.top_k), row_subset(T, T), {}};
+      return &state_->cases.emplace_back(std::move(c));
+    };
+    for (int64_t T : {1, 7, 128, 4096}) add(fmt::format("random T={}", T), T, 0.05);
+    FlashCase* one = add("one expert, all rows", 1024, 0.0);
+    for (int64_t t = 0; t < one->in.tokens; ++t)
+      for (int64_t k = 0; k < p.top_k; ++k) one->in.set_id(t, k, k == 0 ? 7 : -1);
+
+    for (FlashCase& c : state_->cases) c.ref = cpu_reference(p, state_->weights.pack(), c.in, c.rows);
+    state_->layer = make_gpu_layer(p, state_->weights.pack());
+    fmt::print("[ sm90    ] {} layer notes:\n{}\n", p.family, state_->layer->info().notes);
+  }
+  static void TearDownTestSuite() { state_.reset(); }
+  void SetUp() override { MOE_EP_REQUIRE_CUDA(); }
+
+  static inline std::unique_ptr<FlashState> state_;
+};
+
+constexpr char kMxfp4[] = "mxfp4";
+constexpr char kNvfp4[] = "nvfp4";
+using Sm90FlashMxfp4 = Sm90Flash<kMxfp4>;
+using Sm90FlashNvfp4 = Sm90Flash<kNvfp4>;
+
+void check_cases(FlashState& s) {
+  for (const FlashCase& c : s.cases) {
+    const std::vector<uint16_t> y = run_on_gpu(*s.layer, to_device(s.problem, c.in));
+    const double err = relative_error_rows(y, c.ref, s.problem.hidden, c.rows);
+    int64_t nan = 0;
+    for (uint16_t v : y) nan += std::isnan(bf16_to_float(v));
+    EXPECT_EQ(nan, 0) << c.name << ": unwritten (NaN-poisoned) outputs";
+    EXPECT_LE(err, same_recipe_tolerance(s.problem.family)) << c.name << ": " << s.problem.str();
+    fmt::print("[ sm90    ] flash {} {:<24} rows checked={:<5} rel_err={:.3e}\n", s.problem.family,
+               c.name, c.rows.empty() ? c.in.tokens : static_cast<int64_t>(c.rows.size()), err);
+  }
+  EXPECT_EQ(s.layer->read_error_flags(), 0u);
+}
+
+void check_determinism_and_graph(FlashState& s) {
+  const FlashCase& c = s.cases[3];  // T = 4096
+  const DeviceInputs d = to_device(s.problem, c.in);
+  cudaStream_t stream;
+  MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const uint64_t h = hash_bits(run_on_gpu(*s.layer, d, stream));
+  for (int rep = 0; rep < 20; ++rep) ASSERT_EQ(hash_bits(run_on_gpu(*s.layer, d, stream)), h) << "rerun " << rep;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MOE_EP_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  s.layer->forward(d.args(stream));
+  MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MOE_EP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<uint16_t> y(c.in.tokens * s.problem.hidden, testsupport::kBf16NaN);
+  MOE_EP_CUDA_CHECK(cudaMemcpy(d.y.get(), y.data(), y.size() * 2, cudaMemcpyHostToDevice));
+  MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  MOE_EP_CUDA_CHECK(cudaMemcpy(y.data(), d.y.get(), y.size() * 2, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(hash_bits(y), h) << "graph replay differs from eager";
+  MOE_EP_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MOE_EP_CUDA_CHECK(cudaGraphDestroy(graph));
+  MOE_EP_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST_F(Sm90FlashMxfp4, MatchesCpuReference) { check_cases(*state_); }
+TEST_F(Sm90FlashMxfp4, BitwiseDeterministicAndGraphReplayEqualsEager) { check_determinism_and_graph(*state_); }
+TEST_F(Sm90FlashNvfp4, MatchesCpuReference) { check_cases(*state_); }
+TEST_F(Sm90FlashNvfp4, BitwiseDeterministicAndGraphReplayEqualsEager) { check_determinism_and_graph(*state_); }
+
+}  // namespace
+}  // namespace moe_ep::cudatest

@@ -1,0 +1,226 @@
+// The SM90 layer against the CPU layer on the tiny preset (H=256, I=128, E=16, K=4): both
+// recipes, T = 0, 1, 7, 128, 4096, structured routings (an idle expert, one expert taking every
+// row, -1 holes, tokens with no valid slot, repeated experts), caller-quantized activations,
+// int32/int64 ids, bf16 and device-resident weights, fast math; then determinism, graph replay
+// and the device error flag.
+#include <cmath>
+#include <random>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cuda/errors.h"
+#include "cuda_test_util.h"
+#include "moe_ep/formats.h"
+
+namespace moe_ep::cudatest {
+namespace {
+
+using testsupport::Inputs;
+using testsupport::Problem;
+using testsupport::WeightSet;
+
+WeightFormat native_format(const Problem& p) {
+  return p.family == "nvfp4" ? WeightFormat::kNVFP4 : WeightFormat::kMXFP4;
+}
+
+Problem tiny(const std::string& family, int64_t max_tokens) {
+  Problem p = testsupport::tiny_problem(family);
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+// Runs `in` on the CPU (reference) and then on the GPU; checks every element was written and
+// the relative error. Returns the GPU output.
+std::vector<uint16_t> expect_matches_cpu(const Problem& p, const WeightSet& w, const Inputs& in,
+                                         const std::string& what, double tolerance = -1.0) {
+  const std::vector<double> ref = cpu_reference(p, w.pack(), in);
+  auto layer = make_gpu_layer(p, w.pack());
+  const DeviceInputs d = to_device(p, in);
+  const std::vector<uint16_t> y = run_on_gpu(*layer, d);
+  EXPECT_EQ(layer->read_error_flags(), 0u) << what;
+  const double err = relative_error_rows(y, ref, p.hidden);
+  int64_t same = 0;
+  for (size_t i = 0; i < y.size(); ++i) same += bf16_to_float(y[i]) == ref[i];
+  EXPECT_LE(err, tolerance < 0 ? same_recipe_tolerance(p.family) : tolerance) << what << ": " << p.str() << " T=" << in.tokens;
+  fmt::print("[ sm90    ] {:<44} T={:<5} rel_err={:.3e} bitwise-equal={:.4f}\n", what, in.tokens,
+             err, y.empty() ? 1.0 : static_cast<double>(same) / y.size());
+  return y;
+}
+
+class Sm90LayerTiny : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { MOE_EP_REQUIRE_CUDA(); }
+};
+
+TEST_P(Sm90LayerTiny, MatchesCpuAcrossTokenCounts) {
+  const Problem p = tiny(GetParam(), 4096);
+  const WeightSet w = testsupport::random_weights(p, native_format(p), 1);
+  for (int64_t T : {0, 1, 7, 128, 4096}) {
+    const Inputs in = testsupport::random_inputs(p, T, 100 + T, {.skip_fraction = 0.1});
+    expect_matches_cpu(p, w, in, fmt::format("{} random routing", p.family));
+  }
+}
+
+TEST_P(Sm90LayerTiny, IdleExpertAndOneExpertTakingEveryRow) {
+  const Problem p = tiny(GetParam(), 512);
+  const WeightSet w = testsupport::random_weights(p, native_format(p), 2);
+  Inputs in = testsupport::random_inputs(p, 300, 7);
+  // Expert 3 gets nothing: its slots become holes.
+  for (int64_t t = 0; t < in.tokens; ++t)
+    for (int64_t k = 0; k < p.top_k; ++k)
+      if (in.id(t, k) == 3) in.set_id(t, k, -1);
+  expect_matches_cpu(p, w, in, fmt::format("{} expert 3 idle", p.family));
+  // Every slot 0 goes to expert 5 (300 rows: 4 full tiles and a partial one), others skipped.
+  for (int64_t t = 0; t < in.tokens; ++t)
+    for (int64_t k = 0; k < p.top_k; ++k) in.set_id(t, k, k == 0 ? 5 : -1);
+  expect_matches_cpu(p, w, in, fmt::format("{} one expert, all rows", p.family));
+  // The same expert in every slot of every token (1200 rows of one expert).
+  for (int64_t t = 0; t < in.tokens; ++t)
+    for (int64_t k = 0; k < p.top_k; ++k) in.set_id(t, k, 9);
+  expect_matches_cpu(p, w, in, fmt::format("{} one expert in every slot", p.family));
+}
+
+TEST_P(Sm90LayerTiny, HolesAndTokensWithoutValidSlotsGiveZerosWhereDue) {
+  const Problem p = tiny(GetParam(), 256);
+  const WeightSet w = testsupport::random_weights(p, native_format(p), 3);
+  Inputs in = testsupport::random_inputs(p, 200, 8, {.skip_fraction = 0.5, .ids_i32 = true});
+  for (int64_t t = 0; t < in.tokens; t += 9)
+    for (int64_t k = 0; k < p.top_k; ++k) in.set_id(t, k, -1);
+  const std::vector<uint16_t> y = expect_matches_cpu(p, w, in, fmt::format("{} 50% holes, int32 ids", p.family));
+  for (int64_t t = 0; t < in.tokens; t += 9)
+    for (int64_t j = 0; j < p.hidden; ++j) ASSERT_EQ(y[t * p.hidden + j], 0) << "token " << t;
+}
+
+TEST_P(Sm90LayerTiny, CallerQuantizedActivations) {
+  Problem p = tiny(GetParam(), 256);
+  p.quantize_input = false;
+  const WeightSet w = testsupport::random_weights(p, native_format(p), 4);
+  Inputs in = testsupport::random_inputs(p, 129, 9, {.skip_fraction = 0.1});
+  testsupport::quantize_inputs_for_caller(p, in);
+  expect_matches_cpu(p, w, in, fmt::format("{} quantize_input=false", p.family));
+}
+
+TEST_P(Sm90LayerTiny, Bf16AndDeviceResidentWeights) {
+  const Problem p = tiny(GetParam(), 128);
+  const Inputs in = testsupport::random_inputs(p, 100, 10, {.skip_fraction = 0.1});
+  const WeightSet bf16 = testsupport::random_weights(p, WeightFormat::kBF16, 5);
+  expect_matches_cpu(p, bf16, in, fmt::format("{} bf16 weights", p.family));
+
+  const WeightSet w = testsupport::random_weights(p, native_format(p), 6,
+                                                  {.distinct_gate_up_global = true});
+  const std::vector<double> ref = cpu_reference(p, w.pack(), in);
+  const WeightPack host = w.pack();
+  DeviceTensor t13 = to_device(host.w13), t13s = to_device(host.w13_scale), t13g = to_device(host.w13_global),
+               t2 = to_device(host.w2), t2s = to_device(host.w2_scale), t2g = to_device(host.w2_global);
+  const WeightPack dev{host.format, t13.view, t13s.view, t13g.view, t2.view, t2s.view, t2g.view};
+  auto layer = make_gpu_layer(p, dev);
+  const std::vector<uint16_t> y = run_on_gpu(*layer, to_device(p, in));
+  const double err = relative_error_rows(y, ref, p.hidden);
+  EXPECT_LE(err, same_recipe_tolerance(p.family)) << "device-resident weights: " << p.str();
+  fmt::print("[ sm90    ] {:<44} T={:<5} rel_err={:.3e}\n", p.family + " weights on the device", in.tokens, err);
+}
+
+TEST_P(Sm90LayerTiny, FastMathStaysWithinTheTolerance) {
+  Problem p = tiny(GetParam(), 256);
+  const WeightSet w = testsupport::random_weights(p, native_format(p), 7);
+  const Inputs in = testsupport::random_inputs(p, 256, 11);
+  const std::vector<double> ref = cpu_reference(p, w.pack(), in);
+  KernelConfig config = p.config();
+  config.fast_math = true;
+  auto layer = Layer::create(gpu_runtime(), p.fleet(), config, w.pack());
+  const std::vector<uint16_t> y = run_on_gpu(*layer, to_device(p, in));
+  const double err = relative_error_rows(y, ref, p.hidden);
+  EXPECT_LE(err, same_recipe_tolerance(p.family)) << "fast_math: " << p.str();
+  fmt::print("[ sm90    ] {:<44} T={:<5} rel_err={:.3e}\n", p.family + " fast_math", in.tokens, err);
+}
+
+TEST_P(Sm90LayerTiny, BitwiseDeterministicOver20RerunsAndGraphReplayEqualsEager) {
+  const Problem p = tiny(GetParam(), 1024);
+  const WeightSet w = testsupport::random_weights(p, native_format(p), 8);
+  const Inputs in = testsupport::random_inputs(p, 1000, 12, {.skip_fraction = 0.2});
+  auto layer = make_gpu_layer(p, w.pack());
+  const DeviceInputs d = to_device(p, in);
+  cudaStream_t stream;
+  MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const std::vector<uint16_t> first = run_on_gpu(*layer, d, stream);
+  const uint64_t h = hash_bits(first);
+  for (int rep = 0; rep < 20; ++rep) ASSERT_EQ(hash_bits(run_on_gpu(*layer, d, stream)), h) << "rerun " << rep;
+
+  // Graph: capture one forward, poison y, replay twice.
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MOE_EP_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  layer->forward(d.args(stream));
+  MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MOE_EP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 2; ++rep) {
+    std::vector<uint16_t> y(first.size(), testsupport::kBf16NaN);
+    MOE_EP_CUDA_CHECK(cudaMemcpy(d.y.get(), y.data(), y.size() * 2, cudaMemcpyHostToDevice));
+    MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    MOE_EP_CUDA_CHECK(cudaMemcpy(y.data(), d.y.get(), y.size() * 2, cudaMemcpyDeviceToHost));
+    ASSERT_EQ(hash_bits(y), h) << "graph replay " << rep;
+  }
+  MOE_EP_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MOE_EP_CUDA_CHECK(cudaGraphDestroy(graph));
+  MOE_EP_CUDA_CHECK(cudaStreamDestroy(stream));
+  EXPECT_EQ(layer->read_error_flags(), 0u);
+}
+
+TEST_P(Sm90LayerTiny, OutOfRangeIdsAreSkippedFlaggedAndTheLayerStaysUsable) {
+  const Problem p = tiny(GetParam(), 64);
+  const WeightSet w = testsupport::random_weights(p, native_format(p), 9);
+  Inputs bad = testsupport::random_inputs(p, 40, 13);
+  bad.set_id(3, 1, p.num_experts);
+  bad.set_id(17, 0, -5);
+  Inputs skipped = bad;  // what the layer must compute: those slots as -1
+  skipped.set_id(3, 1, -1);
+  skipped.set_id(17, 0, -1);
+  const Inputs good = testsupport::random_inputs(p, 40, 14);
+  const std::vector<double> ref_skipped = cpu_reference(p, w.pack(), skipped);
+  const std::vector<double> ref_good = cpu_reference(p, w.pack(), good);
+
+  auto layer = make_gpu_layer(p, w.pack());
+  const std::vector<uint16_t> y_bad = run_on_gpu(*layer, to_device(p, bad));
+  EXPECT_LE(relative_error_rows(y_bad, ref_skipped, p.hidden), same_recipe_tolerance(p.family));
+  EXPECT_EQ(layer->read_error_flags(false), kErrorExpertIdOutOfRange);  // sticky until cleared
+  try {
+    layer->check_error_flags();
+    ADD_FAILURE() << "check_error_flags did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDevice);
+  }
+  EXPECT_EQ(layer->read_error_flags(), 0u);
+  const std::vector<uint16_t> y_good = run_on_gpu(*layer, to_device(p, good));
+  EXPECT_LE(relative_error_rows(y_good, ref_good, p.hidden), same_recipe_tolerance(p.family));
+  EXPECT_EQ(layer->read_error_flags(), 0u);
+}
+
+// A small forward for compute-sanitizer (memcheck, racecheck): partial tiles, holes, an
+// expert with one row. scripts/device_test.sh runs it under the sanitizer tools.
+TEST_P(Sm90LayerTiny, SmallCaseForSanitizers) {
+  const Problem p = tiny(GetParam(), 80);
+  const WeightSet w = testsupport::random_weights(p, native_format(p), 10);
+  Inputs in = testsupport::random_inputs(p, 70, 15, {.skip_fraction = 0.2});
+  in.set_id(69, 0, 15);
+  expect_matches_cpu(p, w, in, fmt::format("{} sanitizer case", p.family));
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, Sm90LayerTiny, ::testing::Values("mxfp4", "nvfp4"));
+
+TEST(Sm90LayerErrors, NoDeviceGivesAClearErrorAtCreation) {
+  if (cuda_unavailable_reason().empty()) GTEST_SKIP() << "a CUDA device is present; this checks the message without one";
+  const Problem p = tiny("mxfp4", 16);
+  const WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 1);
+  try {
+    make_gpu_layer(p, w.pack());
+    FAIL() << "a CUDA layer was created without a CUDA device";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace moe_ep::cudatest
