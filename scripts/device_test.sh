@@ -47,14 +47,21 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,
 note "gpu: $(cat "$WORK/gpu.txt")"
 note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)  date: $(date -u +%Y-%m-%dT%H:%MZ)"
 
-# 1. GPU tests (every suite of moe_ep_cuda_tests).
+# 1. GPU tests, one process per group (a device fault in one group cannot hide the others).
 if has_step tests; then
-  run_limited 300 "$TESTS" --gtest_output=xml:"$WORK/gtest.xml" > "$WORK/tests.log" 2>&1
-  rc=$?
+  groups=("Sm90Kernels.*:Sm90Fp4*:Sm90WeightLayout*:Recipes/Sm90WeightLayout*:Sm90Plan*:Sm90LayerErrors*"
+          "Recipes/Sm90LayerTiny.*/0" "Recipes/Sm90LayerTiny.*/1" "Sm90FlashMxfp4.*" "Sm90FlashNvfp4.*")
+  : > "$WORK/tests.log"
+  for i in "${!groups[@]}"; do
+    run_limited 240 "$TESTS" --gtest_filter="${groups[$i]}" --gtest_output=xml:"$WORK/gtest_$i.xml" \
+      > "$WORK/tests_$i.log" 2>&1
+    rc=$?
+    cat "$WORK/tests_$i.log" >> "$WORK/tests.log"
+    note "tests ${groups[$i]}: rc=$rc passed=$(grep -c "^\[       OK \]" "$WORK/tests_$i.log")" \
+         "failed=$(grep -c "^\[  FAILED  \].*(" "$WORK/tests_$i.log")" \
+         "skipped=$(grep -c "^\[  SKIPPED \].*(" "$WORK/tests_$i.log")  ($(elapsed) s)"
+  done
   grep -E "^\[ sm90 " "$WORK/tests.log" > "$WORK/errors.txt"
-  pass=$(grep -c "^\[       OK \]" "$WORK/tests.log"); fail=$(grep -c "^\[  FAILED  \].*(" "$WORK/tests.log")
-  skip=$(grep -c "^\[  SKIPPED \].*(" "$WORK/tests.log")
-  note "tests: rc=$rc passed=$pass failed=$fail skipped=$skip  ($(elapsed) s)"
   grep "^\[  FAILED  \].*(" "$WORK/tests.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 
