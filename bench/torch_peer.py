@@ -111,7 +111,8 @@ def swiglu(gu, I, clamp, w):
 
 
 def combine(o, r, H):
-    slot = o.index_select(0, r.dest).float() * r.valid.unsqueeze(1)
+    # holes read a row no group wrote (garbage, maybe NaN): select, don't multiply by 0
+    slot = torch.where(r.valid.unsqueeze(1), o.index_select(0, r.dest).float(), 0.0)
     return slot.view(r.T, r.K, H).sum(1).to(torch.bfloat16)
 
 

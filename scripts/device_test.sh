@@ -5,7 +5,8 @@
 #
 #   scripts/device_test.sh                  binaries from .device-bin (scripts/device_pack.sh),
 #                                           else builds build-cuda here (needs the dev packages)
-#   MOE_EP_DEVICE_STEPS="tests sanitizer bench torch run"   steps to run (default: all)
+#   MOE_EP_DEVICE_STEPS="tests sanitizer run torch bench profile"   steps (default: all;
+#                                           "pro" adds deepseek-v4-pro at T = 1, 8192)
 #   MOE_EP_BENCH_TOKENS=1,8,32,128,512,2048,8192            bench sweep
 #
 # Outputs ($OUT, default ./device-out): summary.txt, bench.csv, torch.csv, logs.tar.gz.
@@ -13,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
 WORK=$(mktemp -d /tmp/moe_ep_device.XXXX)
-STEPS=${MOE_EP_DEVICE_STEPS:-tests sanitizer run bench torch}
+STEPS=${MOE_EP_DEVICE_STEPS:-tests sanitizer run torch bench profile}
 TOKENS=${MOE_EP_BENCH_TOKENS:-1,8,32,128,512,2048,8192}
 mkdir -p "$OUT"
 START=$(date +%s)
@@ -107,8 +108,39 @@ if has_step bench; then
   run_limited 60 "$CLI" bench --device cuda --preset tiny --tokens 1,128 --compute-tflops "$RATE" \
     --csv "$WORK/bench_tiny.csv" > "$WORK/bench_tiny.log" 2>&1
   note "bench tiny: rc=$? ($(elapsed) s)"
+  if has_step pro; then
+    run_limited 150 "$CLI" bench --device cuda --preset deepseek-v4-pro --tokens 1,8192 \
+      --compute-tflops "$RATE" --csv "$WORK/bench_pro.csv" > "$WORK/bench_pro.log" 2>&1
+    note "bench pro: rc=$? ($(elapsed) s)"
+  fi
   { head -1 "$WORK/bench_mxfp4.csv" 2>/dev/null
     for f in "$WORK"/bench_*.csv; do tail -n +2 "$f"; done; } > "$WORK/bench.csv"
+fi
+
+# 6. Per-kernel device time (ncu, eager forwards, clocks left alone) of the flash mxfp4 layer.
+if has_step profile; then
+  for T in 1 128 2048; do
+    run_limited 90 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      "$CLI" run --device cuda --preset deepseek-v4-flash -T "$T" --no-check --eager --iters 2 \
+      --warmup 0 > "$WORK/ncu_T$T.csv" 2> "$WORK/ncu_T$T.log"
+    note "ncu T=$T: rc=$? ($(elapsed) s)"
+    python3 - "$WORK/ncu_T$T.csv" "$T" >> "$SUMMARY" <<'PY'
+import csv, sys, collections, re
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+if not rows:
+    sys.exit(0)
+head = rows[0]
+name_i, unit_i, val_i = head.index("Kernel Name"), head.index("Metric Unit"), head.index("Metric Value")
+scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+times = collections.defaultdict(list)
+for r in rows[1:]:
+    m = re.search(r"sm90_\w+", r[name_i]) or re.search(r"\w+_kernel\w*", r[name_i])
+    times[m.group(0) if m else r[name_i][:40]].append(float(r[val_i].replace(",", "")) * scale.get(r[unit_i], 1.0))
+parts = [f"{k} {sum(v) / len(v):.1f}" for k, v in times.items()]
+total = sum(sum(v) / len(v) for v in times.values())
+print(f"  kernels T={sys.argv[2]} (us per launch, mean): " + ", ".join(parts) + f"; sum {total:.1f}")
+PY
+  done
 fi
 
 # Table: moe_ep (mxfp4, nvfp4) next to the torch peers, per T.

@@ -197,6 +197,32 @@ TEST_P(Sm90LayerTiny, OutOfRangeIdsAreSkippedFlaggedAndTheLayerStaysUsable) {
   EXPECT_EQ(layer->read_error_flags(), 0u);
 }
 
+// Negative control: the GPU layer gets weights where one block scale of expert 5's W2 is doubled
+// (all H rows, the first 32 or 16 k); the comparison with the CPU layer on the true weights must
+// fail the threshold, so the threshold is shown to catch a small, local weight bug.
+TEST_P(Sm90LayerTiny, ThresholdCatchesOneWrongBlockScale) {
+  const Problem p = tiny(GetParam(), 128);
+  const WeightSet w = testsupport::random_weights(p, native_format(p), 12);
+  const Inputs in = testsupport::random_inputs(p, 128, 16);
+  const std::vector<double> ref = cpu_reference(p, w.pack(), in);
+  WeightSet bad = w;
+  const bool nvfp4 = p.family == "nvfp4";
+  const int64_t blocks_per_row = p.intermediate / (nvfp4 ? 16 : 32);
+  for (int64_t n = 0; n < p.hidden; ++n) {
+    uint8_t& s = bad.w2_scale[(5 * p.hidden + n) * blocks_per_row];
+    if (nvfp4)
+      s = (s & 0x78) < 0x70 ? static_cast<uint8_t>(s + 8) : s;  // exponent + 1 = x2
+    else
+      s = s < 0xFE ? static_cast<uint8_t>(s + 1) : s;
+  }
+  auto layer = make_gpu_layer(p, bad.pack());
+  const std::vector<uint16_t> y = run_on_gpu(*layer, to_device(p, in));
+  const double err = relative_error_rows(y, ref, p.hidden);
+  EXPECT_GT(err, same_recipe_tolerance(p.family)) << "a doubled block scale went unnoticed: " << p.str();
+  fmt::print("[ sm90    ] {:<44} T={:<5} rel_err={:.3e} (must exceed {:.0e})\n",
+             p.family + " negative control (wrong scale)", in.tokens, err, same_recipe_tolerance(p.family));
+}
+
 // A small forward for compute-sanitizer (memcheck, racecheck): partial tiles, holes, an
 // expert with one row. scripts/device_test.sh runs it under the sanitizer tools.
 TEST_P(Sm90LayerTiny, SmallCaseForSanitizers) {

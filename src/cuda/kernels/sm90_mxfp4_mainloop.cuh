@@ -99,8 +99,19 @@ struct Mxfp4Mainloop {
     }
   }
 
+  // m16 sub-tiles wholly past the tile's valid rows are skipped (warp-uniform): small-T tiles
+  // hold a few rows, and their MMA and scale work would otherwise dominate.
   static __device__ __forceinline__ void compute_stage(const uint8_t* stage, const WarpPosition& wp,
-                                                       Accumulators& acc) {
+                                                       int num_rows, Accumulators& acc) {
+    if (wp.row0 + 16 < num_rows)
+      compute_m16s<2>(stage, wp, acc);
+    else if (wp.row0 < num_rows)
+      compute_m16s<1>(stage, wp, acc);
+  }
+
+  template <int kM16s>
+  static __device__ __forceinline__ void compute_m16s(const uint8_t* stage, const WarpPosition& wp,
+                                                      Accumulators& acc) {
     const uint8_t* sa_smem = stage + kABytes + kBBytes;
     const uint8_t* sw_smem = sa_smem + kSaBytes;
     uint4 bw[4];
@@ -115,7 +126,7 @@ struct Mxfp4Mainloop {
     }
     uint32_t sa_word[2][2];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+    for (int mi = 0; mi < kM16s; ++mi)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         sa_word[mi][h] = *reinterpret_cast<const uint32_t*>(sa_smem + (wp.row0 + mi * 16 + wp.group + 8 * h) * 4);
@@ -125,14 +136,14 @@ struct Mxfp4Mainloop {
     for (int kb = 0; kb < 4; ++kb) {
       uint32_t a[2][4];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
+      for (int mi = 0; mi < kM16s; ++mi) {
         const int r = wp.row0 + mi * 16 + ((wp.lane >> 3) & 1) * 8 + (wp.lane & 7);
         const int c = kb * 2 + (wp.lane >> 4);
         ptx::ldmatrix_x4(a[mi], a_base + r * 128 + ((c ^ (r & 7)) << 4));
       }
       float sa[2][2], sw[4][2];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
+      for (int mi = 0; mi < kM16s; ++mi)
 #pragma unroll
         for (int h = 0; h < 2; ++h) sa[mi][h] = e8m0_to_float_device((sa_word[mi][h] >> (8 * kb)) & 0xFF);
 #pragma unroll
@@ -145,7 +156,7 @@ struct Mxfp4Mainloop {
         uint32_t b0, b1;
         decode_fp4_word(word, b0, b1);
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
+        for (int mi = 0; mi < kM16s; ++mi) {
           const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           float part[4];
           ptx::mma_m16n8k32_e4m3(part, a[mi], b0, b1, zero);
@@ -181,7 +192,7 @@ struct Mxfp4Mainloop {
       const int next = ks + kStages - 1;
       if (next < k_steps) load_stage(op, s, next, smem + (next % kStages) * kStageBytes);
       ptx::cp_async_commit();
-      compute_stage(smem + (ks % kStages) * kStageBytes, wp, acc);
+      compute_stage(smem + (ks % kStages) * kStageBytes, wp, t.num_rows, acc);
     }
     ptx::cp_async_wait<0>();
     __syncthreads();

@@ -97,8 +97,19 @@ struct Nvfp4Mainloop {
     return ptx::cvt_f16x2_from_e4m3x2(static_cast<uint16_t>(byte | (byte << 8)));
   }
 
+  // m16 sub-tiles wholly past the tile's valid rows are skipped (warp-uniform): small-T tiles
+  // hold a few rows, and their MMA and scale work would otherwise dominate.
   static __device__ __forceinline__ void compute_stage(const uint8_t* stage, const WarpPosition& wp,
-                                                       Accumulators& acc) {
+                                                       int num_rows, Accumulators& acc) {
+    if (wp.row0 + 16 < num_rows)
+      compute_m16s<2>(stage, wp, acc);
+    else if (wp.row0 < num_rows)
+      compute_m16s<1>(stage, wp, acc);
+  }
+
+  template <int kM16s>
+  static __device__ __forceinline__ void compute_m16s(const uint8_t* stage, const WarpPosition& wp,
+                                                      Accumulators& acc) {
     uint4 bw[4];
     uint2 sw[4];
 #pragma unroll
@@ -109,7 +120,7 @@ struct Nvfp4Mainloop {
     }
     uint2 sa[2][2];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+    for (int mi = 0; mi < kM16s; ++mi)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         sa[mi][h] = *reinterpret_cast<const uint2*>(stage + kSaOffset + (wp.row0 + mi * 16 + wp.group + 8 * h) * 8);
@@ -127,7 +138,7 @@ struct Nvfp4Mainloop {
         const int j = 2 * m + half;  // k16 block within the step
         uint32_t a[2][4];
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
+        for (int mi = 0; mi < kM16s; ++mi)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = wp.row0 + mi * 16 + wp.group + 8 * h;
@@ -146,7 +157,7 @@ struct Nvfp4Mainloop {
           const uint32_t b0 = ptx::hmul2_f16(ptx::cvt_f16x2_from_e4m3x2(static_cast<uint16_t>(e4 & 0xFFFF)), s2);
           const uint32_t b1 = ptx::hmul2_f16(ptx::cvt_f16x2_from_e4m3x2(static_cast<uint16_t>(e4 >> 16)), s2);
 #pragma unroll
-          for (int mi = 0; mi < 2; ++mi) ptx::mma_m16n8k16_f16(acc[mi][ni], a[mi], b0, b1, acc[mi][ni]);
+          for (int mi = 0; mi < kM16s; ++mi) ptx::mma_m16n8k16_f16(acc[mi][ni], a[mi], b0, b1, acc[mi][ni]);
         }
       }
     }
@@ -175,7 +186,7 @@ struct Nvfp4Mainloop {
       const int next = ks + kStages - 1;
       if (next < k_steps) load_stage(op, s, next, smem + (next % kStages) * kStageBytes);
       ptx::cp_async_commit();
-      compute_stage(smem + (ks % kStages) * kStageBytes, wp, acc);
+      compute_stage(smem + (ks % kStages) * kStageBytes, wp, t.num_rows, acc);
     }
     ptx::cp_async_wait<0>();
     __syncthreads();
