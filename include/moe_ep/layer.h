@@ -62,6 +62,12 @@ class Layer {
   // large GPU runs cheaply.
   void forward_rows(const ForwardArgs& args, std::span<const int64_t> rows);
 
+  // Replaces the weights of one physical expert in place (EPLB). physical_expert is a global id
+  // owned by this rank, [rank*E_loc, (rank+1)*E_loc); one_expert holds that expert alone (the
+  // WeightPack layout with E_loc = 1, any format the family accepts). Not collective; must not
+  // run while a forward of this layer runs.
+  void replace_expert_weights(int64_t physical_expert, const WeightPack& one_expert);
+
   // Reads (and with clear, resets) the sticky error bits. Synchronizes with the device.
   uint32_t read_error_flags(bool clear = true);
   // Throws kDevice naming each raised flag; clears them.

@@ -134,6 +134,18 @@ void check_weight_layout(const WeightPack& w, const FleetParams& fleet, const Ke
 
 bool pack_on_host(const WeightPack& w) { return w.w13.device.type == DeviceType::kCPU; }
 
+void check_weight_format(const FamilyProperties& family, WeightFormat format) {
+  bool format_ok = false;
+  for (WeightFormat f : family.weight_formats) format_ok |= (f == format);
+  MOE_EP_CHECK(format_ok, "weights.format = {} is not accepted by backend '{}'; expected one of {}",
+               weight_format_name(format), family.name, [&] {
+                 std::string s;
+                 for (WeightFormat f : family.weight_formats)
+                   s += fmt::format("{}{}", s.empty() ? "" : ", ", weight_format_name(f));
+                 return s;
+               }());
+}
+
 // ---- forward arguments ----
 
 // Checks a caller-quantized activation in host memory (a device copy is the kernel's concern).
@@ -246,15 +258,7 @@ std::unique_ptr<Layer> Layer::create(std::shared_ptr<Runtime> runtime, const Fle
   validate_config(fleet, config, runtime->world_size());
   LayerRequest req;
   req.family = &find_family(config.family);
-  bool format_ok = false;
-  for (WeightFormat f : req.family->weight_formats) format_ok |= (f == weights.format);
-  MOE_EP_CHECK(format_ok, "weights.format = {} is not accepted by backend '{}'; expected one of {}",
-               weight_format_name(weights.format), req.family->name, [&] {
-                 std::string s;
-                 for (WeightFormat f : req.family->weight_formats)
-                   s += fmt::format("{}{}", s.empty() ? "" : ", ", weight_format_name(f));
-                 return s;
-               }());
+  check_weight_format(*req.family, weights.format);
 
   const Device device = runtime->device();
   std::string reason;
@@ -273,7 +277,8 @@ std::unique_ptr<Layer> Layer::create(std::shared_ptr<Runtime> runtime, const Fle
 
   std::unique_ptr<Impl> impl;
   if (device.type == DeviceType::kCPU) {
-    impl = make_cpu_layer(req);
+    impl = runtime->bootstrap().comm == CommSource::kSimulated ? make_cpu_ep_layer(req)
+                                                                : make_cpu_layer(req);
   } else {
 #ifdef MOE_EP_HAS_CUDA_LAYER
     impl = make_cuda_layer(req);
@@ -298,8 +303,32 @@ std::unique_ptr<Layer> Layer::create(std::shared_ptr<Runtime> runtime, const Fle
 }
 
 void Layer::forward(const ForwardArgs& args) {
-  check_forward_args(args, impl_->info, impl_->config);
+  try {
+    check_forward_args(args, impl_->info, impl_->config);
+  } catch (const Error& e) {
+    impl_->fail_forward(e.message());  // multi-rank layers: the other ranks fail too
+    throw;
+  }
   impl_->forward(args);
+}
+
+void Layer::replace_expert_weights(int64_t physical_expert, const WeightPack& one_expert) {
+  const LayerInfo& info = impl_->info;
+  const int64_t first = impl_->runtime->rank() * info.num_local_experts;
+  MOE_EP_CHECK(physical_expert >= first && physical_expert < first + info.num_local_experts,
+               "physical_expert = {} is not owned by rank {}; expected {}..{} (rank r owns "
+               "[r*E_loc, (r+1)*E_loc) with E_loc = {})", physical_expert,
+               impl_->runtime->rank(), first, first + info.num_local_experts - 1,
+               info.num_local_experts);
+  check_weight_format(find_family(impl_->config.family), one_expert.format);
+  check_weight_layout(one_expert, impl_->fleet, impl_->config, 1, info.device);
+  if (pack_on_host(one_expert)) check_weight_values(one_expert);
+  impl_->replace_expert_weights(physical_expert - first, one_expert);
+}
+
+void Layer::Impl::replace_expert_weights(int64_t, const WeightPack&) {
+  MOE_EP_FAIL(ErrorCode::kUnsupported, "replace_expert_weights is not supported by the {} layer "
+              "yet", info.implementation);
 }
 
 void Layer::forward_rows(const ForwardArgs& args, std::span<const int64_t> rows) {

@@ -29,12 +29,17 @@ class RuntimeState {
   // runtimes, readable and writable by every layer of the rank.
   std::atomic<uint32_t>& error_flags() { return error_flags_; }
 
+  // Layers of a rank are numbered in creation order; the ranks create them in the same order,
+  // so the number names one layer on every rank (in barrier phases, for example).
+  int64_t next_layer_index() { return next_layer_index_++; }
+
  private:
   std::shared_ptr<Transport> transport_;
   uint32_t parts_;
   std::mutex mutex_;
   std::optional<Workspace> workspace_;
   std::atomic<uint32_t> error_flags_{0};
+  std::atomic<int64_t> next_layer_index_{0};
 };
 
 }  // namespace moe_ep::detail

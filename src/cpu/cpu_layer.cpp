@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/layer_impl.h"
 #include "core/weight_prep.h"
+#include "cpu/ep_expert_weights.h"
 #include "cpu/expert_compute.h"
 #include "cpu/thread_pool.h"
 #include "moe_ep/formats.h"
@@ -47,7 +48,7 @@ struct QuantizedBatch {
 class CpuLayer final : public Layer::Impl {
  public:
   explicit CpuLayer(const LayerRequest& req)
-      : pool_(cpu::shared_thread_pool(cpu::default_num_threads())) {
+      : family_(req.family), pool_(cpu::shared_thread_pool(cpu::default_num_threads())) {
     MOE_EP_CHECK_CODE(req.runtime->world_size() == 1, ErrorCode::kUnsupported,
                       "the CPU layer runs with world_size 1 only so far; got world_size = {}",
                       req.runtime->world_size());
@@ -80,6 +81,14 @@ class CpuLayer final : public Layer::Impl {
 
   void forward_rows(const ForwardArgs& args, std::span<const int64_t> rows) override {
     run(args, rows);
+  }
+
+  void replace_expert_weights(int64_t local_expert, const WeightPack& one_expert) override {
+    cpu::ThreadPool* pool = pool_.get();
+    cpu::replace_host_expert(*family_, weights_, local_expert, one_expert,
+                             [pool](int64_t n, const std::function<void(int64_t)>& task) {
+                               pool->parallel_for(n, task);
+                             });
   }
 
   // Host topk ids are checked in Layer::forward before any computation; nothing is deferred.
@@ -171,6 +180,7 @@ class CpuLayer final : public Layer::Impl {
     }
   }
 
+  const FamilyProperties* family_;
   std::shared_ptr<cpu::ThreadPool> pool_;
   HostExpertWeights weights_;
   cpu::ExpertProblem problem_;
