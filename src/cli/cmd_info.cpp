@@ -4,6 +4,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/device_driver.h"
+#include "cli/workspace_report.h"
 #include "moe_ep/backend.h"
 #include "testing/presets.h"
 
@@ -88,6 +89,7 @@ Json info_json() {
                        {"multiprocessors", g.num_units}, {"memory_bytes", g.memory_bytes}});
   j["devices"] = devices;
   j["cuda_status"] = gpus.empty() ? status : fmt::format("{} CUDA device(s)", gpus.size());
+  j["workspace"] = preset_workspaces_json(8);
   return j;
 }
 
@@ -136,6 +138,7 @@ void print_info(const Json& j) {
                  d["memory_bytes"].get<double>() / (1 << 30));
   }
   fmt::print("  {}\n", j["cuda_status"].get<std::string>());
+  print_preset_workspaces(8);
 }
 
 }  // namespace

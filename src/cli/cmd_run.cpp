@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/output_check.h"
 #include "cli/problem.h"
+#include "cli/run_ep.h"
 #include "cli/run_options.h"
 #include "core/check.h"
 #include "moe_ep/formats.h"
@@ -57,18 +58,6 @@ struct CheckResult {
   std::string sanity;
   bool passed = false;
 };
-
-// Issue-3 features: each becomes a branch of run_command once implemented.
-void refuse_unimplemented(const RunOptions& o) {
-  MOE_EP_CHECK_CODE(o.ranks == 1, ErrorCode::kUnsupported,
-                    "--ranks {}: more than one rank is not supported yet", o.ranks);
-  MOE_EP_CHECK_CODE(o.layers == 1, ErrorCode::kUnsupported,
-                    "--layers {}: more than one layer on a shared workspace is not supported yet",
-                    o.layers);
-  MOE_EP_CHECK_CODE(o.eplb_redundant == 0, ErrorCode::kUnsupported,
-                    "--eplb-redundant {}: EPLB is not supported yet", o.eplb_redundant);
-  MOE_EP_CHECK_CODE(!o.router, ErrorCode::kUnsupported, "--router: the V4 router is not supported yet");
-}
 
 ForwardResult run_forward(const ProblemSetup& s, const RunOptions& o, const testing::HostWeights& weights,
                           const testing::HostInputs& inputs) {
@@ -207,7 +196,7 @@ Json result_json(const ProblemSetup& s, const RunOptions& o, const testing::Host
 }
 
 int run_command(const RunOptions& o) {
-  refuse_unimplemented(o);
+  if (wants_expert_parallel_run(o)) return run_expert_parallel(o);  // cli/cmd_run_ep.cpp
   const ProblemSetup setup = plan_problem(o.problem, o.tokens, o.ranks);
   const testing::HostInputs inputs = generate_inputs(setup, o.problem, o.tokens);
   const auto generate_start = Clock::now();
@@ -266,6 +255,8 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--eplb-redundant", o->eplb_redundant, "redundant physical experts (EPLB)")
       ->check(integer_at_least(0))->capture_default_str();
   cmd->add_flag("--router", o->router, "run the DeepSeek V4 router on synthetic logits first");
+  cmd->add_option("--timeout-ms", o->timeout_ms, "simulated ranks: bound on every wait for a peer")
+      ->check(integer_at_least(1))->capture_default_str();
   cmd->add_option("--corrupt-row", o->corrupt_row, "perturb one row of y before the check (tests)")
       ->check(integer_at_least(0))->group("");
   return {cmd, [o] { return run_guarded("run", [o] { return run_command(*o); }); }};

@@ -24,6 +24,7 @@ struct RunOptions {
   int layers = 1;             // layers run back to back on the shared workspace
   int64_t eplb_redundant = 0; // redundant physical experts (EPLB)
   bool router = false;        // DeepSeek V4 router on synthetic logits before the layer
+  int64_t timeout_ms = 600000; // simulated ranks: bound on every wait for a peer
 };
 
 }  // namespace moe_ep::cli

@@ -1,0 +1,479 @@
+// `moe_ep run --ranks R --layers N --eplb-redundant M --router` on simulated CPU ranks.
+//
+//   1. one synthetic problem: L = the preset's experts (logical), each rank r its own T tokens
+//      (input stream r); with --router the ids and weights of layer l on rank r come from the
+//      DeepSeek V4 router on synthetic logits (stream (l, r)), else every layer uses the
+//      generated routing;
+//   2. --eplb-redundant M: E = L + M physical experts, the M replicas planned from the logical
+//      load of layer 0, every rank remapping its ids (load counters recorded in the first pass);
+//   3. R threads, one simulated rank each, each with its E/R physical experts and N layers
+//      (all with the same synthetic weights) on the process's one workspace; layer l + 1 takes
+//      layer l's y as x;
+//   4. --check: the single-process CPU layer with the L logical experts runs the same N-layer
+//      chain on the global batch (rank 0's tokens first); the ranks' final y must be equal to
+//      it bit for bit (replicas carry identical weights, so EPLB must not change a bit).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cli/output_check.h"
+#include "cli/problem.h"
+#include "cli/run_ep.h"
+#include "cli/workspace_report.h"
+#include "core/check.h"
+#include "core/runtime_state.h"
+#include "moe_ep/eplb.h"
+#include "moe_ep/formats.h"
+#include "moe_ep/layer.h"
+#include "moe_ep/router.h"
+#include "moe_ep/runtime.h"
+
+namespace moe_ep::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double us_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+// Expert slots `ids` of a full weight set (copies): a rank's experts, or EPLB physical slots.
+testing::HostWeights gather_slots(const testing::HostWeights& all, std::span<const int32_t> ids) {
+  testing::HostWeights w;
+  w.format = all.format;
+  w.num_slots = static_cast<int64_t>(ids.size());
+  w.hidden_size = all.hidden_size;
+  w.intermediate_size = all.intermediate_size;
+  auto gather = [&](const auto& src, auto& dst) {
+    if (src.empty()) return;
+    const size_t per = src.size() / static_cast<size_t>(all.num_slots);
+    dst.resize(per * ids.size());
+    for (size_t i = 0; i < ids.size(); ++i)
+      std::copy_n(src.begin() + ids[i] * per, per, dst.begin() + i * per);
+  };
+  gather(all.w13, w.w13);
+  gather(all.w13_scale, w.w13_scale);
+  gather(all.w2, w.w2);
+  gather(all.w2_scale, w.w2_scale);
+  gather(all.w13_global, w.w13_global);
+  gather(all.w2_global, w.w2_global);
+  return w;
+}
+
+struct Route {
+  std::vector<int32_t> ids;      // logical, [T, K]
+  std::vector<int32_t> physical; // after EPLB (== ids without it)
+  std::vector<float> weights;    // [T, K]
+};
+
+struct Plan {
+  ProblemSetup setup;  // the logical problem (fleet.num_experts = L)
+  FleetParams fleet;   // the physical fleet of the ranks
+  int R = 1, N = 1;
+  int64_t T = 0, L = 0, E = 0;
+  std::vector<testing::HostInputs> inputs;  // [rank]: x and the generated routing
+  std::vector<std::vector<Route>> routes;   // [layer][rank]
+  std::unique_ptr<Eplb> eplb;
+  std::vector<int64_t> replicated;
+  std::vector<int32_t> physical_to_logical;  // [E]
+  RouterConfig router;
+};
+
+// Synthetic gate logits of layer l on rank r: N(0, 1), seeded by (seed, l, r) only.
+std::vector<float> synthetic_logits(uint64_t seed, int layer, int rank, int64_t T, int64_t L) {
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(layer) * 1000003u +
+                      static_cast<uint64_t>(rank) + 17);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  std::vector<float> v(T * L);
+  for (float& x : v) x = n01(rng);
+  return v;
+}
+
+Plan make_plan(const RunOptions& o) {
+  Plan p;
+  ProblemOptions opts = o.problem;
+  if (opts.device == "auto") opts.device = "cpu";
+  p.setup = plan_problem(opts, o.tokens, 1);
+  MOE_EP_CHECK_CODE(p.setup.device.device.type == DeviceType::kCPU, ErrorCode::kUnsupported,
+                    "--device {}: --ranks / --layers / --eplb-redundant / --router run on "
+                    "simulated ranks on the CPU in this build (NCCL ranks on GPUs are not "
+                    "implemented); use --device cpu", o.problem.device);
+  p.R = o.ranks;
+  p.N = o.layers;
+  p.T = o.tokens;
+  p.L = p.setup.fleet.num_experts;
+  p.E = p.L + o.eplb_redundant;
+  p.setup.world_size = p.R;
+  p.fleet = p.setup.fleet;
+  p.fleet.num_experts = p.E;
+  MOE_EP_CHECK(p.E % p.R == 0,
+               "--eplb-redundant {} with --ranks {}: the {} logical + {} redundant = {} physical "
+               "experts must split evenly over the ranks (E % R == 0)",
+               o.eplb_redundant, p.R, p.L, o.eplb_redundant, p.E);
+  validate_config(p.fleet, p.setup.config, p.R);
+
+  const int64_t K = p.setup.config.top_k;
+  for (int r = 0; r < p.R; ++r) p.inputs.push_back(generate_inputs(p.setup, opts, p.T, r));
+
+  p.router = {p.L, K, p.setup.preset->routed_scaling_factor, 0};
+  std::vector<float> bias(p.L);
+  {
+    std::mt19937_64 rng(o.problem.seed + 99);
+    std::normal_distribution<float> n(0.0f, 0.1f);
+    for (float& b : bias) b = n(rng);
+  }
+  p.routes.assign(p.N, std::vector<Route>(p.R));
+  for (int l = 0; l < p.N; ++l)
+    for (int r = 0; r < p.R; ++r) {
+      Route& route = p.routes[l][r];
+      if (!o.router) {
+        route.ids = p.inputs[r].topk_ids;
+        route.weights = p.inputs[r].topk_weights;
+        continue;
+      }
+      const std::vector<float> logits = synthetic_logits(o.problem.seed, l, r, p.T, p.L);
+      route.ids.resize(p.T * K);
+      route.weights.resize(p.T * K);
+      RouterArgs a;
+      a.layer_idx = l;
+      a.logits = TensorView::contiguous(const_cast<float*>(logits.data()), DType::kF32, {p.T, p.L});
+      a.bias = TensorView::contiguous(bias.data(), DType::kF32, {p.L});
+      a.topk_ids = TensorView::contiguous(route.ids.data(), DType::kI32, {p.T, K});
+      a.topk_weights = TensorView::contiguous(route.weights.data(), DType::kF32, {p.T, K});
+      route_deepseek_v4(p.router, a);
+    }
+
+  std::vector<int64_t> load(p.L, 0);
+  for (const Route& route : p.routes[0])
+    for (int32_t id : route.ids)
+      if (id >= 0) ++load[id];
+  p.replicated = plan_redundant_experts(load, o.eplb_redundant);
+  p.eplb = std::make_unique<Eplb>(make_eplb_placement(p.L, p.replicated));
+  p.physical_to_logical = p.eplb->placement().physical_to_logical();
+  p.eplb->set_recording(true);
+  for (int l = 0; l < p.N; ++l)
+    for (int r = 0; r < p.R; ++r) {
+      Route& route = p.routes[l][r];
+      route.physical.resize(route.ids.size());
+      p.eplb->remap(TensorView::contiguous(route.ids.data(), DType::kI32, {p.T, K}),
+                    TensorView::contiguous(route.physical.data(), DType::kI32, {p.T, K}));
+      if (l == 0 && r == p.R - 1) p.eplb->set_recording(false);  // count layer 0 only
+    }
+  return p;
+}
+
+struct RankResult {
+  std::vector<uint16_t> y;  // final layer, first pass
+  std::vector<double> times_us;
+  bool rerun_equal = false;
+  bool workspace_clean = true;
+  int64_t workspace_bytes = 0;
+  std::string workspace_shape, notes;
+  std::exception_ptr error;
+  ErrorCode code = ErrorCode::kInternal;
+};
+
+bool counts_clean(const Workspace& ws, int rank) {
+  const auto& l = ws.layout();
+  for (WorkspaceRegionId id : {WorkspaceRegionId::kRecvCounts, WorkspaceRegionId::kExpertCounts}) {
+    const auto* b = reinterpret_cast<const uint8_t*>(ws.region(rank, id));
+    if (std::any_of(b, b + l[id].bytes, [](uint8_t v) { return v != 0; })) return false;
+  }
+  return true;
+}
+
+void run_rank(const Plan& p, const RunOptions& o, const testing::HostWeights& logical, int r,
+              RankResult& out) {
+  const int64_t H = p.fleet.hidden_size, K = p.setup.config.top_k, E_loc = p.E / p.R;
+  const std::span<const int32_t> slots(p.physical_to_logical.data() + r * E_loc, E_loc);
+  const testing::HostWeights mine = gather_slots(logical, slots);
+
+  Bootstrap boot;
+  boot.world_size = p.R;
+  boot.rank = r;
+  boot.comm = CommSource::kSimulated;
+  boot.timeout_ms = o.timeout_ms;
+  auto rt = Runtime::acquire(boot);
+  std::vector<std::unique_ptr<Layer>> layers;
+  for (int l = 0; l < p.N; ++l)
+    layers.push_back(Layer::create(rt, p.fleet, p.setup.config, mine.pack()));
+  out.workspace_bytes = rt->workspace()->bytes();
+  out.workspace_shape = rt->workspace()->shape().str();
+  if (r == 0) out.notes = layers[0]->info().notes;
+
+  std::vector<std::vector<uint16_t>> y(p.N, std::vector<uint16_t>(p.T * H));
+  auto pass = [&] {
+    for (auto& yl : y) std::fill(yl.begin(), yl.end(), uint16_t{0xFFFF});  // NaN poison
+    for (int l = 0; l < p.N; ++l) {
+      const Route& route = p.routes[l][r];
+      ForwardArgs a;
+      const uint16_t* x = l == 0 ? p.inputs[r].x.data() : y[l - 1].data();
+      a.x = TensorView::contiguous(const_cast<uint16_t*>(x), DType::kBF16, {p.T, H});
+      a.topk_ids = TensorView::contiguous(const_cast<int32_t*>(route.physical.data()), DType::kI32, {p.T, K});
+      a.topk_weights = TensorView::contiguous(const_cast<float*>(route.weights.data()), DType::kF32, {p.T, K});
+      a.y = TensorView::contiguous(y[l].data(), DType::kBF16, {p.T, H});
+      layers[l]->forward(a);
+      layers[l]->check_error_flags();
+    }
+  };
+  pass();
+  out.y = y.back();
+  // Every rank is past its last forward between these barriers: the count regions must be zero.
+  detail::Transport& transport = rt->state().transport();
+  transport.barrier("check workspace clean");
+  out.workspace_clean = counts_clean(*rt->workspace(), r);
+  transport.barrier("checked workspace clean");
+  const int iters = o.iters > 0 ? o.iters : 1;
+  for (int i = 0; i < std::max(o.warmup, 0); ++i) pass();
+  for (int i = 0; i < iters; ++i) {
+    const auto start = Clock::now();
+    pass();
+    out.times_us.push_back(us_since(start));
+  }
+  out.rerun_equal = y.back() == out.y;
+}
+
+std::vector<RankResult> run_ranks(const Plan& p, const RunOptions& o, const testing::HostWeights& logical) {
+  std::vector<RankResult> results(p.R);
+  std::unique_ptr<ScopedEnv> env;
+  if (o.problem.threads > 0)
+    env = std::make_unique<ScopedEnv>("MOE_EP_NUM_THREADS", std::to_string(o.problem.threads));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p.R; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        run_rank(p, o, logical, r, results[r]);
+      } catch (const Error& e) {
+        results[r].error = std::current_exception();
+        results[r].code = e.code();
+      } catch (...) {
+        results[r].error = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  // Report the root cause: a rank's own error before the errors it caused on the others.
+  for (int pass = 0; pass < 2; ++pass)
+    for (const RankResult& res : results)
+      if (res.error && (pass == 1 || (res.code != ErrorCode::kRuntime && res.code != ErrorCode::kTimeout)))
+        std::rethrow_exception(res.error);
+  return results;
+}
+
+struct Check {
+  bool enabled = false, reference_ok = false, sanity_ok = true, passed = false;
+  int64_t checked_rows = 0;
+  std::string reference, sanity, first_mismatch;
+};
+
+// The global batch through N single-rank layers with the logical experts; compares the last
+// layer's rows (sampled by --check-rows) with the ranks' y bit for bit.
+Check check_against_single_rank(const Plan& p, const RunOptions& o, const testing::HostWeights& logical,
+                                const std::vector<RankResult>& ranks) {
+  Check c;
+  c.enabled = true;
+  const int64_t H = p.fleet.hidden_size, K = p.setup.config.top_k, G = p.T * p.R;
+  FleetParams fleet = p.setup.fleet;
+  fleet.max_tokens_per_rank = std::max<int64_t>(G, 1);
+  auto rt = Runtime::acquire(Bootstrap{});
+  auto layer = Layer::create(rt, fleet, p.setup.config, logical.pack());
+  std::vector<uint16_t> x(G * H), y(G * H);
+  for (int r = 0; r < p.R; ++r) std::copy(p.inputs[r].x.begin(), p.inputs[r].x.end(), x.begin() + r * p.T * H);
+  const std::vector<int64_t> rows = sample_rows(G, o.check_rows);
+  for (int l = 0; l < p.N; ++l) {
+    std::vector<int32_t> ids(G * K);
+    std::vector<float> w(G * K);
+    for (int r = 0; r < p.R; ++r) {
+      std::copy(p.routes[l][r].ids.begin(), p.routes[l][r].ids.end(), ids.begin() + r * p.T * K);
+      std::copy(p.routes[l][r].weights.begin(), p.routes[l][r].weights.end(), w.begin() + r * p.T * K);
+    }
+    ForwardArgs a;
+    a.x = TensorView::contiguous(x.data(), DType::kBF16, {G, H});
+    a.topk_ids = TensorView::contiguous(ids.data(), DType::kI32, {G, K});
+    a.topk_weights = TensorView::contiguous(w.data(), DType::kF32, {G, K});
+    a.y = TensorView::contiguous(y.data(), DType::kBF16, {G, H});
+    std::fill(y.begin(), y.end(), uint16_t{0xFFFF});
+    if (l + 1 < p.N)
+      layer->forward(a);
+    else
+      layer->forward_rows(a, rows);
+    std::swap(x, y);
+  }
+  const std::vector<uint16_t>& ref = x;  // the last layer's output
+  c.checked_rows = static_cast<int64_t>(rows.size());
+  c.reference_ok = true;
+  for (int64_t g : rows) {
+    const int r = static_cast<int>(g / p.T);
+    const int64_t t = g % p.T;
+    for (int64_t j = 0; j < H && c.reference_ok; ++j)
+      if (ranks[r].y[t * H + j] != ref[g * H + j]) {
+        c.reference_ok = false;
+        c.first_mismatch = fmt::format("rank {} row {} column {}: 0x{:04x}, single-rank 0x{:04x}",
+                                       r, t, j, ranks[r].y[t * H + j], ref[g * H + j]);
+      }
+  }
+  for (int r = 0; r < p.R; ++r) {
+    testing::HostInputs in = p.inputs[r];
+    in.topk_ids = p.routes[p.N - 1][r].ids;
+    std::string detail;
+    const bool ok = sanity_check(ranks[r].y, in, &detail);
+    if (!ok && c.sanity_ok) c.sanity = fmt::format("rank {}: {}", r, detail);
+    c.sanity_ok = c.sanity_ok && ok;
+    if (c.sanity.empty() && r + 1 == p.R) c.sanity = detail;
+  }
+  c.reference = fmt::format("single-process cpu layer with the {} logical experts on the global "
+                            "batch ({} ranks x {} tokens), {} layer(s) chained; {} of {} rows of "
+                            "the last layer compared bit for bit", p.L, p.R, p.T, p.N,
+                            rows.size(), G);
+  c.passed = c.reference_ok && c.sanity_ok;
+  return c;
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Json eplb_json(const Plan& p) {
+  Json j;
+  j["logical_experts"] = p.L;
+  j["physical_experts"] = p.E;
+  j["redundant"] = p.E - p.L;
+  j["replicated_logical"] = p.replicated;
+  const std::vector<int64_t> counters = p.eplb->counter_values();
+  j["physical_load_layer0"] = counters;
+  const int64_t E_loc = p.E / p.R;
+  Json per_rank = Json::array();
+  int64_t max_rank = 0, total = 0;
+  for (int r = 0; r < p.R; ++r) {
+    int64_t s = 0;
+    for (int64_t e = r * E_loc; e < (r + 1) * E_loc; ++e) s += counters[e];
+    per_rank.push_back(s);
+    max_rank = std::max(max_rank, s);
+    total += s;
+  }
+  j["rank_load_layer0"] = per_rank;
+  j["rank_imbalance"] = json_number(total ? static_cast<double>(max_rank) * p.R / total : NAN);
+  return j;
+}
+
+int report(const Plan& p, const RunOptions& o, const std::vector<RankResult>& ranks, const Check& c) {
+  const RankResult& r0 = ranks[0];
+  bool rerun_equal = true, clean = true;
+  for (const RankResult& r : ranks) {
+    rerun_equal = rerun_equal && r.rerun_equal;
+    clean = clean && r.workspace_clean;
+  }
+  const bool passed = (!c.enabled || c.passed) && rerun_equal && clean;
+  const WorkspaceLayout layout = workspace_layout(
+      {p.R, p.E, p.fleet.max_tokens_per_rank, p.fleet.hidden_size, p.setup.config.intermediate_size,
+       p.setup.config.top_k});
+  if (o.json) {
+    Json j;
+    j["command"] = "run";
+    j["version"] = MOE_EP_VERSION;
+    j.update(problem_json(p.setup, o.problem));
+    j["E"] = p.E;
+    j["tokens"] = p.T;
+    j["tokens_per_rank"] = p.T;
+    j["layers"] = p.N;
+    j["workspace_bytes"] = r0.workspace_bytes;
+    j["workspace_shape"] = r0.workspace_shape;
+    j["workspace_formula_bytes"] = layout.total_bytes;
+    j["workspace"] = workspace_json(layout);
+    j["workspace_clean_after_each_forward"] = clean;
+    j["router"] = o.router ? Json{{"kind", "deepseek-v4"},
+                                  {"routed_scaling_factor", p.router.routed_scaling_factor},
+                                  {"selection_bias", true},
+                                  {"num_hash_layers", p.router.num_hash_layers},
+                                  {"logits", "synthetic N(0, 1) per (layer, rank)"}}
+                           : Json(nullptr);
+    j["eplb"] = o.eplb_redundant > 0 ? eplb_json(p) : Json(nullptr);
+    j["time_us"] = json_number(median_of(r0.times_us));
+    Json times = Json::array();
+    for (double t : r0.times_us) times.push_back(json_number(t));
+    j["times_us"] = times;
+    j["timing"] = fmt::format("wall-clock of the {} layer(s) on rank 0, median of {}", p.N,
+                              r0.times_us.size());
+    j["rerun_bitwise_equal"] = rerun_equal;
+    j["layer_notes"] = r0.notes;
+    j["check"] = c.enabled;
+    j["reference"] = c.enabled ? Json(c.reference) : Json(nullptr);
+    j["checked_rows"] = c.checked_rows;
+    j["bitwise_required"] = true;
+    j["first_mismatch"] = c.first_mismatch;
+    j["sanity_ok"] = c.enabled ? Json(c.sanity_ok) : Json(nullptr);
+    j["sanity"] = c.sanity;
+    j["check_passed"] = c.enabled ? Json(c.passed) : Json(nullptr);
+    fmt::print("{}\n", j.dump());
+  } else {
+    const auto& s = p.setup;
+    fmt::print("moe_ep run: preset {} (H={} I={} L={} logical / E={} physical experts, K={}), "
+               "backend {}, {} simulated ranks on the cpu\n",
+               s.preset->name, p.fleet.hidden_size, s.config.intermediate_size, p.L, p.E,
+               s.config.top_k, s.config.family, p.R);
+    fmt::print("  tokens {} per rank, {} layer(s) back to back, max_tokens_per_rank {}, seed {}{}\n",
+               p.T, p.N, p.fleet.max_tokens_per_rank, o.problem.seed,
+               o.router ? ", routing by the DeepSeek V4 router on synthetic logits" : "");
+    fmt::print("  workspace: {} bytes per rank ({:.2f} MiB) for {}, shared by the {} layer(s); "
+               "clean after each forward: {}\n",
+               r0.workspace_bytes, r0.workspace_bytes / 1048576.0, r0.workspace_shape, p.N,
+               clean ? "yes" : "NO");
+    if (o.eplb_redundant > 0) {
+      const Json e = eplb_json(p);
+      fmt::print("  eplb: {} redundant experts replicating logical {}; rank load of layer 0 {} "
+                 "(max/mean {:.3f})\n",
+                 p.E - p.L, e["replicated_logical"].dump(), e["rank_load_layer0"].dump(),
+                 e["rank_imbalance"].is_null() ? NAN : e["rank_imbalance"].get<double>());
+    }
+    fmt::print("  forward: {:.1f} us for {} layer(s) (rank 0, median of {})\n",
+               median_of(r0.times_us), p.N, r0.times_us.size());
+    fmt::print("  rerun: y {} the first forward's bitwise\n", rerun_equal ? "equals" : "DIFFERS FROM");
+    if (c.enabled) {
+      fmt::print("  check: {}\n", c.reference);
+      fmt::print("         {}; sanity: {}\n",
+                 c.reference_ok ? "bitwise equal" : "NOT bitwise equal (" + c.first_mismatch + ")",
+                 c.sanity);
+    } else {
+      fmt::print("  check: off\n");
+    }
+    fmt::print("  result: {}\n", passed ? "PASSED" : "FAILED");
+  }
+  if (!passed) {
+    fmt::print(stderr, "moe_ep run: check FAILED: {}{}{}\n",
+               c.enabled && !c.reference_ok ? "not bitwise equal to the single-rank layer (" + c.first_mismatch + ") " : "",
+               rerun_equal ? "" : "rerun differs ", clean ? "" : "workspace not clean after a forward");
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+bool wants_expert_parallel_run(const RunOptions& o) {
+  return o.ranks > 1 || o.layers > 1 || o.eplb_redundant > 0 || o.router;
+}
+
+int run_expert_parallel(const RunOptions& o) {
+  const Plan plan = make_plan(o);
+  const testing::HostWeights logical = generate_weights(plan.setup, o.problem.seed);
+  std::vector<RankResult> ranks = run_ranks(plan, o, logical);
+  if (o.corrupt_row >= 0) {
+    MOE_EP_CHECK(o.corrupt_row < o.tokens, "--corrupt-row {} is outside [0, T = {})", o.corrupt_row,
+                 o.tokens);
+    // One element of rank 0's y moved by ~1/8: the smallest kind of bug the check must see.
+    uint16_t& v = ranks[0].y[o.corrupt_row * plan.fleet.hidden_size];
+    v = float_to_bf16(bf16_to_float(v) * 1.125f + 0.125f);
+  }
+  Check check;
+  if (o.check) check = check_against_single_rank(plan, o, logical, ranks);
+  return report(plan, o, ranks, check);
+}
+
+}  // namespace moe_ep::cli

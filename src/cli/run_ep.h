@@ -1,0 +1,15 @@
+// `moe_ep run` across simulated ranks (--ranks, --layers, --eplb-redundant, --router): R
+// in-process ranks on the CPU, each with its own tokens, N layers back to back on the process's
+// shared symmetric workspace, checked bit for bit against the single-rank CPU layer on the same
+// global batch.
+#pragma once
+
+#include "cli/run_options.h"
+
+namespace moe_ep::cli {
+
+// True when the options ask for anything beyond one rank and one layer.
+bool wants_expert_parallel_run(const RunOptions& options);
+int run_expert_parallel(const RunOptions& options);
+
+}  // namespace moe_ep::cli
