@@ -6,6 +6,13 @@
 // the caller handed in). acquire() while a different world is alive fails loudly (kRuntime),
 // naming both worlds.
 //
+// NCCL ranks (kNcclComm, kUniqueIdFile, kTcpStore; builds with NCCL, CUDA devices): one process
+// per GPU; acquire() bootstraps the communicator (a unique id made by rank 0 and exchanged
+// through the file or the TCP store, then ncclCommInitRank; or the caller's ncclComm_t), every
+// step bounded by timeout_ms with kTimeout naming the rank and the phase. NVLink multicast is
+// never used (NCCL_NVLS_ENABLE=0 is set unless the environment sets it). The workspace is a
+// symmetric NCCL window (ncclMemAlloc + ncclCommWindowRegister) in the device layout.
+//
 // Simulated ranks (CommSource::kSimulated): the process holds one simulated world of
 // world_size ranks; each rank is driven by its own thread, which calls acquire() with its own
 // rank and the same world fields. All ranks share the world; it is freed with the last
@@ -49,8 +56,10 @@ struct Bootstrap {
   std::string str() const;        // "world_size=2 rank=0 device=cpu comm=simulated timeout_ms=..."
 };
 
+class Runtime;
 namespace detail {
 class RuntimeState;  // src/core/runtime_state.h
+std::shared_ptr<Runtime> make_local_runtime(Device device);  // src/core/device_transport.h
 }
 
 class Runtime {
@@ -84,6 +93,7 @@ class Runtime {
 
  private:
   Runtime(const Bootstrap& bootstrap, std::unique_ptr<detail::RuntimeState> state);
+  friend std::shared_ptr<Runtime> detail::make_local_runtime(Device device);
   Bootstrap bootstrap_;
   std::unique_ptr<detail::RuntimeState> state_;
 };

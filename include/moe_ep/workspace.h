@@ -119,24 +119,103 @@ std::string describe_workspace(const WorkspaceLayout& layout);
 // the first dimension that does not fit.
 std::string workspace_misfit(const WorkspaceShape& have, const WorkspaceShape& need);
 
+// ---- The device workspace (CUDA ranks: NCCL symmetric windows, or simulated ranks on one GPU)
+//
+// Slot rows instead of token rows: rank src writes the row of its slot (t, k) into row
+// src*C + t*K + k of the owner's recv_* regions (C = T*K, the most slots one rank can send to
+// one owner), so the owner's receive buffer is fixed, maximum-size and rank-major, needs no
+// counting pass on the sender, and the owner's local experts run as a world-size-1 layer over
+// S = R*C "tokens" with top_k = 1 (recv_expert = -1 marks an empty row). Every region rounded up
+// to kWorkspaceAlign:
+//
+//   region        bytes            contents (row-major)
+//   ------------  ---------------  ------------------------------------------------------------
+//   sync          64 + 4R          barrier and error words of this rank, then inbox u32 [R]
+//   recv_counts   4R               int32 [R]: slot rows rank src covered (T_src*K), zeroed here
+//   recv_expert   4S               int32 [R, C]: local expert of the row, -1 when empty (reset to
+//                                  -1 after use: the region is all -1 between forwards)
+//   recv_weight   4S               f32 [R, C]: topk weight of the slot
+//   recv_codes    S H              u8 [R, C, H]: Q8 e4m3 codes (mxfp4), packed e2m1 rows of H/2
+//                                  bytes (nvfp4)
+//   recv_scales   S H/16           u8 [R, C, H/32] E8M0 (mxfp4) | [R, C, H/16] e4m3 (nvfp4)
+//   recv_global   4S               f32 [R, C]: nvfp4 per-token encode factor g
+//   send_codes    T H              this rank's quantized rows (the source of every put)
+//   send_scales   T H/16
+//   send_global   4T
+//   expert_out    2 S H            bf16 [R, C, H]: o_k of each received row (the local layer's y)
+//   combine       2 T K H          bf16 [T, K, H]: o_k of this rank's slot (t, k), written by the
+//                                  owner of its expert; summed here in slot order into y
+//
+// Protocol of one forward (two device-side barriers; no host synchronization):
+//   1. quantize x into send_*; every slot (t, k) with a valid id is put into the owner's recv_*
+//      row; every rank's recv_counts[me] = T*K;                       barrier "dispatch"
+//   2. the local world-size-1 layer runs over recv_* into expert_out; each non-empty row goes
+//      back into combine[t, k] of its source; recv_expert rows and recv_counts are reset;
+//                                                                    barrier "combine"
+//   3. y[t] = bf16(sum over valid k, in slot order, of combine[t, k]).
+// The local layer's own scratch (its routing, h and o for S rows) is per layer, outside.
+enum class DeviceWorkspaceRegionId : int {
+  kSync,
+  kRecvCounts,
+  kRecvExpert,
+  kRecvWeight,
+  kRecvCodes,
+  kRecvScales,
+  kRecvGlobal,
+  kSendCodes,
+  kSendScales,
+  kSendGlobal,
+  kExpertOut,
+  kCombine,
+};
+inline constexpr int kNumDeviceWorkspaceRegions = 12;
+inline constexpr int64_t kDeviceSyncHeaderBytes = 64;
+
+struct DeviceWorkspaceLayout {
+  WorkspaceShape shape;
+  std::array<WorkspaceRegion, kNumDeviceWorkspaceRegions> regions{};
+  int64_t total_bytes = 0;
+  int64_t slots_per_source = 0;  // C = T*K
+  int64_t slot_rows = 0;         // S = R*C
+
+  const WorkspaceRegion& operator[](DeviceWorkspaceRegionId id) const {
+    return regions[static_cast<int>(id)];
+  }
+};
+
+// Same shape checks as workspace_layout.
+DeviceWorkspaceLayout device_workspace_layout(const WorkspaceShape& shape);
+std::string_view device_workspace_formula();
+std::string describe_device_workspace(const DeviceWorkspaceLayout& layout);
+// workspace_misfit with the byte counts of the device layout.
+std::string device_workspace_misfit(const WorkspaceShape& have, const WorkspaceShape& need);
+
 // One rank's view of the process's workspace. The memory belongs to the runtime's transport;
-// on CPU runtimes every rank's workspace is host memory addressable from every rank.
+// on CPU runtimes every rank's workspace is host memory addressable from every rank. On CUDA
+// runtimes (on_device()) the memory is on the rank's GPU in the device layout; base(peer) is
+// null for peers that only device code reaches (NCCL LSA pointers, GIN).
 class Workspace {
  public:
   Workspace(WorkspaceLayout layout, std::vector<std::byte*> bases, int rank);
+  Workspace(DeviceWorkspaceLayout layout, std::vector<std::byte*> bases, int rank);
 
-  const WorkspaceLayout& layout() const { return layout_; }
-  const WorkspaceShape& shape() const { return layout_.shape; }
-  int64_t bytes() const { return layout_.total_bytes; }
+  bool on_device() const { return on_device_; }
+  // The host layout; throws kInternal on a device workspace (use device_layout()).
+  const WorkspaceLayout& layout() const;
+  const DeviceWorkspaceLayout& device_layout() const;
+  const WorkspaceShape& shape() const { return on_device_ ? device_layout_.shape : layout_.shape; }
+  int64_t bytes() const { return on_device_ ? device_layout_.total_bytes : layout_.total_bytes; }
   int rank() const { return rank_; }
   int world_size() const { return static_cast<int>(bases_.size()); }
 
-  // Region `id` of rank `rank` (this rank or a peer).
+  // Region `id` of rank `rank` (this rank or a peer); host layout only.
   std::byte* region(int rank, WorkspaceRegionId id) const;
   std::byte* base(int rank) const { return bases_[rank]; }
 
  private:
+  bool on_device_ = false;
   WorkspaceLayout layout_;
+  DeviceWorkspaceLayout device_layout_;
   std::vector<std::byte*> bases_;
   int rank_;
 };

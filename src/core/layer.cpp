@@ -281,7 +281,15 @@ std::unique_ptr<Layer> Layer::create(std::shared_ptr<Runtime> runtime, const Fle
                                                                 : make_cpu_layer(req);
   } else {
 #ifdef MOE_EP_HAS_CUDA_LAYER
+    const CommSource comm = runtime->bootstrap().comm;
+    const bool nccl = comm == CommSource::kNcclComm || comm == CommSource::kUniqueIdFile ||
+                      comm == CommSource::kTcpStore;
+#ifdef MOE_EP_WITH_NCCL
+    impl = nccl ? make_cuda_ep_layer(req) : make_cuda_layer(req);
+#else
+    MOE_EP_ASSERT(!nccl);  // Runtime::acquire refuses NCCL sources without NCCL
     impl = make_cuda_layer(req);
+#endif
 #else
     MOE_EP_FAIL(ErrorCode::kUnsupported, "the CUDA layer is not part of this build; use device cpu");
 #endif

@@ -47,6 +47,9 @@ std::unique_ptr<Layer::Impl> make_cpu_layer(const LayerRequest& request);
 // The CPU layer across simulated ranks (src/cpu/ep_layer.cpp), for CommSource::kSimulated.
 std::unique_ptr<Layer::Impl> make_cpu_ep_layer(const LayerRequest& request);
 std::unique_ptr<Layer::Impl> make_cuda_layer(const LayerRequest& request);
+// The CUDA layer across NCCL ranks (src/cuda/nccl), for runtimes of an NCCL communicator
+// source; defined only in builds with NCCL (MOE_EP_WITH_NCCL).
+std::unique_ptr<Layer::Impl> make_cuda_ep_layer(const LayerRequest& request);
 
 // major*10+minor of a CUDA device (90 for H100/H200); 0 for the CPU or when it cannot be read.
 int device_compute_capability(Device device);

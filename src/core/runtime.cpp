@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "check.h"
+#include "core/device_transport.h"
 #include "cpu/sim_transport.h"
 #include "moe_ep/backend.h"
 #include "runtime_state.h"
@@ -49,6 +50,10 @@ std::string world_str(const Bootstrap& b) {
   const auto pos = s.find(" rank=");
   if (pos != std::string::npos) s.erase(pos, s.find(' ', pos + 1) - pos);
   return s;
+}
+
+bool is_nccl_source(CommSource c) {
+  return c == CommSource::kNcclComm || c == CommSource::kUniqueIdFile || c == CommSource::kTcpStore;
 }
 
 bool valid_host_port(const std::string& s) {
@@ -113,10 +118,16 @@ void check_bootstrap(const Bootstrap& b) {
                   "single-process, simulated, nccl-comm, unique-id-file or tcp-store",
                   static_cast<int>(b.comm));
   }
+  MOE_EP_CHECK_CODE(b.device.type == DeviceType::kCUDA, ErrorCode::kUnsupported,
+                    "Bootstrap.comm = {} needs a CUDA device (one process per GPU); got device = "
+                    "{} (use comm = simulated for in-process ranks on the CPU)",
+                    comm_source_name(b.comm), b.device.str());
+#ifndef MOE_EP_WITH_NCCL
   MOE_EP_FAIL(ErrorCode::kUnsupported,
-              "Bootstrap.comm = {}: NCCL communicators are not implemented in this build; "
-              "supported: single-process, simulated (in-process ranks on the CPU)",
-              comm_source_name(b.comm));
+              "Bootstrap.comm = {}: this build has no NCCL ({}); supported here: single-process, "
+              "simulated (in-process ranks on the CPU)", comm_source_name(b.comm),
+              detail::nccl_status());
+#endif
 }
 
 // The one world of this process: its bootstrap and its live ranks (weak: a runtime lives as
@@ -140,9 +151,17 @@ Registry& registry() {
 }
 
 uint32_t parts_for(const Bootstrap& b) {
-  if (b.device.type == DeviceType::kCPU)
+  if (b.device.type == DeviceType::kCPU || is_nccl_source(b.comm))
     return kRuntimeSymmetricWorkspace | kRuntimePeerTransport | kRuntimeDeviceErrorFlag;
-  return 0;  // device runtimes get their parts with the NCCL backend
+  return 0;  // a single-process CUDA runtime: the world-size-1 CUDA layer keeps its own scratch
+}
+
+std::shared_ptr<detail::Transport> make_transport(const Bootstrap& b,
+                                                  const std::shared_ptr<cpu::SimWorld>& world) {
+#ifdef MOE_EP_WITH_NCCL
+  if (is_nccl_source(b.comm)) return detail::make_nccl_transport(b);
+#endif
+  return std::make_shared<cpu::SimTransport>(world, b.rank, std::chrono::milliseconds(b.timeout_ms));
 }
 
 }  // namespace
@@ -164,16 +183,22 @@ std::shared_ptr<Runtime> Runtime::acquire(const Bootstrap& b) {
                       "acquiring another", world_str(reg.world), world_str(b));
     if (auto existing = reg.ranks[b.rank].lock()) return existing;
     world = reg.sim_world.lock();
-    MOE_EP_ASSERT(world != nullptr);
+    MOE_EP_ASSERT(world != nullptr || is_nccl_source(b.comm));
+    MOE_EP_CHECK_CODE(!is_nccl_source(b.comm), ErrorCode::kRuntime,
+                      "Runtime::acquire: this process holds rank {} of the NCCL world [{}]; an "
+                      "NCCL world has one rank per process (requested rank {})",
+                      [&] {
+                        for (size_t q = 0; q < reg.ranks.size(); ++q)
+                          if (!reg.ranks[q].expired()) return static_cast<int>(q);
+                        return -1;
+                      }(), world_str(reg.world), b.rank);
   } else {
-    world = std::make_shared<cpu::SimWorld>(b.world_size);
+    if (!is_nccl_source(b.comm)) world = std::make_shared<cpu::SimWorld>(b.world_size);
     reg.world = b;
     reg.sim_world = world;
     reg.ranks.assign(b.world_size, {});
   }
-  auto transport = std::make_shared<cpu::SimTransport>(world, b.rank,
-                                                       std::chrono::milliseconds(b.timeout_ms));
-  auto state = std::make_unique<detail::RuntimeState>(std::move(transport), parts_for(b));
+  auto state = std::make_unique<detail::RuntimeState>(make_transport(b, world), parts_for(b));
   auto rt = std::shared_ptr<Runtime>(new Runtime(b, std::move(state)));
   reg.ranks[b.rank] = rt;
   return rt;
@@ -181,27 +206,59 @@ std::shared_ptr<Runtime> Runtime::acquire(const Bootstrap& b) {
 
 uint32_t Runtime::parts() const { return state_->parts(); }
 
+namespace detail {
+
+std::shared_ptr<Runtime> make_local_runtime(Device device) {
+  Bootstrap b;
+  b.device = device;
+  check_bootstrap(b);
+  auto transport = std::make_shared<cpu::SimTransport>(std::make_shared<cpu::SimWorld>(1), 0,
+                                                       std::chrono::milliseconds(b.timeout_ms));
+  auto state = std::make_unique<RuntimeState>(std::move(transport), parts_for(b));
+  return std::shared_ptr<Runtime>(new Runtime(b, std::move(state)));
+}
+
+#ifndef MOE_EP_WITH_NCCL
+std::string nccl_status() {
+#ifdef MOE_EP_WITH_CUDA
+  return "not compiled: nccl.h / nccl_device.h were not found in the CUDA toolkit at configure time";
+#else
+  return "not compiled: the build has no CUDA";
+#endif
+}
+#endif
+
+}  // namespace detail
+
 const Workspace& Runtime::reserve_workspace(const WorkspaceShape& shape) {
-  MOE_EP_CHECK_CODE(device().type == DeviceType::kCPU, ErrorCode::kUnsupported,
-                    "Runtime::reserve_workspace: the symmetric workspace on {} comes with the "
-                    "NCCL backend, which this build does not have", device().str());
+  const bool on_device = device().type == DeviceType::kCUDA;
+  MOE_EP_CHECK_CODE(!on_device || is_nccl_source(bootstrap_.comm), ErrorCode::kUnsupported,
+                    "Runtime::reserve_workspace: a single-process runtime on {} has no symmetric "
+                    "workspace (the world-size-1 CUDA layer keeps its own scratch); acquire an "
+                    "NCCL runtime (comm = nccl-comm, unique-id-file or tcp-store)", device().str());
   MOE_EP_CHECK(shape.world_size == world_size(),
                "Runtime::reserve_workspace: shape.world_size = {} differs from the runtime's "
                "world_size = {}", shape.world_size, world_size());
-  const WorkspaceLayout layout = workspace_layout(shape);  // validates the shape
+  // Validates the shape.
+  const int64_t bytes = on_device ? device_workspace_layout(shape).total_bytes
+                                  : workspace_layout(shape).total_bytes;
   detail::RuntimeState& st = *state_;
   std::lock_guard<std::mutex> lock(st.mutex());
   if (st.workspace()) {
-    const std::string misfit = workspace_misfit(st.workspace()->shape(), shape);
+    const std::string misfit = on_device ? device_workspace_misfit(st.workspace()->shape(), shape)
+                                         : workspace_misfit(st.workspace()->shape(), shape);
     MOE_EP_CHECK_CODE(misfit.empty(), ErrorCode::kRuntime, "rank {}: the workspace does not fit: {}",
                       rank(), misfit);
     return *st.workspace();
   }
   detail::Transport& t = st.transport();
-  t.allocate_window(layout.total_bytes);
+  t.allocate_window(bytes);
   std::vector<std::byte*> bases(world_size());
   for (int q = 0; q < world_size(); ++q) bases[q] = t.peer_window(q);
-  st.workspace().emplace(layout, std::move(bases), rank());
+  if (on_device)
+    st.workspace().emplace(device_workspace_layout(shape), std::move(bases), rank());
+  else
+    st.workspace().emplace(workspace_layout(shape), std::move(bases), rank());
   return *st.workspace();
 }
 
