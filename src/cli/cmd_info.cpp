@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/device_driver.h"
 #include "cli/workspace_report.h"
+#include "core/device_transport.h"
 #include "moe_ep/backend.h"
 #include "testing/presets.h"
 
@@ -42,7 +43,8 @@ Json info_json() {
   j["version"] = MOE_EP_VERSION;
   j["build"] = {{"cuda_compiled", kCudaCompiled},
                 {"cuda_cli_driver", kCudaDriver},
-                {"nccl_compiled", kNcclCompiled}};
+                {"nccl_compiled", kNcclCompiled},
+                {"nccl", detail::nccl_status()}};
   Json backends = Json::array();
   for (const FamilyProperties& f : backend_table()) {
     Json b;
@@ -98,6 +100,7 @@ void print_info(const Json& j) {
   fmt::print("build: cuda {}, cuda cli driver {}, nccl {}\n",
              kCudaCompiled ? "compiled" : "not compiled", kCudaDriver ? "yes" : "no",
              kNcclCompiled ? "compiled" : "not compiled");
+  fmt::print("nccl: {}\n", j["build"]["nccl"].get<std::string>());
   fmt::print("\nbackends:\n");
   for (const FamilyProperties& f : backend_table()) {
     fmt::print("  {:<6} {}\n", f.name, f.description);

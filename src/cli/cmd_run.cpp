@@ -196,6 +196,7 @@ Json result_json(const ProblemSetup& s, const RunOptions& o, const testing::Host
 }
 
 int run_command(const RunOptions& o) {
+  if (wants_cuda_expert_parallel_run(o)) return run_cuda_expert_parallel(o);  // cmd_run_ep_cuda.cpp
   if (wants_expert_parallel_run(o)) return run_expert_parallel(o);  // cli/cmd_run_ep.cpp
   const ProblemSetup setup = plan_problem(o.problem, o.tokens, o.ranks);
   const testing::HostInputs inputs = generate_inputs(setup, o.problem, o.tokens);
@@ -248,15 +249,23 @@ Command add_run_command(CLI::App& app) {
   cmd->add_flag("--eager", o->eager, "CUDA: time eager forwards instead of CUDA graph replays");
   cmd->add_option("--check-rows", o->check_rows, "rows compared with the reference (sampled evenly)")
       ->check(integer_at_least(1))->capture_default_str();
-  cmd->add_option("--ranks", o->ranks, "EP ranks (simulated in-process on the CPU)")
+  cmd->add_option("--ranks", o->ranks, "EP ranks: simulated in-process ranks on the CPU; with --device cuda one process per GPU (or --simulate-ranks-on-one-gpu)")
       ->check(integer_at_least(1))->capture_default_str();
   cmd->add_option("--layers", o->layers, "layers run back to back on the shared workspace")
       ->check(integer_at_least(1))->capture_default_str();
   cmd->add_option("--eplb-redundant", o->eplb_redundant, "redundant physical experts (EPLB)")
       ->check(integer_at_least(0))->capture_default_str();
   cmd->add_flag("--router", o->router, "run the DeepSeek V4 router on synthetic logits first");
-  cmd->add_option("--timeout-ms", o->timeout_ms, "simulated ranks: bound on every wait for a peer")
+  cmd->add_option("--timeout-ms", o->timeout_ms, "expert parallelism: bound on every wait for a peer")
       ->check(integer_at_least(1))->capture_default_str();
+  cmd->add_flag("--simulate-ranks-on-one-gpu", o->simulate_ranks_on_one_gpu,
+                "--device cuda: run the --ranks ranks as simulated ranks on that one GPU");
+  cmd->add_flag("--nccl", o->nccl, "--device cuda: one process per GPU through NCCL (the default "
+                "for --ranks > 1), also for --ranks 1");
+  cmd->add_option("--ep-rank", o->ep_rank, "rank of a launched NCCL world (internal)")
+      ->check(integer_at_least(0))->group("");
+  cmd->add_option("--ep-rendezvous", o->ep_rendezvous, "unique-id file of that world (internal)")
+      ->group("");
   cmd->add_option("--corrupt-row", o->corrupt_row, "perturb one row of y before the check (tests)")
       ->check(integer_at_least(0))->group("");
   return {cmd, [o] { return run_guarded("run", [o] { return run_command(*o); }); }};

@@ -12,4 +12,9 @@ namespace moe_ep::cli {
 bool wants_expert_parallel_run(const RunOptions& options);
 int run_expert_parallel(const RunOptions& options);
 
+// GPUs (cli/cmd_run_ep_cuda.cpp): --device cuda with --ranks > 1 or --nccl, or
+// --simulate-ranks-on-one-gpu, or a launched rank (--ep-rank).
+bool wants_cuda_expert_parallel_run(const RunOptions& options);
+int run_cuda_expert_parallel(const RunOptions& options);
+
 }  // namespace moe_ep::cli

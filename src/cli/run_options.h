@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "cli/problem.h"
 
@@ -25,6 +26,11 @@ struct RunOptions {
   int64_t eplb_redundant = 0; // redundant physical experts (EPLB)
   bool router = false;        // DeepSeek V4 router on synthetic logits before the layer
   int64_t timeout_ms = 600000; // simulated ranks: bound on every wait for a peer
+  // expert parallelism on GPUs (cli/cmd_run_ep_cuda.cpp)
+  bool simulate_ranks_on_one_gpu = false;  // R simulated ranks on the one --device GPU
+  bool nccl = false;          // one process per GPU through NCCL, also for --ranks 1
+  int ep_rank = -1;           // hidden: this process is rank ep_rank of a launched world
+  std::string ep_rendezvous;  // hidden: that world's unique-id file
 };
 
 }  // namespace moe_ep::cli

@@ -1,0 +1,374 @@
+// `moe_ep run --ranks R --device cuda`: expert parallelism on GPUs.
+//
+//   --simulate-ranks-on-one-gpu   R simulated ranks on the one --device GPU (cuda/ep/sim_group.h):
+//                                 every rank its own workspace and local experts, the NCCL path's
+//                                 dispatch/combine kernels with the simulation's peer policy;
+//   otherwise (or --nccl)         one process per GPU: this process starts itself R times
+//                                 (cli/rank_launcher.h) with --ep-rank r --device cuda:r and a
+//                                 unique-id file rendezvous, and collects each rank's JSON;
+//   --ep-rank r (hidden)          one such rank: an NCCL runtime (comm = unique-id-file), the
+//                                 rank's E/R experts, its own T tokens (input stream r).
+// Every mode checks the ranks' y against the CPU single-rank layer on the same tokens (float64
+// relative error within the recipe's threshold: the GPU and the CPU sum fp32 products in
+// different orders), the sanity of every row, and that the timed reruns reproduce y bitwise.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/batch.h"
+#include "cli/output_check.h"
+#include "cli/problem.h"
+#include "cli/rank_launcher.h"
+#include "cli/run_ep.h"
+#include "core/check.h"
+#include "core/device_transport.h"
+#include "moe_ep/layer.h"
+#include "moe_ep/runtime.h"
+#include "testing/tolerances.h"
+
+#ifdef MOE_EP_WITH_CUDA
+#include "cuda/ep/sim_group.h"
+#endif
+
+namespace moe_ep::cli {
+namespace {
+
+// Experts [first, first + count) of a pack (views).
+WeightPack slice_pack(const WeightPack& all, int64_t first, int64_t count) {
+  auto slice = [&](TensorView t) {
+    if (!t.defined()) return t;
+    const int64_t per = t.numel() / t.shape[0];
+    t.data = static_cast<uint8_t*>(t.data) + first * per * dtype_size(t.dtype);
+    t.shape[0] = count;
+    return t;
+  };
+  WeightPack p = all;
+  p.w13 = slice(all.w13);
+  p.w13_scale = slice(all.w13_scale);
+  p.w13_global = slice(all.w13_global);
+  p.w2 = slice(all.w2);
+  p.w2_scale = slice(all.w2_scale);
+  p.w2_global = slice(all.w2_global);
+  return p;
+}
+
+testing::HostInputs concat(const std::vector<testing::HostInputs>& parts) {
+  testing::HostInputs g = parts.at(0);
+  g.num_tokens = 0;
+  g.x.clear();
+  g.topk_ids.clear();
+  g.topk_weights.clear();
+  for (const auto& p : parts) {
+    g.num_tokens += p.num_tokens;
+    g.x.insert(g.x.end(), p.x.begin(), p.x.end());
+    g.topk_ids.insert(g.topk_ids.end(), p.topk_ids.begin(), p.topk_ids.end());
+    g.topk_weights.insert(g.topk_weights.end(), p.topk_weights.begin(), p.topk_weights.end());
+  }
+  return g;
+}
+
+struct EpCheck {
+  double rel_err = NAN, threshold = NAN;
+  int64_t checked_rows = 0;
+  bool sanity_ok = false, passed = false;
+  std::string sanity, reference;
+};
+
+// y of `inputs` (one rank's or the global batch) against the CPU single-rank layer.
+EpCheck check_against_cpu(const ProblemSetup& s, const RunOptions& o, const testing::HostWeights& w,
+                          const testing::HostInputs& in, const std::vector<uint16_t>& y, bool rerun_equal) {
+  EpCheck c;
+  ProblemSetup one = s;
+  one.world_size = 1;
+  one.fleet.max_tokens_per_rank = std::max<int64_t>(in.num_tokens, 1);
+  const std::vector<int64_t> rows = sample_rows(in.num_tokens, o.check_rows);
+  c.checked_rows = static_cast<int64_t>(rows.size());
+  const std::vector<uint16_t> ref = cpu_reference_rows(one, w, in, rows, o.problem.threads);
+  c.rel_err = rows.empty() ? 0.0 : rel_err_rows(y, ref, s.fleet.hidden_size, rows);
+  c.threshold = testing::device_rel_err_threshold(s.config.family);
+  c.sanity_ok = sanity_check(y, in, &c.sanity);
+  c.passed = c.rel_err <= c.threshold && c.sanity_ok && rerun_equal;
+  c.reference = fmt::format("cpu single-rank layer (all {} experts) forward_rows on {} of {} rows; "
+                            "relative error (float64) <= {:g}", s.fleet.num_experts, rows.size(),
+                            in.num_tokens, c.threshold);
+  return c;
+}
+
+Json device_workspace_json(const DeviceWorkspaceLayout& l) {
+  Json j;
+  j["formula"] = device_workspace_formula();
+  j["shape"] = l.shape.str();
+  j["bytes"] = l.total_bytes;
+  j["slot_rows"] = l.slot_rows;
+  Json regions = Json::array();
+  for (const WorkspaceRegion& r : l.regions)
+    regions.push_back({{"name", r.name}, {"offset", r.offset}, {"bytes", r.bytes}});
+  j["regions"] = regions;
+  return j;
+}
+
+void fill_check_json(Json& j, const EpCheck& c, const RunOptions& o) {
+  j["check"] = o.check;
+  j["reference"] = o.check ? Json(c.reference) : Json(nullptr);
+  j["checked_rows"] = c.checked_rows;
+  j["rel_err"] = o.check ? json_number(c.rel_err) : Json(nullptr);
+  j["threshold"] = o.check ? json_number(c.threshold) : Json(nullptr);
+  j["bitwise_required"] = false;
+  j["sanity_ok"] = o.check ? Json(c.sanity_ok) : Json(nullptr);
+  j["sanity"] = c.sanity;
+  j["check_passed"] = o.check ? Json(c.passed) : Json(nullptr);
+}
+
+int finish(const Json& j, const RunOptions& o, bool passed, const std::string& summary) {
+  if (o.json)
+    fmt::print("{}\n", j.dump());
+  else
+    fmt::print("{}", summary);
+  if (!passed) {
+    fmt::print(stderr, "moe_ep run: check FAILED: {}\n", j.value("failure", std::string("see above")));
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+#ifdef MOE_EP_WITH_CUDA
+
+int run_simulated(const RunOptions& o) {
+  const int R = o.ranks;
+  const ProblemSetup s = plan_problem(o.problem, o.tokens, R);
+  MOE_EP_CHECK_CODE(s.device.device.type == DeviceType::kCUDA, ErrorCode::kUnsupported,
+                    "--simulate-ranks-on-one-gpu needs --device cuda[:N]; got {}", o.problem.device);
+  const testing::HostWeights weights = generate_weights(s, o.problem.seed);
+  std::vector<testing::HostInputs> inputs;
+  for (int r = 0; r < R; ++r) inputs.push_back(generate_inputs(s, o.problem, o.tokens, r));
+  const int64_t E_loc = s.fleet.num_experts / R, H = s.fleet.hidden_size;
+
+  cuda::ep::SimGroupOptions go;
+  go.world_size = R;
+  go.device = s.device.device;
+  go.fleet = s.fleet;
+  go.config = s.config;
+  go.timeout_ms = o.timeout_ms;
+  std::vector<WeightPack> packs;
+  for (int r = 0; r < R; ++r) packs.push_back(slice_pack(weights.pack(), r * E_loc, E_loc));
+  auto driver = make_driver(s.device.device);
+  cuda::ep::SimEpGroup group(go, packs);
+  std::vector<DeviceBatch> batches;
+  std::vector<ForwardArgs> args;
+  for (int r = 0; r < R; ++r) {
+    batches.push_back(upload_batch(*driver, inputs[r]));
+    args.push_back(batches.back().args);
+  }
+  auto y_all = [&] {
+    std::vector<uint16_t> y;
+    for (const DeviceBatch& b : batches) {
+      const std::vector<uint16_t> part = download_y(*driver, b);
+      y.insert(y.end(), part.begin(), part.end());
+    }
+    return y;
+  };
+  for (const DeviceBatch& b : batches) poison_y(*driver, b);
+  group.forward(args, driver->stream());
+  driver->synchronize();
+  const uint32_t flags = group.read_error_flags();
+  const std::vector<uint16_t> y = y_all();
+  const int iters = o.iters > 0 ? o.iters : 20, warmup = o.warmup >= 0 ? o.warmup : 3;
+  for (const DeviceBatch& b : batches) poison_y(*driver, b);
+  const std::vector<double> times = driver->time_forward(
+      [&](void* stream) {
+        for (ForwardArgs& a : args) a.stream = stream;
+        group.forward(args, stream);
+      },
+      warmup, iters, !o.eager);
+  const cuda::ep::SimStepTimes steps = group.forward_timed(args, driver->stream());
+  group.read_error_flags();
+  const bool rerun_equal = y_all() == y;
+  const testing::HostInputs global = concat(inputs);
+  EpCheck c;
+  if (o.check) c = check_against_cpu(s, o, weights, global, y, rerun_equal);
+  const bool passed = flags == 0 && rerun_equal && (!o.check || c.passed);
+
+  Json j;
+  j["command"] = "run";
+  j["version"] = MOE_EP_VERSION;
+  j.update(problem_json(s, o.problem));
+  j["mode"] = "simulate-ranks-on-one-gpu";
+  j["tokens"] = o.tokens;
+  j["tokens_per_rank"] = o.tokens;
+  j["layers"] = 1;
+  j["time_us"] = json_number(median(times));
+  j["timing"] = fmt::format("{} of the {} ranks' forward on one GPU, median of {} after {} warm-up",
+                            o.eager ? "eager launches" : "cuda graph replays", R, iters, warmup);
+  j["steps_us"] = {{"quantize", steps.quantize_us}, {"dispatch", steps.dispatch_us},
+                   {"local_experts", steps.local_experts_us}, {"combine", steps.combine_us},
+                   {"reduce", steps.reduce_us}};
+  j["workspace_bytes"] = group.layout().total_bytes;
+  j["workspace"] = device_workspace_json(group.layout());
+  j["device_error_flags"] = flags;
+  j["rerun_bitwise_equal"] = rerun_equal;
+  j["layer_notes"] = group.notes();
+  fill_check_json(j, c, o);
+  if (!passed)
+    j["failure"] = fmt::format("error flags 0x{:x}, rerun bitwise equal {}, rel_err {} (threshold {}), "
+                               "sanity: {}", flags, rerun_equal, c.rel_err, c.threshold, c.sanity);
+  const std::string summary = fmt::format(
+      "moe_ep run: preset {} (H={} I={} E={} K={}), backend {}, {} ranks simulated on {} ({})\n"
+      "  tokens {} per rank, max_tokens_per_rank {}, device workspace {} bytes per rank\n"
+      "  forward: {:.1f} us for all ranks ({}); steps (eager, us): quantize {:.1f}, dispatch "
+      "{:.1f}, local experts {:.1f}, combine {:.1f}, reduce {:.1f}\n"
+      "  rerun: y {} the first forward's bitwise\n  check: {}\n         rel_err {:.3e} (threshold "
+      "{:g}); sanity: {}\n  result: {}\n",
+      s.preset->name, H, s.config.intermediate_size, s.fleet.num_experts, s.config.top_k,
+      s.config.family, R, s.device.device.str(), s.device.name, o.tokens, s.fleet.max_tokens_per_rank,
+      group.layout().total_bytes, median(times), j["timing"].get<std::string>(), steps.quantize_us,
+      steps.dispatch_us, steps.local_experts_us, steps.combine_us, steps.reduce_us,
+      rerun_equal ? "equals" : "DIFFERS FROM", o.check ? c.reference : "off", c.rel_err, c.threshold,
+      c.sanity, passed ? "PASSED" : "FAILED");
+  return finish(j, o, passed, summary);
+}
+
+// One NCCL rank of a process-per-GPU world (started by launch_ranks).
+int run_nccl_rank(const RunOptions& o) {
+  const int R = o.ranks, r = o.ep_rank;
+  MOE_EP_CHECK(r >= 0 && r < R, "--ep-rank {} is outside [0, --ranks {})", r, R);
+  MOE_EP_CHECK(!o.ep_rendezvous.empty(), "--ep-rank needs --ep-rendezvous (the unique-id file)");
+  const ProblemSetup s = plan_problem(o.problem, o.tokens, R);
+  const testing::HostWeights weights = generate_weights(s, o.problem.seed);
+  const testing::HostInputs in = generate_inputs(s, o.problem, o.tokens, r);
+  const int64_t E_loc = s.fleet.num_experts / R;
+
+  std::vector<uint16_t> y;
+  std::vector<double> times;
+  bool rerun_equal = false;
+  int64_t workspace_bytes = 0;
+  std::string notes;
+  {
+    auto driver = make_driver(s.device.device);
+    Bootstrap b;
+    b.world_size = R;
+    b.rank = r;
+    b.device = s.device.device;
+    b.comm = CommSource::kUniqueIdFile;
+    b.rendezvous = o.ep_rendezvous;
+    b.timeout_ms = o.timeout_ms;
+    auto rt = Runtime::acquire(b);
+    auto layer = Layer::create(rt, s.fleet, s.config, slice_pack(weights.pack(), r * E_loc, E_loc));
+    workspace_bytes = rt->workspace()->bytes();
+    notes = layer->info().notes;
+    DeviceBatch batch = upload_batch(*driver, in);
+    poison_y(*driver, batch);
+    layer->forward(batch.args);
+    driver->synchronize();
+    layer->check_error_flags();
+    y = download_y(*driver, batch);
+    const int iters = o.iters > 0 ? o.iters : 20, warmup = o.warmup >= 0 ? o.warmup : 3;
+    poison_y(*driver, batch);
+    times = driver->time_forward([&](void* stream) {
+      batch.args.stream = stream;
+      layer->forward(batch.args);
+    }, warmup, iters, !o.eager);
+    layer->check_error_flags();
+    rerun_equal = download_y(*driver, batch) == y;
+  }  // the layer, then the runtime, are released here: the CPU reference needs its own world
+  EpCheck c;
+  if (o.check) c = check_against_cpu(s, o, weights, in, y, rerun_equal);
+  const bool passed = rerun_equal && (!o.check || c.passed);
+  Json j;
+  j["command"] = "run";
+  j.update(problem_json(s, o.problem));
+  j["mode"] = "nccl-rank";
+  j["rank"] = r;
+  j["tokens"] = o.tokens;
+  j["time_us"] = json_number(median(times));
+  j["workspace_bytes"] = workspace_bytes;
+  j["rerun_bitwise_equal"] = rerun_equal;
+  j["layer_notes"] = notes;
+  fill_check_json(j, c, o);
+  fmt::print("{}\n", j.dump());
+  return passed ? kExitOk : kExitFailed;
+}
+
+std::vector<std::string> rank_args(const RunOptions& o, int r, const std::string& rendezvous) {
+  const ProblemOptions& p = o.problem;
+  std::vector<std::string> a = {"run", "--preset", p.preset, "--backend", p.backend, "--weights",
+                                p.weights, "--seed", std::to_string(p.seed), "--tokens",
+                                std::to_string(o.tokens), "--holes", fmt::format("{}", p.holes),
+                                "--ranks", std::to_string(o.ranks), "--device", fmt::format("cuda:{}", r),
+                                "--check-rows", std::to_string(o.check_rows), "--timeout-ms",
+                                std::to_string(o.timeout_ms), "--ep-rank", std::to_string(r),
+                                "--ep-rendezvous", rendezvous, "--json"};
+  if (p.max_tokens_per_rank > 0) a.insert(a.end(), {"--max-tokens-per-rank", std::to_string(p.max_tokens_per_rank)});
+  if (p.threads > 0) a.insert(a.end(), {"--threads", std::to_string(p.threads)});
+  if (o.iters > 0) a.insert(a.end(), {"--iters", std::to_string(o.iters)});
+  if (o.warmup >= 0) a.insert(a.end(), {"--warmup", std::to_string(o.warmup)});
+  if (!o.check) a.push_back("--no-check");
+  if (o.eager) a.push_back("--eager");
+  return a;
+}
+
+int launch_ranks(const RunOptions& o) {
+  require_gpus_for_ranks(o.ranks, "moe_ep run");
+  const std::string nccl = detail::nccl_status();
+  MOE_EP_CHECK_CODE(nccl.rfind("nccl ", 0) == 0, ErrorCode::kUnsupported,
+                    "moe_ep run --ranks {} --device cuda needs NCCL: {}", o.ranks, nccl);
+  const RankProcesses folder = make_rank_folder();
+  std::vector<std::vector<std::string>> argv;
+  for (int r = 0; r < o.ranks; ++r) argv.push_back(rank_args(o, r, folder.rendezvous));
+  // Each rank bounds every wait by --timeout-ms; the launcher allows them that plus set-up.
+  const std::vector<Json> ranks = run_rank_processes(folder, argv, 2 * o.timeout_ms + 600000);
+  bool passed = true;
+  double worst_err = 0, slowest = 0;
+  for (const Json& j : ranks) {
+    passed = passed && j.value("exit_status", 1) == 0 &&
+             (!o.check || j.value("check_passed", false)) && j.value("rerun_bitwise_equal", false);
+    if (j["rel_err"].is_number()) worst_err = std::max(worst_err, j["rel_err"].get<double>());
+    if (j["time_us"].is_number()) slowest = std::max(slowest, j["time_us"].get<double>());
+  }
+  Json j = ranks[0];
+  j["mode"] = "nccl-process-per-gpu";
+  j.erase("rank");
+  j["device"] = fmt::format("cuda:0..{}", o.ranks - 1);
+  j["time_us"] = json_number(slowest);
+  j["timing"] = "the slowest rank's median forward (cuda graph replays unless --eager)";
+  j["rel_err"] = json_number(worst_err);
+  j["check_passed"] = o.check ? Json(passed) : Json(nullptr);
+  j["per_rank"] = ranks;
+  if (!passed) j["failure"] = "a rank failed its check (see per_rank)";
+  std::string summary = fmt::format("moe_ep run: {} NCCL ranks, one process per GPU, preset {} backend {}, "
+                                    "{} tokens per rank\n", o.ranks, o.problem.preset,
+                                    o.problem.backend, o.tokens);
+  for (const Json& r : ranks)
+    summary += fmt::format("  rank {}: {:.1f} us, rel_err {}, check {}\n", r.value("rank", -1),
+                           r["time_us"].is_number() ? r["time_us"].get<double>() : NAN,
+                           r["rel_err"].dump(), r["check_passed"].dump());
+  summary += fmt::format("  result: {}\n", passed ? "PASSED" : "FAILED");
+  return finish(j, o, passed, summary);
+}
+
+#endif  // MOE_EP_WITH_CUDA
+
+}  // namespace
+
+bool wants_cuda_expert_parallel_run(const RunOptions& o) {
+  const bool cuda = o.problem.device.rfind("cuda", 0) == 0;
+  return o.ep_rank >= 0 || o.simulate_ranks_on_one_gpu || (cuda && (o.ranks > 1 || o.nccl));
+}
+
+int run_cuda_expert_parallel(const RunOptions& o) {
+  MOE_EP_CHECK_CODE(o.layers == 1 && o.eplb_redundant == 0 && !o.router, ErrorCode::kUnsupported,
+                    "--layers / --eplb-redundant / --router run on simulated CPU ranks (--device "
+                    "cpu); the CUDA expert-parallel path runs one layer");
+  MOE_EP_CHECK(!(o.simulate_ranks_on_one_gpu && o.nccl),
+               "--simulate-ranks-on-one-gpu and --nccl exclude each other");
+#ifdef MOE_EP_WITH_CUDA
+  if (o.ep_rank >= 0) return run_nccl_rank(o);
+  if (o.simulate_ranks_on_one_gpu) return run_simulated(o);
+  return launch_ranks(o);
+#else
+  MOE_EP_FAIL(ErrorCode::kUnsupported, "this build has no CUDA backend; --ranks on GPUs needs it");
+#endif
+}
+
+}  // namespace moe_ep::cli
