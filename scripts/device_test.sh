@@ -5,7 +5,7 @@
 #
 #   scripts/device_test.sh                  binaries from .device-bin (scripts/device_pack.sh),
 #                                           else builds build-cuda here (needs the dev packages)
-#   MOE_EP_DEVICE_STEPS="tests sanitizer run torch bench profile"   steps (default: all;
+#   MOE_EP_DEVICE_STEPS="tests sanitizer run ep torch bench profile"   steps (default: all;
 #                                           "pro" adds deepseek-v4-pro at T = 1, 8192)
 #   MOE_EP_BENCH_TOKENS=1,8,32,128,512,2048,8192            bench sweep
 #
@@ -14,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
 WORK=$(mktemp -d /tmp/moe_ep_device.XXXX)
-STEPS=${MOE_EP_DEVICE_STEPS:-tests sanitizer run torch bench profile}
+STEPS=${MOE_EP_DEVICE_STEPS:-tests sanitizer run ep torch bench profile}
 TOKENS=${MOE_EP_BENCH_TOKENS:-1,8,32,128,512,2048,8192}
 mkdir -p "$OUT"
 START=$(date +%s)
@@ -43,6 +43,11 @@ else
     { note "build failed (see build.log)"; tail -30 "$WORK/build.log"; }
   TESTS=build-cuda/tests/moe_ep_cuda_tests CLI=build-cuda/moe_ep
 fi
+# NCCL: the binaries open libnccl.so.2 at run time (dlopen); the device's PyTorch ships one.
+NCCL_LIB=$(python3 -c 'import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
+[[ -n "$NCCL_LIB" && -d "$NCCL_LIB" ]] && export LD_LIBRARY_PATH="$NCCL_LIB:${LD_LIBRARY_PATH:-}"
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}  # never NVLink multicast
+note "nccl: lib ${NCCL_LIB:-none}; torch.cuda.nccl.version() = $(python3 -c 'import torch; print(".".join(map(str, torch.cuda.nccl.version())))' 2>&1 | tail -1); $("$CLI" info 2>/dev/null | grep '^nccl:')"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem \
   --format=csv,noheader > "$WORK/gpu.txt" 2>&1
 note "gpu: $(cat "$WORK/gpu.txt")"
@@ -51,7 +56,10 @@ note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)  date: $
 # 1. GPU tests, one process per group (a device fault in one group cannot hide the others).
 if has_step tests; then
   groups=("Sm90Kernels.*:Sm90Fp4*:Sm90WeightLayout*:Recipes/Sm90WeightLayout*:Sm90Plan*:Sm90LayerErrors*"
-          "Recipes/Sm90LayerTiny.*/0" "Recipes/Sm90LayerTiny.*/1" "Sm90FlashMxfp4.*" "Sm90FlashNvfp4.*")
+          "Recipes/Sm90LayerTiny.*/0" "Recipes/Sm90LayerTiny.*/1" "Sm90FlashMxfp4.*" "Sm90FlashNvfp4.*"
+          "Recipes/EpSimOneGpu.*" "EpNcclWorldOfOne.*")
+  # MOE_EP_DEVICE_TEST_GROUPS="g1;g2": only these gtest filters.
+  [[ -n "${MOE_EP_DEVICE_TEST_GROUPS:-}" ]] && IFS=';' read -r -a groups <<< "$MOE_EP_DEVICE_TEST_GROUPS"
   : > "$WORK/tests.log"
   for i in "${!groups[@]}"; do
     run_limited 240 "$TESTS" --gtest_filter="${groups[$i]}" --gtest_output=xml:"$WORK/gtest_$i.xml" \
@@ -84,6 +92,30 @@ if has_step run; then
     rc=$?
     cat "$WORK/run.log.tmp" >> "$WORK/run.log"
     note "run $args: rc=$rc $(grep -iE "check" "$WORK/run.log.tmp" | tail -1 | tr -s ' ')"
+  done
+fi
+
+# 3b. Expert parallelism on the GPU: R ranks simulated on this GPU, the NCCL launcher with one
+# rank, the refusal of more ranks than GPUs, and the EP bench (layer time, dispatch/combine GB/s).
+if has_step ep; then
+  : > "$WORK/ep.log"
+  for args in "--preset tiny --backend mxfp4 --ranks 8 -T 100 --simulate-ranks-on-one-gpu" \
+              "--preset tiny --backend nvfp4 --ranks 4 -T 77 --holes 0.2 --simulate-ranks-on-one-gpu" \
+              "--preset tiny --backend mxfp4 --ranks 2 -T 0 --simulate-ranks-on-one-gpu" \
+              "--preset deepseek-v4-flash --backend mxfp4 --ranks 8 -T 128 --check-rows 64 --simulate-ranks-on-one-gpu" \
+              "--preset tiny --backend mxfp4 --ranks 1 -T 64 --nccl" \
+              "--preset tiny --ranks 4 -T 8"; do
+    run_limited 150 "$CLI" run --device cuda $args > "$WORK/ep.log.tmp" 2>&1
+    rc=$?
+    cat "$WORK/ep.log.tmp" >> "$WORK/ep.log"
+    note "ep run $args: rc=$rc $(grep -iE "check:|result|error|rel_err" "$WORK/ep.log.tmp" | tail -2 | tr -s ' ' | tr '\n' ' ' | cut -c1-400)"
+  done
+  for R in ${MOE_EP_EP_BENCH_RANKS:-8}; do
+    run_limited 200 "$CLI" bench --device cuda --preset deepseek-v4-flash --ranks "$R" \
+      --simulate-ranks-on-one-gpu --tokens "${MOE_EP_EP_BENCH_TOKENS:-1,128,4096}" --iters 10 \
+      --csv "$WORK/bench_ep_R$R.csv" > "$WORK/bench_ep_R$R.log" 2>&1
+    note "ep bench R=$R: rc=$? ($(elapsed) s)"
+    sed 's/^/  /' "$WORK/bench_ep_R$R.log" | tail -6 >> "$SUMMARY"
   done
 fi
 
@@ -172,6 +204,7 @@ cp "$SUMMARY" "$OUT/summary.txt"
 [[ -f "$WORK/bench.csv" ]] && cp "$WORK/bench.csv" "$OUT/bench.csv"
 [[ -f "$WORK/torch.csv" ]] && cp "$WORK/torch.csv" "$OUT/torch.csv"
 [[ -f "$WORK/errors.txt" ]] && cp "$WORK/errors.txt" "$OUT/errors.txt"
+ls "$WORK"/bench_ep_R*.csv >/dev/null 2>&1 && cat "$WORK"/bench_ep_R*.csv > "$OUT/bench_ep.csv"
 tar -czf "$OUT/logs.tar.gz" -C "$WORK" . 2>/dev/null
 echo
 echo "==== moe_ep device summary ===="

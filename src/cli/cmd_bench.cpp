@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "cli/batch.h"
+#include "cli/bench_ep.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/problem.h"
@@ -35,6 +36,13 @@ struct BenchOptions {
   bool eager = false;
   double bandwidth_gbps = 0.0;  // 0: measure
   double compute_tflops = 0.0;  // 0: measure
+  // expert parallelism (cli/cmd_bench_ep.cpp)
+  bool tokens_given = false;
+  int ranks = 1;
+  bool simulate_ranks_on_one_gpu = false;
+  int64_t timeout_ms = 600000;
+  int ep_rank = -1;
+  std::string ep_rendezvous;
 };
 
 struct BenchRow {
@@ -64,6 +72,10 @@ int bench_command(BenchOptions o) {
   if (!o.preset_given)
     o.problem.preset = resolve_device(o.problem.device).device.type == DeviceType::kCUDA
                            ? "deepseek-v4-flash" : "tiny";
+  BenchEpOptions ep{o.problem, o.tokens_given ? o.tokens : std::vector<int64_t>{1, 128, 4096},
+                    o.ranks, o.simulate_ranks_on_one_gpu, o.iters, o.warmup, o.eager, o.json,
+                    o.csv, o.timeout_ms, o.ep_rank, o.ep_rendezvous};
+  if (wants_bench_expert_parallel(ep)) return bench_expert_parallel(ep);  // cmd_bench_ep.cpp
   const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
   const ProblemSetup s = plan_problem(o.problem, max_t, 1);
   const bool cuda = s.device.device.type == DeviceType::kCUDA;
@@ -198,8 +210,19 @@ Command add_bench_command(CLI::App& app) {
       ->check(number_at_least(0, true));
   cmd->add_option("--compute-tflops", o->compute_tflops, "compute rate for the floor (default: measured)")
       ->check(number_at_least(0, true));
+  cmd->add_option("--ranks", o->ranks, "EP ranks on GPUs: one process per GPU, or "
+                  "--simulate-ranks-on-one-gpu (default T sweep 1,128,4096 per rank)")
+      ->check(integer_at_least(1))->capture_default_str();
+  cmd->add_flag("--simulate-ranks-on-one-gpu", o->simulate_ranks_on_one_gpu,
+                "run the --ranks ranks as simulated ranks on the one --device GPU");
+  cmd->add_option("--timeout-ms", o->timeout_ms, "expert parallelism: bound on every wait for a peer")
+      ->check(integer_at_least(1))->capture_default_str();
+  cmd->add_option("--ep-rank", o->ep_rank, "rank of a launched NCCL world (internal)")
+      ->check(integer_at_least(0))->group("");
+  cmd->add_option("--ep-rendezvous", o->ep_rendezvous, "unique-id file prefix (internal)")->group("");
   return {cmd, [o, cmd] {
             o->preset_given = cmd->count("--preset") > 0;
+            o->tokens_given = cmd->count("--tokens") > 0;
             return run_guarded("bench", [o] { return bench_command(*o); });
           }};
 }
