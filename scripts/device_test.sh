@@ -62,7 +62,7 @@ if has_step tests; then
   [[ -n "${MOE_EP_DEVICE_TEST_GROUPS:-}" ]] && IFS=';' read -r -a groups <<< "$MOE_EP_DEVICE_TEST_GROUPS"
   : > "$WORK/tests.log"
   for i in "${!groups[@]}"; do
-    run_limited 240 "$TESTS" --gtest_filter="${groups[$i]}" --gtest_output=xml:"$WORK/gtest_$i.xml" \
+    run_limited "${MOE_EP_DEVICE_GROUP_TIMEOUT:-240}" "$TESTS" --gtest_filter="${groups[$i]}" --gtest_output=xml:"$WORK/gtest_$i.xml" \
       > "$WORK/tests_$i.log" 2>&1
     rc=$?
     cat "$WORK/tests_$i.log" >> "$WORK/tests.log"

@@ -30,7 +30,7 @@
 namespace moe_ep::cli {
 namespace {
 
-WeightPack slice_pack(const WeightPack& all, int64_t first, int64_t count) {
+[[maybe_unused]] WeightPack slice_pack(const WeightPack& all, int64_t first, int64_t count) {
   auto slice = [&](TensorView t) {
     if (!t.defined()) return t;
     const int64_t per = t.numel() / t.shape[0];
@@ -51,7 +51,7 @@ struct Row {
   double gbps(int64_t bytes, double us) const { return bytes / (us * 1e-6) / 1e9; }
 };
 
-ProblemOptions options_for(const BenchEpOptions& o, int64_t T) {
+[[maybe_unused]] ProblemOptions options_for(const BenchEpOptions& o, int64_t T) {
   ProblemOptions p = o.problem;
   if (p.max_tokens_per_rank <= 0) p.max_tokens_per_rank = std::max<int64_t>(T, 1);
   return p;

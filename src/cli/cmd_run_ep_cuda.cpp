@@ -36,7 +36,7 @@ namespace moe_ep::cli {
 namespace {
 
 // Experts [first, first + count) of a pack (views).
-WeightPack slice_pack(const WeightPack& all, int64_t first, int64_t count) {
+[[maybe_unused]] WeightPack slice_pack(const WeightPack& all, int64_t first, int64_t count) {
   auto slice = [&](TensorView t) {
     if (!t.defined()) return t;
     const int64_t per = t.numel() / t.shape[0];
@@ -54,7 +54,7 @@ WeightPack slice_pack(const WeightPack& all, int64_t first, int64_t count) {
   return p;
 }
 
-testing::HostInputs concat(const std::vector<testing::HostInputs>& parts) {
+[[maybe_unused]] testing::HostInputs concat(const std::vector<testing::HostInputs>& parts) {
   testing::HostInputs g = parts.at(0);
   g.num_tokens = 0;
   g.x.clear();
@@ -77,7 +77,7 @@ struct EpCheck {
 };
 
 // y of `inputs` (one rank's or the global batch) against the CPU single-rank layer.
-EpCheck check_against_cpu(const ProblemSetup& s, const RunOptions& o, const testing::HostWeights& w,
+[[maybe_unused]] EpCheck check_against_cpu(const ProblemSetup& s, const RunOptions& o, const testing::HostWeights& w,
                           const testing::HostInputs& in, const std::vector<uint16_t>& y, bool rerun_equal) {
   EpCheck c;
   ProblemSetup one = s;
@@ -96,7 +96,7 @@ EpCheck check_against_cpu(const ProblemSetup& s, const RunOptions& o, const test
   return c;
 }
 
-Json device_workspace_json(const DeviceWorkspaceLayout& l) {
+[[maybe_unused]] Json device_workspace_json(const DeviceWorkspaceLayout& l) {
   Json j;
   j["formula"] = device_workspace_formula();
   j["shape"] = l.shape.str();
@@ -109,7 +109,7 @@ Json device_workspace_json(const DeviceWorkspaceLayout& l) {
   return j;
 }
 
-void fill_check_json(Json& j, const EpCheck& c, const RunOptions& o) {
+[[maybe_unused]] void fill_check_json(Json& j, const EpCheck& c, const RunOptions& o) {
   j["check"] = o.check;
   j["reference"] = o.check ? Json(c.reference) : Json(nullptr);
   j["checked_rows"] = c.checked_rows;
@@ -121,7 +121,7 @@ void fill_check_json(Json& j, const EpCheck& c, const RunOptions& o) {
   j["check_passed"] = o.check ? Json(c.passed) : Json(nullptr);
 }
 
-int finish(const Json& j, const RunOptions& o, bool passed, const std::string& summary) {
+[[maybe_unused]] int finish(const Json& j, const RunOptions& o, bool passed, const std::string& summary) {
   if (o.json)
     fmt::print("{}\n", j.dump());
   else
