@@ -105,14 +105,14 @@ if has_step ep; then
               "--preset deepseek-v4-flash --backend mxfp4 --ranks 8 -T 128 --check-rows 64 --simulate-ranks-on-one-gpu" \
               "--preset tiny --backend mxfp4 --ranks 1 -T 64 --nccl" \
               "--preset tiny --ranks 4 -T 8"; do
-    run_limited 150 "$CLI" run --device cuda $args > "$WORK/ep.log.tmp" 2>&1
+    run_limited 150 "$CLI" run --device cuda --timeout-ms 20000 $args > "$WORK/ep.log.tmp" 2>&1
     rc=$?
     cat "$WORK/ep.log.tmp" >> "$WORK/ep.log"
     note "ep run $args: rc=$rc $(grep -iE "check:|result|error|rel_err" "$WORK/ep.log.tmp" | tail -2 | tr -s ' ' | tr '\n' ' ' | cut -c1-400)"
   done
   for R in ${MOE_EP_EP_BENCH_RANKS:-8}; do
     run_limited 200 "$CLI" bench --device cuda --preset deepseek-v4-flash --ranks "$R" \
-      --simulate-ranks-on-one-gpu --tokens "${MOE_EP_EP_BENCH_TOKENS:-1,128,4096}" --iters 10 \
+      --simulate-ranks-on-one-gpu --tokens "${MOE_EP_EP_BENCH_TOKENS:-1,128,4096}" --iters 10 --timeout-ms 20000 \
       --csv "$WORK/bench_ep_R$R.csv" > "$WORK/bench_ep_R$R.log" 2>&1
     note "ep bench R=$R: rc=$? ($(elapsed) s)"
     sed 's/^/  /' "$WORK/bench_ep_R$R.log" | tail -6 >> "$SUMMARY"

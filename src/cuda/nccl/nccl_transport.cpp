@@ -95,6 +95,8 @@ NcclTransport::NcclTransport(const Bootstrap& b)
   }
   MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   MOE_EP_CUDA_CHECK(cudaMalloc(&gather_, sizeof(GatherRecord) * (world_size_ + 1)));
+  // Pinned, so that the copies around the all_gather are asynchronous and the wait stays ours.
+  MOE_EP_CUDA_CHECK(cudaMallocHost(&host_gather_, sizeof(GatherRecord) * (world_size_ + 1)));
 }
 
 NcclTransport::~NcclTransport() {
@@ -119,6 +121,7 @@ NcclTransport::~NcclTransport() {
       api_->CommAbort(comm_);
   }
   if (gather_) cudaFree(gather_);
+  if (host_gather_) cudaFreeHost(host_gather_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -175,14 +178,15 @@ std::vector<int64_t> NcclTransport::all_gather(std::string_view phase, int64_t v
   if (!local_error.empty()) copy_text(mine.error, sizeof(mine.error), local_error, &mine.error_len);
   auto* send = static_cast<GatherRecord*>(gather_);
   GatherRecord* recv = send + 1;
-  MOE_EP_CUDA_CHECK(cudaMemcpyAsync(send, &mine, sizeof(mine), cudaMemcpyHostToDevice, stream_));
+  auto* host = static_cast<GatherRecord*>(host_gather_);
+  host[0] = mine;
+  MOE_EP_CUDA_CHECK(cudaMemcpyAsync(send, host, sizeof(mine), cudaMemcpyHostToDevice, stream_));
   const ncclResult_t r = api_->AllGather(send, recv, sizeof(GatherRecord), ncclUint8, comm_, stream_);
   if (r != ncclSuccess && r != ncclInProgress)
     fail(ErrorCode::kDevice, fmt::format("rank {}: ncclAllGather failed in phase '{}': {}", rank_,
                                          phase, api_->error_str(r, comm_)));
   wait_ready(fmt::format("'{}' (all_gather enqueue)", phase), deadline);
-  std::vector<GatherRecord> all(world_size_);
-  MOE_EP_CUDA_CHECK(cudaMemcpyAsync(all.data(), recv, sizeof(GatherRecord) * world_size_,
+  MOE_EP_CUDA_CHECK(cudaMemcpyAsync(host + 1, recv, sizeof(GatherRecord) * world_size_,
                                     cudaMemcpyDeviceToHost, stream_));
   while (true) {
     const cudaError_t q = cudaStreamQuery(stream_);
@@ -202,6 +206,7 @@ std::vector<int64_t> NcclTransport::all_gather(std::string_view phase, int64_t v
                        rank_, phase, ms_since(start)));
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+  const std::vector<GatherRecord> all(host + 1, host + 1 + world_size_);
   std::vector<int64_t> values(world_size_);
   std::vector<int> failed;
   for (int q = 0; q < world_size_; ++q) {

@@ -66,7 +66,8 @@ class NcclTransport final : public detail::Transport {
   bool owns_comm_ = false;
   std::string broken_;  // non-empty: aborted, and why
   cudaStream_t stream_ = nullptr;
-  void* gather_ = nullptr;  // device: send record, then R receive records
+  void* gather_ = nullptr;       // device: send record, then R receive records
+  void* host_gather_ = nullptr;  // pinned host copy of the same
   void* base_ = nullptr;
   int64_t window_bytes_ = 0;
   ncclWindow_t window_ = nullptr;
