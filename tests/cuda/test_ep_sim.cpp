@@ -17,6 +17,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "cuda/ep/ep_params.h"
+#include "cuda/ep/ep_rank_engine.h"
 #include "cuda/ep/sim_group.h"
 #include "cuda/errors.h"
 #include "cuda_test_util.h"
@@ -298,6 +300,51 @@ TEST_P(EpSimOneGpu, ARankThatNeverArrivesEndsInATimeoutNamingRankAndPhase) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, EpSimOneGpu, ::testing::Values("mxfp4", "nvfp4"));
+
+// Host-side parts, no GPU needed: launch sizes, the timeout message, bad group options.
+TEST(EpSimHost, BlocksPerRankCoverTheRowsAndStayBounded) {
+  cuda::ep::EpGeometry g;
+  g.world_size = 8;
+  g.top_k = 6;
+  g.hidden = 4096;
+  g.slots_per_source = 4096 * 6;
+  using cuda::ep::EpStep;
+  EXPECT_EQ(cuda::ep::ep_blocks_per_rank(EpStep::kDispatch, g, 0, 8, 132), 1);  // T = 0 still signals
+  EXPECT_EQ(cuda::ep::ep_blocks_per_rank(EpStep::kDispatch, g, 1, 8, 132), 1);
+  EXPECT_EQ(cuda::ep::ep_blocks_per_rank(EpStep::kDispatch, g, 4096, 8, 132), 33);  // 2 per SM in all
+  EXPECT_EQ(cuda::ep::ep_blocks_per_rank(EpStep::kDispatch, g, 4096, 1, 132), 264);
+  EXPECT_EQ(cuda::ep::ep_blocks_per_rank(EpStep::kReduce, g, 2, 1, 132), 4);  // 2 x 512 threads
+  EXPECT_EQ(cuda::ep::ep_blocks_per_rank(EpStep::kCombine, g, 1, 1, 132), 264);
+  cuda::ep::EpSync sync{};
+  EXPECT_EQ(cuda::ep::describe_timeout(sync, 0, 100, "x"), "");
+  sync.error_flags = cuda::ep::kEpErrorPeerTimeout;
+  sync.timeout_phase = cuda::ep::kPhaseCombine;
+  sync.timeout_peer = 5;
+  sync.timeout_epoch = 12;
+  const std::string m = cuda::ep::describe_timeout(sync, 3, 250, "NCCL LSA barrier");
+  EXPECT_NE(m.find("rank 3 timed out in phase combine (barrier 12) waiting for rank 5"), std::string::npos) << m;
+  EXPECT_NE(m.find("timeout_ms = 250"), std::string::npos) << m;
+}
+
+TEST(EpSimHost, BadGroupOptionsNameTheField) {
+  const Problem p = testsupport::tiny_problem("mxfp4");
+  auto message = [&](cuda::ep::SimGroupOptions o, size_t packs) -> std::string {
+    try {
+      std::vector<WeightPack> w(packs);
+      cuda::ep::SimEpGroup group(o, w);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(message(options(p, 9), 9).find("world_size = 9"), std::string::npos);
+  EXPECT_NE(message(options(p, 2), 3).find("weights has 3 entries"), std::string::npos);
+  EXPECT_NE(message(options(p, 3), 3).find("not divisible by world_size = 3"), std::string::npos);
+  auto cpu = options(p, 2);
+  cpu.device = Device::cpu();
+  EXPECT_NE(message(cpu, 2).find("runs on a CUDA device"), std::string::npos);
+}
 
 }  // namespace
 }  // namespace moe_ep::cudatest
