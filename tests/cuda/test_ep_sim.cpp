@@ -5,12 +5,14 @@
 //     the recipe's threshold (testing/tolerances.h): GPU and CPU sum their fp32 products in
 //     different orders, so only rounding-boundary flips differ; not bitwise;
 //   - the CUDA world-size-1 layer on the same global batch, bit for bit: every o_k is computed
-//     by the same per-row GEMM code and travels back unchanged as bf16, and the reduce sums the
-//     o_k in slot order like the world-size-1 combine.
+//     by the same per-row GEMM code (the suite pins the GEMM kernels, see PinnedGemmKernels)
+//     and travels back unchanged as bf16, and the reduce sums the o_k in slot order like the
+//     world-size-1 combine.
 // Inputs: Gaussian with holes, T different per rank (0 included), every slot to one expert,
 // structured x that encodes (rank, token), caller-quantized activations; then graph replay,
 // reruns, an out-of-range id, and a rank that never arrives (bounded wait, no hang).
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <numeric>
 
@@ -135,9 +137,29 @@ double expect_matches(const Problem& p, const WeightSet& w, int R, const std::ve
   return err;
 }
 
+// The bitwise comparison needs the same GEMM kernels on both sides; the world-size-1 layer may
+// pick its kernels by the number of rows (MOE_EP_SM90_GEMM=auto), and the local layers see
+// R*T*K rows where the reference sees the global T. The suite pins the mma kernels.
+class PinnedGemmKernels {
+ public:
+  PinnedGemmKernels() {
+    if (const char* v = std::getenv("MOE_EP_SM90_GEMM")) old_ = v, had_ = true;
+    ::setenv("MOE_EP_SM90_GEMM", "mma", 1);
+  }
+  ~PinnedGemmKernels() {
+    if (had_) ::setenv("MOE_EP_SM90_GEMM", old_.c_str(), 1);
+    else ::unsetenv("MOE_EP_SM90_GEMM");
+  }
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+
 class EpSimOneGpu : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { MOE_EP_REQUIRE_CUDA(); }
+  PinnedGemmKernels pinned_;
 };
 
 TEST_P(EpSimOneGpu, RandomRoutingWithHolesAndUnevenTokensPerRank) {
