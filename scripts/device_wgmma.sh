@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# GPU runner of the wgmma grouped GEMMs: SASS summary of their kernels (QGMMA present, no local
+# memory), their tests, compute-sanitizer on the small case, kernel times at the full
+# deepseek-v4-flash size, and the layer bench. Prints a short summary last.
+#
+#   scripts/device_pack.sh build-wgmma .device-bin-wgmma   (here, then on the device:)
+#   MOE_EP_DEVICE_BIN=.device-bin-wgmma scripts/device_wgmma.sh
+#   MOE_EP_WGMMA_STEPS="sass tests flash sanitizer timing bench ncu"   (default: all but ncu)
+#   MOE_EP_WGMMA_BUDGET=280    seconds for all steps
+#
+# Outputs ($OUT, default ./device-out): wgmma_summary.txt, wgmma_logs.tar.gz, bench.csv.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/device-out}
+BIN=${MOE_EP_DEVICE_BIN:-.device-bin-wgmma}
+STEPS=${MOE_EP_WGMMA_STEPS:-sass tests flash sanitizer timing bench}
+BUDGET=${MOE_EP_WGMMA_BUDGET:-280}
+WORK=$(mktemp -d /tmp/moe_ep_wgmma.XXXX)
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/$BIN:${LD_LIBRARY_PATH:-}"
+TESTS=$BIN/moe_ep_cuda_tests CLI=$BIN/moe_ep
+START=$(date +%s)
+elapsed() { echo $(( $(date +%s) - START )); }
+run_limited() {  # run_limited SECONDS cmd...: the smaller of SECONDS and the budget left
+  local left=$(( BUDGET - $(elapsed) - 10 )) s=$1; shift
+  (( left < s )) && s=$left
+  if (( s <= 5 )); then echo "skipped: budget spent" >&2; return 124; fi
+  timeout "$s" "$@"
+}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+SUMMARY=$WORK/wgmma_summary.txt
+note() { echo "$*" | tee -a "$SUMMARY"; }
+gtest_counts() {
+  echo "passed=$(grep -c "^\[       OK \]" "$1") failed=$(grep -c "^\[  FAILED  \].*(" "$1") skipped=$(grep -c "^\[  SKIPPED \].*(" "$1")"
+}
+
+note "gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1)"
+note "binaries: $BIN ($(tr '\n' ' ' < "$BIN/COMMIT" 2>/dev/null))  date: $(date -u +%Y-%m-%dT%H:%MZ)"
+FAILED=0
+
+# 1. SASS of the wgmma kernels: QGMMA count, local memory (LDL/STL), instructions per function.
+if has sass; then
+  for o in "$BIN"/sm90_mxfp4_*grouped_gemm*.cu.o; do
+    [[ -f "$o" ]] || continue
+    cuobjdump -sass "$o" > "$WORK/$(basename "$o" .cu.o).sass" 2>&1
+    python3 - "$WORK/$(basename "$o" .cu.o).sass" >> "$SUMMARY" <<'PY'
+import re, sys, collections
+fn, stats = None, collections.OrderedDict()
+for line in open(sys.argv[1]):
+    m = re.search(r"Function : (\S+)", line)
+    if m:
+        fn = m.group(1); stats[fn] = collections.Counter(); continue
+    m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", line)
+    if fn and m:
+        op = m.group(2).split(".")[0]
+        stats[fn]["all"] += 1; stats[fn][op] += 1
+for fn, c in stats.items():
+    tile = re.search(r"ILi(\d+)ELi(\d+)ELi(\d+)ELb([01])", fn)
+    name = ("wgmma " if "wgmma" in fn else "mma.sync ") + ("gemm1" if "gemm1" in fn else "gemm2") + \
+        (f" {tile.group(1)}x{tile.group(2)} s{tile.group(3)} {'quad' if tile.group(4) == '1' else 'lane'}" if tile else "")
+    print(f"  sass {name}: {c['all']} instr, QGMMA {c['QGMMA']}, HGMMA {c['HGMMA']}, HMMA {c['HMMA']}, "
+          f"LDL {c['LDL']}, STL {c['STL']}, FFMA {c['FFMA']}, PRMT {c['PRMT']}, LDS {c['LDS']}, STS {c['STS']}, "
+          f"LDGSTS {c['LDGSTS']}, SYNCS {sum(v for k, v in c.items() if k.startswith('SYNCS'))}, WARPGROUP {c['WARPGROUP']}")
+PY
+  done
+fi
+
+# 2. Tests: host checks, kernel-level comparisons with mma.sync, the tiny layer forced onto wgmma.
+if has tests; then
+  run_limited 110 "$TESTS" --gtest_filter='Sm90WgmmaHost*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.Tiny*' \
+    > "$WORK/tests.log" 2>&1
+  rc=$?
+  note "tests (host, kernels, tiny layer): rc=$rc $(gtest_counts "$WORK/tests.log")  ($(elapsed) s)"
+  (( rc != 0 )) && FAILED=1
+  if (( rc == 124 )); then  # a hang: nothing after this can be trusted
+    grep -E "^\[ RUN|^\[ wgmma" "$WORK/tests.log" | tail -5 | sed 's/^/  last: /' >> "$SUMMARY"
+    STEPS="sass"
+  fi
+  grep -E "^\[ wgmma|Failure|Expected|Which is|actual|FAILED" "$WORK/tests.log" | head -80 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+# 3. Kernel times at the full flash size (random bytes, checked against mma.sync).
+if has timing; then
+  MOE_EP_WGMMA_TIMING=1 run_limited 90 "$TESTS" --gtest_filter='Sm90WgmmaTiming.*' > "$WORK/timing.log" 2>&1
+  note "timing: rc=$? $(gtest_counts "$WORK/timing.log")  ($(elapsed) s)"
+  grep -E "^\[ wgmma|Failure|Expected|Which is" "$WORK/timing.log" | head -30 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+# 4. compute-sanitizer racecheck (and memcheck) on the small case.
+if has sanitizer && (( FAILED == 0 )); then
+  for tool in racecheck memcheck; do
+    run_limited 100 compute-sanitizer --tool "$tool" --error-exitcode 86 "$TESTS" \
+      --gtest_filter='Sm90WgmmaKernels.SmallCaseForSanitizers' > "$WORK/sanitizer_$tool.log" 2>&1
+    note "sanitizer $tool: rc=$? ($(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$WORK/sanitizer_$tool.log" | tail -1))  ($(elapsed) s)"
+  done
+fi
+
+# 5. The deepseek-v4-flash layer (E = 256) forced onto wgmma against the CPU layer, 20 reruns.
+if has flash; then
+  run_limited 200 "$TESTS" --gtest_filter='Sm90WgmmaLayer.Flash*' > "$WORK/flash.log" 2>&1
+  rc=$?
+  note "flash layer: rc=$rc $(gtest_counts "$WORK/flash.log")  ($(elapsed) s)"
+  (( rc != 0 )) && FAILED=1
+  grep -E "^\[ wgmma|Failure|Expected|Which is|FAILED" "$WORK/flash.log" | head -30 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+# 6. The layer bench (CUDA graph replays), wgmma forced and auto.
+if has bench && (( FAILED == 0 )); then
+  MOE_EP_SM90_GEMM=${MOE_EP_BENCH_GEMM:-auto} run_limited 150 "$CLI" bench --device cuda --preset deepseek-v4-flash \
+    --tokens "${MOE_EP_BENCH_TOKENS:-1,128,2048,8192}" --iters 20 --warmup 3 --compute-tflops 1457 \
+    --bandwidth-gbps 4240 --csv "$OUT/bench.csv" > "$WORK/bench.log" 2>&1
+  note "bench (MOE_EP_SM90_GEMM=${MOE_EP_BENCH_GEMM:-auto}): rc=$?  ($(elapsed) s)"
+  grep -vE "^#|^$" "$WORK/bench.log" | tail -8 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+# 7. ncu of the wgmma kernels at T = 8192 (speed of light, warp states).
+if has ncu; then
+  MOE_EP_WGMMA_TIMING=1 MOE_EP_WGMMA_TIMING_TOKENS=${MOE_EP_NCU_TOKENS:-8192} MOE_EP_WGMMA_TIMING_ITERS=1 \
+    run_limited 150 ncu --clock-control none --kernel-name regex:'sm90_mxfp4_(wgmma_)?grouped' --launch-count 6 \
+    --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
+    "$TESTS" --gtest_filter='Sm90WgmmaTiming.*' > "$WORK/ncu.log" 2>&1
+  note "ncu: rc=$?  ($(elapsed) s)"
+  grep -E "sm90_mxfp4|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Issue Slots|Stall|Registers Per" \
+    "$WORK/ncu.log" | sed 's/  */ /g' | head -70 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+note "total $(elapsed) s"
+cp "$SUMMARY" "$OUT/wgmma_summary.txt"
+tar -czf "$OUT/wgmma_logs.tar.gz" -C "$WORK" . 2>/dev/null
+echo
+echo "==== wgmma device summary ===="
+cat "$SUMMARY"
