@@ -113,8 +113,9 @@ class CudaLayer final : public Layer::Impl {
         notes += '\n';
         notes += describe_fp8_window(
             analyze_fp8_window(canonical, parallel),
-            "none needed here: the SM90 kernels decode e2m1 to e4m3 unscaled and apply every "
-            "UE8M0 block scale in fp32 at its k block, exact for every row");
+            "a GEMM whose rows are all inside is folded (e4m3 = e2m1 * 2^(d - 8), one fp32 column "
+            "factor); one with a row outside keeps its E8M0 block scales, applied in fp32 at every "
+            "k block (exact for any spread, slower)");
       } else {
         notes += "\nnvfp4 on SM90: operands decoded to f16 (e2m1 * e4m3 is exact in f16), f16 "
                  "tensor cores with fp32 accumulation, global scales applied in the epilogue";
@@ -122,6 +123,12 @@ class CudaLayer final : public Layer::Impl {
       const KernelWeights kw = make_kernel_weights(canonical, parallel);
       w13_ = upload(kw.w13, kw.w13_global);
       w2_ = upload(kw.w2, kw.w2_global);
+      // Folded tensors carry shifts in place of E8M0 bytes: their column factors must go along.
+      if (kw.w13.folded) w13_col_scale_ = DeviceBuffer::upload(kw.w13.row_factors());
+      if (kw.w2.folded) w2_col_scale_ = DeviceBuffer::upload(kw.w2.row_factors());
+      if (!nvfp4_)
+        notes += fmt::format("\nsm90 weights: W13 {}, W2 {}", kw.w13.folded ? "folded" : "E8M0 block scales",
+                             kw.w2.folded ? "folded" : "E8M0 block scales");
     }
     workspace_ = DeviceBuffer(plan_.workspace.total_bytes);
     error_flags_ = DeviceBuffer(sizeof(uint32_t));
@@ -205,6 +212,7 @@ class CudaLayer final : public Layer::Impl {
     g1.op.w = w13_.tiles.get();
     g1.op.w_scale = w13_.scales.get();
     g1.op.w_global = w13_.global.get<float>();
+    g1.op.w_col_scale = w13_col_scale_.get<float>();
     g1.epilogue.row_weight = r.row_weight;
     g1.epilogue.clamp = clamp_;
     g1.epilogue.fast_math = fast_math_ ? 1 : 0;
@@ -242,6 +250,7 @@ class CudaLayer final : public Layer::Impl {
     g2.op.w = w2_.tiles.get();
     g2.op.w_scale = w2_.scales.get();
     g2.op.w_global = w2_.global.get<float>();
+    g2.op.w_col_scale = w2_col_scale_.get<float>();
     g2.epilogue.out = workspace_.get<uint16_t>(w.o);
     const int grid2 = plan_.gemm2_grid(T);
     if (nvfp4_)
@@ -279,6 +288,7 @@ class CudaLayer final : public Layer::Impl {
   float clamp_ = 0.0f;
   Plan plan_;
   UploadedGemmWeights w13_, w2_;
+  DeviceBuffer w13_col_scale_, w2_col_scale_;  // folded mxfp4: [E][N] column factors
   DeviceBuffer workspace_, error_flags_;
 };
 

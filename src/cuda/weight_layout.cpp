@@ -1,5 +1,8 @@
 #include "cuda/weight_layout.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/check.h"
 #include "cuda/kernels/sm90_grouped_gemm.h"
 #include "cuda/tile/fp4_codec.h"
@@ -57,14 +60,66 @@ void convert_expert(const uint8_t* packed, const uint8_t* scales, int64_t n_dim,
     }
 }
 
+// Folds one tensor when every row is inside the window: the blocks of a row that hold a
+// non-zero code span at most kFoldedShifts - 1 octaves, and its factor 2^(base - 119) is a
+// normal float (base <= 246). All-zero blocks decode to zeros with any shift (they get 0).
+// source_packed(e, n): canonical packed row [K/2] of kernel row n of expert e.
+template <class SourcePacked>
+void fold_into_fp8_window(KernelWeightTensor& t, SourcePacked source_packed, const ParallelFor& parallel_for) {
+  const int64_t steps = t.k / kStepK, n_dim = t.n, blocks = t.k / kMxBlock;
+  std::vector<uint8_t> base(static_cast<size_t>(t.num_experts * n_dim));
+  std::vector<uint8_t> zero_block(static_cast<size_t>(t.num_experts * n_dim * blocks));
+  std::vector<uint8_t> inside(static_cast<size_t>(t.num_experts), 1);
+  parallel_for(t.num_experts, [&](int64_t e) {
+    const uint8_t* sc = t.scales.data() + e * steps * n_dim * 4;
+    for (int64_t n = 0; n < n_dim; ++n) {
+      const uint8_t* packed = source_packed(e, n);
+      int lo = 255, hi = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        bool zero = true;
+        for (int64_t i = 0; i < kMxBlock / 2; ++i) zero &= (packed[b * kMxBlock / 2 + i] & 0x77) == 0;
+        zero_block[static_cast<size_t>((e * n_dim + n) * blocks + b)] = zero;
+        if (zero) continue;
+        const int v = sc[((b / 4) * n_dim + n) * 4 + b % 4];
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+      if (lo == 255) lo = hi = 127;  // an all-zero row
+      if (hi - lo > kFoldedShifts - 1 || lo > 246) inside[static_cast<size_t>(e)] = 0;
+      base[static_cast<size_t>(e * n_dim + n)] = static_cast<uint8_t>(lo);
+    }
+  });
+  for (uint8_t ok : inside)
+    if (!ok) return;
+  parallel_for(t.num_experts, [&](int64_t e) {
+    uint8_t* sc = t.scales.data() + e * steps * n_dim * 4;
+    for (int64_t n = 0; n < n_dim; ++n)
+      for (int64_t b = 0; b < blocks; ++b) {
+        uint8_t& v = sc[((b / 4) * n_dim + n) * 4 + b % 4];
+        v = zero_block[static_cast<size_t>((e * n_dim + n) * blocks + b)]
+                ? 0
+                : static_cast<uint8_t>(v - base[static_cast<size_t>(e * n_dim + n)]);
+      }
+  });
+  t.row_base = std::move(base);
+  t.folded = true;
+}
+
 }  // namespace
+
+std::vector<float> KernelWeightTensor::row_factors() const {
+  std::vector<float> f(row_base.size());
+  for (size_t i = 0; i < f.size(); ++i) f[i] = std::ldexp(1.0f, static_cast<int>(row_base[i]) - 119);
+  return f;
+}
 
 int64_t gemm1_source_row(int64_t n, int64_t intermediate) {
   const int64_t b = n / 8, i = n % 8;
   return (b % 2 == 0 ? 0 : intermediate) + (b / 2) * 8 + i;
 }
 
-KernelWeights make_kernel_weights(const HostExpertWeights& w, const ParallelFor& parallel_for) {
+KernelWeights make_kernel_weights(const HostExpertWeights& w, const ParallelFor& parallel_for,
+                                  Fp8Fold fold) {
   MOE_EP_ASSERT(w.format == WeightFormat::kMXFP4 || w.format == WeightFormat::kNVFP4);
   const bool nvfp4 = w.format == WeightFormat::kNVFP4;
   const int64_t E = w.shape.num_experts, H = w.shape.hidden, I = w.shape.intermediate;
@@ -94,6 +149,13 @@ KernelWeights make_kernel_weights(const HostExpertWeights& w, const ParallelFor&
                      out.w2.scales.data() + e * (H * I / kStepK) * scales_per_step);
     }
   });
+  if (!nvfp4 && fold == Fp8Fold::kWhenInside) {
+    fold_into_fp8_window(
+        out.w13, [&](int64_t e, int64_t n) { return w.w13_packed(e) + gemm1_source_row(n, I) * (H / 2); },
+        parallel_for);
+    fold_into_fp8_window(
+        out.w2, [&](int64_t e, int64_t n) { return w.w2_packed(e) + n * (I / 2); }, parallel_for);
+  }
   if (nvfp4) {
     out.w13_global.resize(E);
     out.w2_global.resize(E);
@@ -135,7 +197,9 @@ KernelWeightElement read_kernel_weight(const KernelWeightTensor& t, WeightFormat
   // Back from e4m3 to the e2m1 code (exact: every e2m1 value is an e4m3 value).
   const uint8_t code = float_to_e2m1(e4m3_to_float(byte));
   const int64_t per_step = nvfp4 ? 8 : 4, block = nvfp4 ? kNvBlock : kMxBlock;
-  const uint8_t scale = t.scales[((e * steps + s) * t.n + n) * per_step + kk / block];
+  uint8_t scale = t.scales[((e * steps + s) * t.n + n) * per_step + kk / block];
+  // Folded: the E8M0 byte again (an all-zero block reads back as the row base).
+  if (t.folded) scale = static_cast<uint8_t>(scale + t.row_base[static_cast<size_t>(e * t.n + n)]);
   return {static_cast<uint8_t>((byte & 0x80) ? (code | 0x8) : code), scale};
 }
 

@@ -15,6 +15,20 @@ struct KernelWeightTensor {
   int64_t num_experts = 0, n = 0, k = 0;  // per expert: N output rows, K reduction
   std::vector<uint8_t> tiles;             // [E][N/8][K/128][512 B]
   std::vector<uint8_t> scales;            // [E][K/128][N][4 (mxfp4) | 8 (nvfp4)]
+  // mxfp4 folded into the FP8 window (tile/fp4_codec.h): `scales` holds the shift d = E8M0 -
+  // row_base in 0..14 of each block (0 for an all-zero block), and row n of expert e carries
+  // the factor 2^(row_base[e][n] - 119) (row_factors()).
+  bool folded = false;
+  std::vector<uint8_t> row_base;          // [E][N] smallest E8M0 byte of the row (folded only)
+
+  std::vector<float> row_factors() const;  // [E][N] 2^(row_base - 119); empty when not folded
+};
+
+// Whether mxfp4 weights are folded into the FP8 window at load (SPEC.md §5).
+enum class Fp8Fold {
+  kWhenInside,  // fold a GEMM's weights when every row of every expert is inside the window
+                // (its non-zero blocks span at most 15 octaves)
+  kNever,       // keep E8M0 block scales, applied in fp32 per k block (exact for any spread)
 };
 
 struct KernelWeights {
@@ -29,7 +43,8 @@ int64_t gemm1_source_row(int64_t n, int64_t intermediate);
 
 // Converts; `parallel_for` runs independent (expert, row block) tasks.
 KernelWeights make_kernel_weights(const HostExpertWeights& w,
-                                  const ParallelFor& parallel_for = serial_for);
+                                  const ParallelFor& parallel_for = serial_for,
+                                  Fp8Fold fold = Fp8Fold::kWhenInside);
 
 // Reads back element (e, n, k) of a kernel tensor the way a kernel lane does: the e2m1 code
 // (4 bits, sign in bit 3) and the block scale byte. Used by tests.

@@ -1,6 +1,7 @@
 // Host-only checks of the SM90 backend's load-time code: the FP4 -> e4m3 register decode, the
 // kernel weight layout, the GEMM 1 gate/up interleave and the workspace plan. They need no GPU.
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <set>
 
@@ -45,6 +46,90 @@ TEST(Sm90Fp4Codec, StandardOrderDecodeIsExhaustivelyExact) {
     for (int i = 0; i < 4; ++i)
       ASSERT_EQ((e4 >> (8 * i)) & 0xFF, e4m3_of_code((x >> (4 * i)) & 0xF)) << "x=" << x << " i=" << i;
   }
+}
+
+// The folded tables against the formats module (itself checked against ml_dtypes): every
+// code times every power of two of the window is exact in e4m3 and encodes as the table says.
+TEST(Sm90Fp4Codec, FoldedTablesHoldTheExactE4M3OfEveryCodeAtEveryShift) {
+  for (int d = 0; d < kFoldedShifts; ++d)
+    for (uint8_t code = 0; code < 8; ++code) {
+      const float v = std::ldexp(e2m1_to_float(code), d - kFoldedShiftBias);
+      const uint32_t byte = (folded_table_word(d, code < 4 ? 0 : 4) >> (8 * (code % 4))) & 0xFF;
+      ASSERT_EQ(byte, float_to_e4m3(v)) << "d=" << d << " code=" << int(code);
+      ASSERT_EQ(e4m3_to_float(static_cast<uint8_t>(byte)), v) << "d=" << d << " code=" << int(code);
+    }
+}
+
+TEST(Sm90Fp4Codec, FoldedDecodeScalesEverySignedCodeExactly) {
+  std::mt19937 rng(9);
+  for (int d = 0; d < kFoldedShifts; ++d)
+    for (int rep = 0; rep < 256; ++rep) {
+      uint8_t lo[4], hi[4];
+      for (int i = 0; i < 4; ++i) {
+        lo[i] = rng() & 0xF;
+        hi[i] = rng() & 0xF;
+      }
+      uint32_t lo_e4m3, hi_e4m3;
+      decode_fp4_word_with(encode_fp4_word(lo, hi), folded_table_word(d, 0), folded_table_word(d, 4),
+                           lo_e4m3, hi_e4m3);
+      for (int i = 0; i < 4; ++i) {
+        const float want_lo = std::ldexp(e2m1_to_float(lo[i]), d - kFoldedShiftBias);
+        const float want_hi = std::ldexp(e2m1_to_float(hi[i]), d - kFoldedShiftBias);
+        const uint8_t got_lo = (lo_e4m3 >> (8 * i)) & 0xFF, got_hi = (hi_e4m3 >> (8 * i)) & 0xFF;
+        ASSERT_EQ(e4m3_to_float(got_lo), want_lo) << "d=" << d << " lo " << i;
+        ASSERT_EQ(e4m3_to_float(got_hi), want_hi) << "d=" << d << " hi " << i;
+        ASSERT_EQ(got_lo >> 7, (lo[i] >> 3) & 1u);  // -0 keeps its sign, as in the unfolded decode
+        ASSERT_EQ(got_hi >> 7, (hi[i] >> 3) & 1u);
+      }
+    }
+}
+
+// Folded weights keep every element: code * 2^(d - 8) * row factor = code * 2^(E8M0 - 127).
+TEST(Sm90WeightLayout, FoldingIntoTheFp8WindowPreservesEveryWeight) {
+  testsupport::Problem p = testsupport::tiny_problem("mxfp4");
+  p.num_experts = 2;
+  const testsupport::WeightSet ws = testsupport::random_weights(p, WeightFormat::kMXFP4, 5);
+  const HostExpertWeights w = prepare_host_weights(find_family(p.family), ws.pack(),
+                                                   {p.num_experts, p.hidden, p.intermediate});
+  const KernelWeights folded = make_kernel_weights(w);
+  const KernelWeights plain = make_kernel_weights(w, serial_for, Fp8Fold::kNever);
+  ASSERT_TRUE(folded.w13.folded && folded.w2.folded);
+  ASSERT_FALSE(plain.w13.folded || plain.w2.folded);
+  EXPECT_EQ(folded.w13.tiles, plain.w13.tiles);
+  for (const auto* pair : {&folded.w13, &folded.w2}) {
+    const KernelWeightTensor& f = *pair;
+    const KernelWeightTensor& u = pair == &folded.w13 ? plain.w13 : plain.w2;
+    const std::vector<float> factor = f.row_factors();
+    const int64_t steps = f.k / kGemmBlockK;
+    for (int64_t e = 0; e < f.num_experts; ++e)
+      for (int64_t s = 0; s < steps; ++s)
+        for (int64_t n = 0; n < f.n; ++n)
+          for (int j = 0; j < 4; ++j) {
+            const size_t at = static_cast<size_t>(((e * steps + s) * f.n + n) * 4 + j);
+            ASSERT_LT(f.scales[at], kFoldedShifts);
+            const double folded_scale = std::ldexp(1.0, f.scales[at] - kFoldedShiftBias) * factor[e * f.n + n];
+            ASSERT_EQ(folded_scale, std::ldexp(1.0, u.scales[at] - 127)) << "e=" << e << " n=" << n;
+          }
+  }
+}
+
+TEST(Sm90WeightLayout, RowsOutsideTheFp8WindowKeepTheBlockScales) {
+  testsupport::Problem p = testsupport::tiny_problem("mxfp4");
+  p.num_experts = 2;
+  testsupport::WeightSet ws = testsupport::random_weights(p, WeightFormat::kMXFP4, 5);
+  HostExpertWeights w = prepare_host_weights(find_family(p.family), ws.pack(),
+                                             {p.num_experts, p.hidden, p.intermediate});
+  // One W2 row of expert 1 spans 15 octaves: 112 and 127 among its blocks.
+  uint8_t* row = w.w2_scale.get() + 1 * w.w2_scales_per_expert() + 3 * (p.intermediate / 32);
+  row[0] = 112;
+  row[1] = 127;
+  const KernelWeights kw = make_kernel_weights(w);
+  EXPECT_TRUE(kw.w13.folded);
+  EXPECT_FALSE(kw.w2.folded);
+  EXPECT_TRUE(kw.w2.row_base.empty());
+  EXPECT_EQ(read_kernel_weight(kw.w2, WeightFormat::kMXFP4, 1, 3, 0).scale, 112);
+  row[1] = 126;  // 14 octaves: inside
+  EXPECT_TRUE(make_kernel_weights(w).w2.folded);
 }
 
 TEST(Sm90WeightLayout, Gemm1RowsInterleaveGateAndUpBlocksOf8) {

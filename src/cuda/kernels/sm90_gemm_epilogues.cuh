@@ -31,6 +31,11 @@ __device__ __forceinline__ int acc_row(const WarpPosition& wp, int mi, int h) {
   return wp.row0 + mi * 16 + wp.group + 8 * h;
 }
 
+// Folded mxfp4 weights: the factor of kernel column `col` (1 when not folded).
+__device__ __forceinline__ float col_scale(const GroupedGemmOperands& op, const TileCoord& t, int col) {
+  return op.w_col_scale ? op.w_col_scale[static_cast<int64_t>(t.expert) * op.n + col] : 1.0f;
+}
+
 __device__ __forceinline__ int a_source_row(const GroupedGemmOperands& op, int row) {
   return op.a_row_index ? op.a_row_index[row] : row;
 }
@@ -44,10 +49,19 @@ struct SwigluQ8Epilogue {
   static constexpr int kSharedBytes = kGemmBlockM * kRowStride * 4;
 
   static __device__ __forceinline__ void apply(const SwigluEpilogueParams& ep,
-                                               const GroupedGemmOperands&, const TileCoord& t,
+                                               const GroupedGemmOperands& op, const TileCoord& t,
                                                Accumulators& acc, uint8_t* smem) {
     float* hs = reinterpret_cast<float*>(smem);
     const WarpPosition wp = warp_position();
+    float gate_scale[2][2], up_scale[2][2];  // [p][c]
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = t.n_tile * kGemmBlockN + wp.col0 + 2 * p * 8 + wp.thread_in_group * 2 + c;
+        gate_scale[p][c] = col_scale(op, t, col);
+        up_scale[p][c] = col_scale(op, t, col + 8);
+      }
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -58,8 +72,8 @@ struct SwigluQ8Epilogue {
         for (int p = 0; p < 2; ++p)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            const float gate = round_to_bf16_device(acc[mi][2 * p][2 * h + c]);
-            const float up = round_to_bf16_device(acc[mi][2 * p + 1][2 * h + c]);
+            const float gate = round_to_bf16_device(acc[mi][2 * p][2 * h + c] * gate_scale[p][c]);
+            const float up = round_to_bf16_device(acc[mi][2 * p + 1][2 * h + c] * up_scale[p][c]);
             const int col = wp.col0 / 2 + p * 8 + wp.thread_in_group * 2 + c;
             hs[r * kRowStride + col] = clamped_swiglu_device(gate, up, ep.clamp, weight, ep.fast_math);
           }
@@ -143,6 +157,10 @@ struct StoreBf16Epilogue {
           if constexpr (kNvfp4) {
             v0 *= alpha;
             v1 *= alpha;
+          } else {
+            const int col = t.n_tile * kGemmBlockN + wp.col0 + ni * 8 + wp.thread_in_group * 2;
+            v0 *= col_scale(op, t, col);
+            v1 *= col_scale(op, t, col + 1);
           }
           const uint32_t bits = static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(v0))) |
                                 (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(v1))) << 16);

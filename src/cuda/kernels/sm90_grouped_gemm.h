@@ -11,7 +11,8 @@
 //            mxfp4: word j = k block j (32 wide), values k = 32j + 4t + {0..3} (lo) and
 //                   32j + 16 + 4t + {0..3} (hi), in the nibble order of tile/fp4_codec.h.
 //            nvfp4: word j = k16 blocks 2j (lo) and 2j+1 (hi), values 16b + 4t + {0..3}.
-//   w_scale  mxfp4: [E][K/128][N][4]  E8M0 of the four k32 blocks of a 128-wide k step
+//   w_scale  mxfp4: [E][K/128][N][4]  E8M0 of the four k32 blocks of a 128-wide k step (or,
+//                                    folded, their shifts 0..14 with w_col_scale)
 //            nvfp4: [E][K/128][N][8]  e4m3 of the eight k16 blocks
 //   GEMM 1 rows are interleaved by 8: row block 2b holds gate rows 8b..8b+7, block 2b+1 the
 //   up rows I+8b..; so a 128-wide n tile yields 64 complete SwiGLU outputs.
@@ -48,6 +49,9 @@ struct GroupedGemmOperands {
   const uint8_t* w = nullptr;
   const uint8_t* w_scale = nullptr;
   const float* w_global = nullptr;   // nvfp4: [E] weight_scale_2
+  // mxfp4 folded into the FP8 window (w_scale = shifts, tile/fp4_codec.h): factor of output
+  // column n of expert e, [E][N]; the epilogues multiply the fp32 accumulator by it.
+  const float* w_col_scale = nullptr;
 };
 
 // GEMM 1 epilogue: gu = bf16(acc); h = silu(min(gate, c)) * clamp(up, -c, c) * row_weight.
@@ -90,5 +94,32 @@ cudaError_t launch_sm90_mxfp4_grouped_gemm1(const Gemm1Params& params, int grid,
 cudaError_t launch_sm90_mxfp4_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
 cudaError_t launch_sm90_nvfp4_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
 cudaError_t launch_sm90_nvfp4_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
+
+// wgmma (sm_90a) mxfp4 grouped GEMMs, warp-specialized (sm90_mxfp4_wgmma_mainloop.cuh), for
+// FOLDED weights only (w_scale = shifts 0..14, w_col_scale set). Same params and outputs as
+// the mma.sync kernels above; the routing must list m-tiles of the tile's block_m, and n must
+// be a multiple of its block_n.
+enum class WgmmaTile { k64x256, k128x128 };
+struct WgmmaTileShape {
+  int block_m, block_n;
+};
+constexpr WgmmaTileShape wgmma_tile_shape(WgmmaTile tile) {
+  return tile == WgmmaTile::k64x256 ? WgmmaTileShape{64, 256} : WgmmaTileShape{128, 128};
+}
+inline constexpr WgmmaTile kWgmmaDefaultTile = WgmmaTile::k64x256;
+inline constexpr int kWgmmaBlockM = wgmma_tile_shape(kWgmmaDefaultTile).block_m;
+inline constexpr int kWgmmaThreads = 384;  // 1 producer + 2 consumer warpgroups
+
+// Producer decode mapping (sm90_mxfp4_wgmma_mainloop.cuh): kQuad (default) or kLane, kept for A/B.
+enum class WgmmaDecode { kQuad, kLane };
+
+cudaError_t configure_sm90_mxfp4_wgmma_grouped_gemm1(WgmmaTile tile, int* blocks_per_sm,
+                                                     WgmmaDecode decode = WgmmaDecode::kQuad);
+cudaError_t configure_sm90_mxfp4_wgmma_grouped_gemm2(WgmmaTile tile, int* blocks_per_sm,
+                                                     WgmmaDecode decode = WgmmaDecode::kQuad);
+cudaError_t launch_sm90_mxfp4_wgmma_grouped_gemm1(WgmmaTile tile, const Gemm1Params& params, int grid,
+                                                  cudaStream_t stream, WgmmaDecode decode = WgmmaDecode::kQuad);
+cudaError_t launch_sm90_mxfp4_wgmma_grouped_gemm2(WgmmaTile tile, const Gemm2Params& params, int grid,
+                                                  cudaStream_t stream, WgmmaDecode decode = WgmmaDecode::kQuad);
 
 }  // namespace moe_ep::cuda

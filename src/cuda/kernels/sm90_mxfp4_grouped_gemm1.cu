@@ -1,15 +1,18 @@
-// mxfp4 grouped GEMM 1 (W13, fused clamped SwiGLU epilogue): persistent grid over (m tile, n tile).
+// mxfp4 grouped GEMM 1 (W13, fused clamped SwiGLU epilogue): persistent grid over (m tile, n tile), with
+// E8M0 block scales or weights folded into the FP8 window (op.w_col_scale set).
 #include "cuda/kernels/sm90_gemm_epilogues.cuh"
+#include "cuda/kernels/sm90_kernel_config.cuh"
 #include "cuda/kernels/sm90_mxfp4_mainloop.cuh"
 
 namespace moe_ep::cuda {
 namespace {
 
-using Mainloop = Mxfp4Mainloop;
 using Epilogue = SwigluQ8Epilogue;
+template <class Mainloop>
 constexpr int kSharedBytes = Mainloop::kSharedBytes + Epilogue::kSharedBytes;
 
-// 180 registers: one block of 8 warps per SM (capping at 128 spills).
+// One block of 8 warps per SM (the accumulators and B fragments take ~250 registers).
+template <class Mainloop>
 __global__ void __launch_bounds__(kGemmThreads, 1) sm90_mxfp4_grouped_gemm1_kernel(const __grid_constant__ Gemm1Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
   run_grouped_gemm<Mainloop, Epilogue>(p, smem);
@@ -18,16 +21,18 @@ __global__ void __launch_bounds__(kGemmThreads, 1) sm90_mxfp4_grouped_gemm1_kern
 }  // namespace
 
 cudaError_t configure_sm90_mxfp4_grouped_gemm1(int* blocks_per_sm) {
-  cudaError_t err = cudaFuncSetAttribute(sm90_mxfp4_grouped_gemm1_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
-  if (err != cudaSuccess) return err;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, sm90_mxfp4_grouped_gemm1_kernel,
-                                                       kGemmThreads, kSharedBytes);
+  return configure_persistent_kernels(sm90_mxfp4_grouped_gemm1_kernel<Mxfp4Mainloop>, kSharedBytes<Mxfp4Mainloop>,
+                                      sm90_mxfp4_grouped_gemm1_kernel<Mxfp4FoldedMainloop>,
+                                      kSharedBytes<Mxfp4FoldedMainloop>, kGemmThreads, blocks_per_sm);
 }
 
 cudaError_t launch_sm90_mxfp4_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
   if (grid <= 0) return cudaSuccess;
-  sm90_mxfp4_grouped_gemm1_kernel<<<grid, kGemmThreads, kSharedBytes, stream>>>(p);
+  if (p.op.w_col_scale)
+    sm90_mxfp4_grouped_gemm1_kernel<Mxfp4FoldedMainloop>
+        <<<grid, kGemmThreads, kSharedBytes<Mxfp4FoldedMainloop>, stream>>>(p);
+  else
+    sm90_mxfp4_grouped_gemm1_kernel<Mxfp4Mainloop><<<grid, kGemmThreads, kSharedBytes<Mxfp4Mainloop>, stream>>>(p);
   return cudaGetLastError();
 }
 

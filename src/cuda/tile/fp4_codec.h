@@ -37,10 +37,39 @@ MOE_EP_HD uint32_t encode_fp4_word(const uint8_t (&lo)[4], const uint8_t (&hi)[4
   return w;
 }
 
+// e2m1 -> e4m3 of a packed word with the magnitude table of one shift (table_lo = codes 0..3, table_hi = 4..7).
+MOE_EP_HD void decode_fp4_word_with(uint32_t w, uint32_t table_lo, uint32_t table_hi,
+                                    uint32_t& lo_e4m3, uint32_t& hi_e4m3) {
+  lo_e4m3 = ptx::prmt(table_lo, table_hi, w & 0x7777u) | (w & 0x80808080u);
+  hi_e4m3 = ptx::prmt(table_lo, table_hi, (w >> 16) & 0x7777u) | ((w << 4) & 0x80808080u);
+}
+
 MOE_EP_HD void decode_fp4_word(uint32_t w, uint32_t& lo_e4m3, uint32_t& hi_e4m3) {
-  lo_e4m3 = ptx::prmt(kE2M1ToE4M3Lo, kE2M1ToE4M3Hi, w & 0x7777u) | (w & 0x80808080u);
-  hi_e4m3 = ptx::prmt(kE2M1ToE4M3Lo, kE2M1ToE4M3Hi, (w >> 16) & 0x7777u) |
-            ((w << 4) & 0x80808080u);
+  decode_fp4_word_with(w, kE2M1ToE4M3Lo, kE2M1ToE4M3Hi, lo_e4m3, hi_e4m3);
+}
+
+// Folded MXFP4 decode (SPEC.md §5 window): when every block exponent of a weight row lies within
+// 15 octaves of the row's smallest, the row is stored as codes plus a shift d = exponent -
+// smallest in 0..14 per 32-block, and decodes to e4m3 of e2m1 * 2^(d - 8), exact for every code
+// (d - 8 in [-8, 6]); the row factor 2^(smallest - 119) is applied to the fp32 result. Table d
+// holds the eight magnitude bytes of that decode for prmt, codes 0..3 in word 0, 4..7 in word 1.
+inline constexpr int kFoldedShifts = 15;
+inline constexpr int kFoldedShiftBias = 8;
+
+// e4m3 bits of |e2m1 code| * 2^k, for the k of the window (exact there; 0 for code 0).
+constexpr uint32_t folded_e4m3_byte(int code, int k) {
+  if (code == 0) return 0;
+  // code 1 = 1 * 2^-1; codes 2..7 = (1 or 1.5) * 2^(code / 2 - 1)
+  const int p = (code == 1 ? -1 : code / 2 - 1) + k;
+  const bool half = code >= 2 && (code & 1);
+  if (p >= -6) return static_cast<uint32_t>(((p + 7) << 3) | (half ? 4 : 0));  // normal
+  return half ? 3u << (p + 8) : 1u << (p + 9);  // subnormal: (m / 8) * 2^-6, m = value * 2^9
+}
+
+constexpr uint32_t folded_table_word(int d, int first_code) {
+  uint32_t w = 0;
+  for (int i = 0; i < 4; ++i) w |= folded_e4m3_byte(first_code + i, d - kFoldedShiftBias) << (8 * i);
+  return w;
 }
 
 // Four e2m1 codes in standard order (nibble i = element i, as in packed tensors) -> four e4m3
