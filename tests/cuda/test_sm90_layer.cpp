@@ -223,6 +223,27 @@ TEST_P(Sm90LayerTiny, ThresholdCatchesOneWrongBlockScale) {
              p.family + " negative control (wrong scale)", in.tokens, err, same_recipe_tolerance(p.family));
 }
 
+// mxfp4 rows whose block exponents span more than 15 octaves cannot be folded into the FP8
+// window: the layer keeps E8M0 block scales for that GEMM (the per-k-block fp32 path) and
+// must still match the CPU layer. One W13 row and one W2 row get a block 2^-16 smaller
+// (codes unchanged), pushing their spans past 14.
+TEST(Sm90LayerMxfp4, WeightsOutsideTheFp8WindowTakeTheBlockScalePath) {
+  MOE_EP_REQUIRE_CUDA();
+  const Problem p = tiny("mxfp4", 256);
+  WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 21);
+  const int64_t h_blocks = p.hidden / 32, i_blocks = p.intermediate / 32;
+  for (uint8_t* s : {&w.w13_scale[(2 * (2 * p.intermediate) + 5) * h_blocks + 1],
+                     &w.w2_scale[(3 * p.hidden + 7) * i_blocks + 2]})
+    *s = static_cast<uint8_t>(*s - 16);
+  auto layer = make_gpu_layer(p, w.pack());
+  EXPECT_NE(layer->info().notes.find("W13 E8M0 block scales, W2 E8M0 block scales"), std::string::npos)
+      << layer->info().notes;
+  for (int64_t T : {1, 37, 256}) {
+    const Inputs in = testsupport::random_inputs(p, T, 300 + T, {.skip_fraction = 0.1});
+    expect_matches_cpu(p, w, in, "mxfp4 weights outside the FP8 window");
+  }
+}
+
 // A small forward for compute-sanitizer (memcheck, racecheck): partial tiles, holes, an
 // expert with one row. scripts/device_test.sh runs it under the sanitizer tools.
 TEST_P(Sm90LayerTiny, SmallCaseForSanitizers) {
