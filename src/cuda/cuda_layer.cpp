@@ -55,6 +55,25 @@ UploadedGemmWeights upload(const KernelWeightTensor& t, const std::vector<float>
   return u;
 }
 
+// MOE_EP_SM90_GEMM = wgmma | mma | auto (default auto), MOE_EP_SM90_WGMMA_TILE = 64x256 | 128x128.
+Sm90GemmChoice gemm_choice_from_env() {
+  const char* v = std::getenv("MOE_EP_SM90_GEMM");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "auto") return Sm90GemmChoice::kAuto;
+  if (s == "mma") return Sm90GemmChoice::kMma;
+  if (s == "wgmma") return Sm90GemmChoice::kWgmma;
+  MOE_EP_FAIL(ErrorCode::kInvalidArgument, "MOE_EP_SM90_GEMM = '{}': expected wgmma, mma or auto", s);
+}
+
+WgmmaTile wgmma_tile_from_env() {
+  const char* v = std::getenv("MOE_EP_SM90_WGMMA_TILE");
+  const std::string s = v ? v : "";
+  if (s.empty()) return kWgmmaDefaultTile;
+  if (s == "64x256") return WgmmaTile::k64x256;
+  if (s == "128x128") return WgmmaTile::k128x128;
+  MOE_EP_FAIL(ErrorCode::kInvalidArgument, "MOE_EP_SM90_WGMMA_TILE = '{}': expected 64x256 or 128x128", s);
+}
+
 class CudaLayer final : public Layer::Impl {
  public:
   explicit CudaLayer(const LayerRequest& req) {
@@ -129,6 +148,7 @@ class CudaLayer final : public Layer::Impl {
       if (!nvfp4_)
         notes += fmt::format("\nsm90 weights: W13 {}, W2 {}", kw.w13.folded ? "folded" : "E8M0 block scales",
                              kw.w2.folded ? "folded" : "E8M0 block scales");
+      configure_wgmma(kw, shape, notes);
     }
     workspace_ = DeviceBuffer(plan_.workspace.total_bytes);
     error_flags_ = DeviceBuffer(sizeof(uint32_t));
@@ -185,7 +205,10 @@ class CudaLayer final : public Layer::Impl {
     r.num_tokens = static_cast<int32_t>(T);
     r.top_k = static_cast<int32_t>(K);
     r.num_experts = static_cast<int32_t>(s.num_experts);
-    r.block_m = kGemmBlockM;
+    const bool wgmma = !nvfp4_ && select_sm90_gemm_kernels(gemm_choice_, wgmma_available_, T) ==
+                                      Sm90GemmKernels::kWgmma;
+    const WgmmaTileShape wgmma_shape = wgmma_tile_shape(wgmma_tile_);
+    r.block_m = wgmma ? wgmma_shape.block_m : kGemmBlockM;
     r.expert_offsets = workspace_.get<int32_t>(w.expert_offsets);
     r.num_m_tiles = workspace_.get<int32_t>(w.num_m_tiles);
     r.tile_expert = workspace_.get<int32_t>(w.tile_expert);
@@ -233,6 +256,9 @@ class CudaLayer final : public Layer::Impl {
       q.scales = workspace_.get(w.h_scale);
       q.global = workspace_.get<float>(w.h_global);
       MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_quantize(q, stream));
+    } else if (wgmma) {
+      const int grid = wgmma_gemm_grid(plan_, T, 2 * I, wgmma_shape.block_n, wgmma_blocks_per_sm_[0]);
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm1(wgmma_tile_, g1, grid, stream));
     } else {
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_grouped_gemm1(g1, grid1, stream));
     }
@@ -255,6 +281,9 @@ class CudaLayer final : public Layer::Impl {
     const int grid2 = plan_.gemm2_grid(T);
     if (nvfp4_)
       MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_grouped_gemm2(g2, grid2, stream));
+    else if (wgmma)
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm2(
+          wgmma_tile_, g2, wgmma_gemm_grid(plan_, T, H, wgmma_shape.block_n, wgmma_blocks_per_sm_[1]), stream));
     else
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_grouped_gemm2(g2, grid2, stream));
 
@@ -267,6 +296,34 @@ class CudaLayer final : public Layer::Impl {
     c.top_k = static_cast<int32_t>(K);
     c.hidden = static_cast<int32_t>(H);
     MOE_EP_CUDA_CHECK(launch_sm90_combine(c, stream));
+  }
+
+  // The wgmma GEMMs need folded weights and n a multiple of the tile's block_n; forcing them
+  // where they cannot run fails here.
+  void configure_wgmma(const KernelWeights& kw, const LayerShape& shape, std::string& notes) {
+    gemm_choice_ = gemm_choice_from_env();
+    wgmma_tile_ = wgmma_tile_from_env();
+    if (nvfp4_) return;
+    const WgmmaTileShape ts = wgmma_tile_shape(wgmma_tile_);
+    std::string why;
+    if (!kw.w13.folded || !kw.w2.folded)
+      why = "the weights are not inside the FP8 window (SPEC.md §5), so they are not folded";
+    else if (shape.hidden % ts.block_n != 0 || (2 * shape.intermediate) % ts.block_n != 0)
+      why = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of {}", shape.hidden,
+                        2 * shape.intermediate, ts.block_n);
+    if (why.empty()) {
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm1(wgmma_tile_, &wgmma_blocks_per_sm_[0]));
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm2(wgmma_tile_, &wgmma_blocks_per_sm_[1]));
+      if (wgmma_blocks_per_sm_[0] < 1 || wgmma_blocks_per_sm_[1] < 1) why = "the kernels do not fit on this device";
+    }
+    wgmma_available_ = why.empty();
+    MOE_EP_CHECK_CODE(wgmma_available_ || gemm_choice_ != Sm90GemmChoice::kWgmma, ErrorCode::kUnsupported,
+                      "MOE_EP_SM90_GEMM = wgmma: the wgmma GEMMs cannot run this layer: {}", why);
+    notes += wgmma_available_
+                 ? fmt::format("\nsm90 GEMMs: wgmma {}x{} (folded weights) from T >= {}, mma.sync below{}",
+                               ts.block_m, ts.block_n, kWgmmaMinTokens,
+                               gemm_choice_ == Sm90GemmChoice::kAuto ? "" : " (forced by MOE_EP_SM90_GEMM)")
+                 : "\nsm90 GEMMs: mma.sync only (wgmma: " + why + ")";
   }
 
   // Synchronizes the device (by design: the caller picks the point).
@@ -289,6 +346,10 @@ class CudaLayer final : public Layer::Impl {
   Plan plan_;
   UploadedGemmWeights w13_, w2_;
   DeviceBuffer w13_col_scale_, w2_col_scale_;  // folded mxfp4: [E][N] column factors
+  Sm90GemmChoice gemm_choice_ = Sm90GemmChoice::kAuto;
+  WgmmaTile wgmma_tile_ = kWgmmaDefaultTile;
+  bool wgmma_available_ = false;
+  int wgmma_blocks_per_sm_[2] = {0, 0};
   DeviceBuffer workspace_, error_flags_;
 };
 

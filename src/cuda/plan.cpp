@@ -78,6 +78,17 @@ int Plan::gemm2_grid(int64_t num_tokens) const {
   return static_cast<int>(std::min<int64_t>(tiles, int64_t{limits.sm_count} * limits.gemm2_blocks_per_sm));
 }
 
+Sm90GemmKernels select_sm90_gemm_kernels(Sm90GemmChoice choice, bool wgmma_available, int64_t num_tokens) {
+  if (!wgmma_available || choice == Sm90GemmChoice::kMma) return Sm90GemmKernels::kMma;
+  if (choice == Sm90GemmChoice::kWgmma || num_tokens >= kWgmmaMinTokens) return Sm90GemmKernels::kWgmma;
+  return Sm90GemmKernels::kMma;
+}
+
+int wgmma_gemm_grid(const Plan& plan, int64_t num_tokens, int64_t n, int block_n, int blocks_per_sm) {
+  const int64_t tiles = plan.m_tile_bound(num_tokens) * (n / block_n);
+  return static_cast<int>(std::min<int64_t>(tiles, int64_t{plan.limits.sm_count} * blocks_per_sm));
+}
+
 std::string Plan::describe() const {
   return fmt::format(
       "sm90 plan: tile {}x{}x{}, {} threads, persistent grids <= {} (gemm1, {}/SM) / {} (gemm2, "

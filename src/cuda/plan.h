@@ -58,6 +58,18 @@ struct Plan {
   std::string describe() const;  // one line: tiles, grids, workspace bytes
 };
 
+// GEMM kernels of an mxfp4 forward on SM90: mma.sync (any weights, 64 x 128 tiles) or wgmma
+// (folded weights only, kernels/sm90_grouped_gemm.h: WgmmaTile). MOE_EP_SM90_GEMM=wgmma|mma|auto
+// forces a choice (auto: by T, below).
+enum class Sm90GemmKernels { kMma, kWgmma };
+enum class Sm90GemmChoice { kAuto, kMma, kWgmma };
+// Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles).
+inline constexpr int64_t kWgmmaMinTokens = 256;
+Sm90GemmKernels select_sm90_gemm_kernels(Sm90GemmChoice choice, bool wgmma_available, int64_t num_tokens);
+// Persistent grid of a wgmma GEMM with n output columns: tiles of block_n columns over the
+// m-tile bound of T (the 64-row bound also bounds larger tiles), at most blocks_per_sm per SM.
+int wgmma_gemm_grid(const Plan& plan, int64_t num_tokens, int64_t n, int block_n, int blocks_per_sm);
+
 // The workspace formula above (host arithmetic only; tests check it).
 WorkspaceLayout workspace_layout(const LayerShape& shape);
 Plan make_plan(const LayerShape& shape, const DeviceLimits& limits);

@@ -1,0 +1,785 @@
+// The wgmma grouped GEMMs (folded mxfp4 weights, sm90_mxfp4_wgmma_mainloop.cuh) on the device.
+//
+// Kernel level: routing + GEMM 1 + GEMM 2 run twice on the same routed rows, once with the
+// mma.sync kernels on unfolded weights (E8M0 block scales) and once with the wgmma kernels on
+// folded weights (shifts + column factors), for both tile shapes, on the tiny shape and the
+// deepseek-v4-flash shape (fewer experts), at T = 1, 7, 300 and more, with -1 holes, an idle
+// expert and one expert taking every row; outputs NaN-poisoned before each run. Both sides
+// compute the same exact k32 products in fp32, so h (dequantized) and o agree to the
+// same-recipe threshold; the share of bitwise-equal bytes is printed. GEMM 2 is compared on the
+// same h (isolating it) and along the whole chain. Then 20 reruns must be bitwise identical.
+//
+// Layer level: the layer forced onto the wgmma kernels (MOE_EP_SM90_GEMM=wgmma) against the CPU
+// layer on the tiny preset and deepseek-v4-flash (T = 1, 7, 300, 4096, a subset of rows for the
+// large ones), structured routings, and 20 bitwise reruns.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <map>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "core/weight_prep.h"
+#include "cpu/thread_pool.h"
+#include "cuda/device_buffer.h"
+#include "cuda/errors.h"
+#include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/kernels/sm90_permute.h"
+#include "cuda/plan.h"
+#include "cuda/tile/fp4_codec.h"
+#include "cuda/weight_layout.h"
+#include "cuda_test_util.h"
+#include "moe_ep/backend.h"
+#include "moe_ep/formats.h"
+#include "moe_ep/quant.h"
+#include "testing/presets.h"
+#include "testing/synthetic.h"
+
+namespace moe_ep::cuda {
+namespace {
+
+template <class T>
+std::vector<T> download(const DeviceBuffer& b, size_t n) {
+  std::vector<T> out(n);
+  if (n) MOE_EP_CUDA_CHECK(cudaMemcpy(out.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+const char* tile_name(WgmmaTile t) { return t == WgmmaTile::k64x256 ? "64x256" : "128x128"; }
+
+struct Shape {
+  std::string name;
+  int64_t E, H, I, K;
+};
+
+// One GEMM's weights on the device: the tiles (the same for both scale forms), E8M0 block
+// scales (mma.sync) and folded shifts + column factors (wgmma).
+struct DeviceGemmWeights {
+  DeviceBuffer tiles, e8m0_scales, shifts, col_scale;
+};
+
+struct DeviceWeights {
+  DeviceGemmWeights w13, w2;
+};
+
+DeviceGemmWeights upload_gemm(const KernelWeightTensor& plain, const KernelWeightTensor& folded) {
+  EXPECT_TRUE(folded.folded) << "the synthetic weights must lie inside the FP8 window";
+  EXPECT_EQ(plain.tiles, folded.tiles);
+  DeviceGemmWeights d;
+  d.tiles = DeviceBuffer::upload(plain.tiles);
+  d.e8m0_scales = DeviceBuffer::upload(plain.scales);
+  d.shifts = DeviceBuffer::upload(folded.scales);
+  d.col_scale = DeviceBuffer::upload(folded.row_factors());
+  return d;
+}
+
+DeviceWeights make_device_weights(const Shape& s, uint64_t seed) {
+  testing::WeightSpec spec;
+  spec.hidden_size = s.H;
+  spec.intermediate_size = s.I;
+  spec.format = WeightFormat::kMXFP4;
+  spec.seed = seed;
+  spec.num_slots = s.E;
+  const testing::HostWeights hw = testing::make_weights(spec);
+  auto pool = cpu::shared_thread_pool(cpu::default_num_threads());
+  auto parallel = [p = pool.get()](int64_t n, const std::function<void(int64_t)>& task) { p->parallel_for(n, task); };
+  const HostExpertWeights canonical = prepare_host_weights(find_family("mxfp4"), hw.pack(), {s.E, s.H, s.I}, parallel);
+  const KernelWeights plain = make_kernel_weights(canonical, parallel, Fp8Fold::kNever);
+  const KernelWeights folded = make_kernel_weights(canonical, parallel, Fp8Fold::kWhenInside);
+  DeviceWeights d;
+  d.w13 = upload_gemm(plain.w13, folded.w13);
+  d.w2 = upload_gemm(plain.w2, folded.w2);
+  return d;
+}
+
+// One weight set per (shape, seed) for the whole process (the flash shape takes seconds).
+const DeviceWeights& cached_device_weights(const Shape& s, uint64_t seed) {
+  static std::map<std::pair<std::string, uint64_t>, std::unique_ptr<DeviceWeights>> cache;
+  auto& slot = cache[{s.name, seed}];
+  if (!slot) slot = std::make_unique<DeviceWeights>(make_device_weights(s, seed));
+  return *slot;
+}
+
+// Routed problem on the device: Q8 activations, ids, weights.
+struct DeviceProblem {
+  int64_t T = 0;
+  DeviceBuffer a, a_scale, ids, topk_weights;
+};
+
+DeviceProblem make_problem(const Shape& s, const testing::HostInputs& in) {
+  DeviceProblem p;
+  p.T = in.num_tokens;
+  std::vector<float> row(s.H);
+  std::vector<uint8_t> q(in.num_tokens * s.H), sc(in.num_tokens * s.H / 32);
+  for (int64_t t = 0; t < in.num_tokens; ++t) {
+    for (int64_t j = 0; j < s.H; ++j) row[j] = bf16_to_float(in.x[t * s.H + j]);
+    quantize_q8(row.data(), s.H, q.data() + t * s.H, sc.data() + t * s.H / 32);
+  }
+  p.a = DeviceBuffer::upload(q);
+  p.a_scale = DeviceBuffer::upload(sc);
+  p.ids = DeviceBuffer::upload(in.topk_ids);
+  p.topk_weights = DeviceBuffer::upload(in.topk_weights);
+  return p;
+}
+
+struct DeviceRouting {
+  DeviceBuffer offsets, num_tiles, tile_expert, tile_row_begin, row_token, row_weight, slot_row, flags;
+  int64_t rows = 0;
+  GroupedGemmSchedule schedule() const {
+    return {num_tiles.get<int32_t>(), tile_expert.get<int32_t>(), tile_row_begin.get<int32_t>(),
+            offsets.get<int32_t>()};
+  }
+};
+
+DeviceRouting route(const Shape& s, const DeviceProblem& p, int block_m) {
+  const int64_t n = p.T * s.K, max_tiles = n / block_m + std::min(n, s.E) + 1;
+  DeviceRouting r;
+  r.offsets = DeviceBuffer((s.E + 1) * 4);
+  r.num_tiles = DeviceBuffer(4);
+  r.tile_expert = DeviceBuffer(max_tiles * 4);
+  r.tile_row_begin = DeviceBuffer(max_tiles * 4);
+  r.row_token = DeviceBuffer(std::max<int64_t>(n, 1) * 4);
+  r.row_weight = DeviceBuffer(std::max<int64_t>(n, 1) * 4);
+  r.slot_row = DeviceBuffer(std::max<int64_t>(n, 1) * 4);
+  r.flags = DeviceBuffer(4);
+  MOE_EP_CUDA_CHECK(cudaMemset(r.flags.get(), 0, 4));
+  MOE_EP_CUDA_CHECK(configure_sm90_permute(static_cast<int>(s.E)));
+  PermuteParams pp;
+  pp.topk_ids = p.ids.get();
+  pp.topk_weights = p.topk_weights.get<float>();
+  pp.num_tokens = static_cast<int32_t>(p.T);
+  pp.top_k = static_cast<int32_t>(s.K);
+  pp.num_experts = static_cast<int32_t>(s.E);
+  pp.block_m = block_m;
+  pp.expert_offsets = r.offsets.get<int32_t>();
+  pp.num_m_tiles = r.num_tiles.get<int32_t>();
+  pp.tile_expert = r.tile_expert.get<int32_t>();
+  pp.tile_row_begin = r.tile_row_begin.get<int32_t>();
+  pp.row_token = r.row_token.get<int32_t>();
+  pp.row_weight = r.row_weight.get<float>();
+  pp.slot_row = r.slot_row.get<int32_t>();
+  pp.error_flags = r.flags.get<uint32_t>();
+  MOE_EP_CUDA_CHECK(launch_sm90_permute(pp, nullptr));
+  MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+  r.rows = download<int32_t>(r.offsets, s.E + 1)[s.E];
+  return r;
+}
+
+struct GemmOutputs {
+  std::vector<uint8_t> h, h_scale;  // [rows, I], [rows, I/32]
+  std::vector<uint16_t> o;          // [rows, H]
+};
+
+// Kernel choice of one run: mma.sync (plain weights) or wgmma with a tile (folded weights).
+struct Kernels {
+  std::optional<WgmmaTile> wgmma;
+  WgmmaDecode decode = WgmmaDecode::kQuad;
+  std::string name() const {
+    if (!wgmma) return "mma.sync";
+    return fmt::format("{} {}", tile_name(*wgmma), decode == WgmmaDecode::kQuad ? "quad" : "lane");
+  }
+};
+
+// The wgmma variants every comparison runs.
+const std::vector<Kernels>& wgmma_variants() {
+  static const std::vector<Kernels> v = {{WgmmaTile::k64x256, WgmmaDecode::kQuad},
+                                         {WgmmaTile::k128x128, WgmmaDecode::kQuad},
+                                         {WgmmaTile::k64x256, WgmmaDecode::kLane},
+                                         {WgmmaTile::k128x128, WgmmaDecode::kLane}};
+  return v;
+}
+
+// Routing + GEMM 1 + GEMM 2 of one problem with one kernel choice; outputs NaN-poisoned at
+// creation. gemm2(h) runs GEMM 2 on this run's h or on another run's (same routed rows).
+class GemmRun {
+ public:
+  GemmRun(const Shape& s, const DeviceProblem& p, const DeviceWeights& w, const Kernels& k)
+      : s_(s), p_(p), w_(w), k_(k) {
+    const int block_m = k.wgmma ? wgmma_tile_shape(*k.wgmma).block_m : kGemmBlockM;
+    r_ = route(s, p, block_m);
+    const int64_t max_rows = std::max<int64_t>(p.T * s.K, 1);
+    h_ = DeviceBuffer(max_rows * s.I);
+    h_scale_ = DeviceBuffer(max_rows * s.I / 32);
+    o_ = DeviceBuffer(max_rows * s.H * 2);
+    poison();
+    int sms = 0, per_sm1 = 0, per_sm2 = 0;
+    MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    if (k.wgmma) {
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm1(*k.wgmma, &per_sm1, k.decode));
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm2(*k.wgmma, &per_sm2, k.decode));
+    } else {
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_grouped_gemm1(&per_sm1));
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_grouped_gemm2(&per_sm2));
+    }
+    EXPECT_GE(per_sm1, 1);
+    EXPECT_GE(per_sm2, 1);
+    // Every block count works (persistent walk); this is the layer's choice.
+    grid1_ = sms * std::max(per_sm1, 1);
+    grid2_ = sms * std::max(per_sm2, 1);
+  }
+
+  void poison() {
+    MOE_EP_CUDA_CHECK(cudaMemset(h_.get(), 0xFF, h_.bytes()));              // e4m3 NaN
+    MOE_EP_CUDA_CHECK(cudaMemset(h_scale_.get(), 0xFF, h_scale_.bytes()));  // E8M0 NaN
+    MOE_EP_CUDA_CHECK(cudaMemset(o_.get(), 0xFF, o_.bytes()));              // bf16 NaN
+  }
+
+  void gemm1() {
+    Gemm1Params g1;
+    g1.schedule = r_.schedule();
+    g1.op.n = static_cast<int32_t>(2 * s_.I);
+    g1.op.k = static_cast<int32_t>(s_.H);
+    g1.op.a = p_.a.get();
+    g1.op.a_row_bytes = s_.H;
+    g1.op.a_scale = p_.a_scale.get();
+    g1.op.a_scale_row_bytes = s_.H / 32;
+    g1.op.a_row_index = r_.row_token.get<int32_t>();
+    g1.op.w = w_.w13.tiles.get();
+    g1.op.w_scale = k_.wgmma ? w_.w13.shifts.get() : w_.w13.e8m0_scales.get();
+    g1.op.w_col_scale = k_.wgmma ? w_.w13.col_scale.get<float>() : nullptr;
+    g1.epilogue.row_weight = r_.row_weight.get<float>();
+    g1.epilogue.clamp = 10.0f;
+    g1.epilogue.intermediate = static_cast<int32_t>(s_.I);
+    g1.epilogue.h_q = h_.get();
+    g1.epilogue.h_scale = h_scale_.get();
+    if (k_.wgmma)
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm1(*k_.wgmma, g1, grid1_, nullptr, k_.decode));
+    else
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_grouped_gemm1(g1, grid1_, nullptr));
+  }
+
+  void gemm2(const GemmRun* input = nullptr) {
+    const GemmRun& in = input ? *input : *this;
+    Gemm2Params g2;
+    g2.schedule = r_.schedule();
+    g2.op.n = static_cast<int32_t>(s_.H);
+    g2.op.k = static_cast<int32_t>(s_.I);
+    g2.op.a = in.h_.get();
+    g2.op.a_row_bytes = s_.I;
+    g2.op.a_scale = in.h_scale_.get();
+    g2.op.a_scale_row_bytes = s_.I / 32;
+    g2.op.w = w_.w2.tiles.get();
+    g2.op.w_scale = k_.wgmma ? w_.w2.shifts.get() : w_.w2.e8m0_scales.get();
+    g2.op.w_col_scale = k_.wgmma ? w_.w2.col_scale.get<float>() : nullptr;
+    g2.epilogue.out = o_.get<uint16_t>();
+    if (k_.wgmma)
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm2(*k_.wgmma, g2, grid2_, nullptr, k_.decode));
+    else
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_grouped_gemm2(g2, grid2_, nullptr));
+  }
+
+  GemmOutputs outputs() const {
+    MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+    MOE_EP_CUDA_CHECK(cudaGetLastError());
+    EXPECT_EQ(download<uint32_t>(r_.flags, 1)[0], 0u);
+    GemmOutputs out;
+    out.h = download<uint8_t>(h_, r_.rows * s_.I);
+    out.h_scale = download<uint8_t>(h_scale_, r_.rows * s_.I / 32);
+    out.o = download<uint16_t>(o_, r_.rows * s_.H);
+    return out;
+  }
+
+  int64_t rows() const { return r_.rows; }
+
+ private:
+  const Shape& s_;
+  const DeviceProblem& p_;
+  const DeviceWeights& w_;
+  Kernels k_;
+  DeviceRouting r_;
+  DeviceBuffer h_, h_scale_, o_;
+  int grid1_ = 0, grid2_ = 0;
+};
+
+// ||y - ref|| / ||ref|| in float64 over n values given by two accessors; NaN gives +inf.
+template <class Y, class R>
+double rel_err_of(size_t n, Y&& y, R&& ref) {
+  double d2 = 0.0, r2 = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double a = y(i), b = ref(i);
+    if (!std::isfinite(a) || !std::isfinite(b)) return INFINITY;
+    d2 += (a - b) * (a - b);
+    r2 += b * b;
+  }
+  return r2 > 0.0 ? std::sqrt(d2 / r2) : std::sqrt(d2);
+}
+
+// h dequantized: e4m3 * 2^(E8M0 - 127) (E8M0 0xFF = NaN).
+double rel_err_h(const GemmOutputs& y, const GemmOutputs& ref) {
+  if (y.h.size() != ref.h.size() || y.h_scale.size() != ref.h_scale.size()) return INFINITY;
+  static const auto tables = [] {
+    std::pair<std::vector<double>, std::vector<double>> t{std::vector<double>(256), std::vector<double>(256)};
+    for (int i = 0; i < 256; ++i) {
+      t.first[i] = e4m3_to_float(static_cast<uint8_t>(i));
+      t.second[i] = i == 0xFF ? NAN : std::ldexp(1.0, i - 127);
+    }
+    return t;
+  }();
+  auto value = [&](const GemmOutputs& g) {
+    return [&](size_t i) { return tables.first[g.h[i]] * tables.second[g.h_scale[i / 32]]; };
+  };
+  return rel_err_of(y.h.size(), value(y), value(ref));
+}
+
+double rel_err_o(const GemmOutputs& y, const GemmOutputs& ref) {
+  if (y.o.size() != ref.o.size()) return INFINITY;
+  auto value = [](const GemmOutputs& g) { return [&](size_t i) { return static_cast<double>(bf16_to_float(g.o[i])); }; };
+  return rel_err_of(y.o.size(), value(y), value(ref));
+}
+
+template <class T>
+double equal_share(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.empty() || a.size() != b.size()) return a.size() == b.size() ? 1.0 : 0.0;
+  int64_t same = 0;
+  for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
+  return static_cast<double>(same) / static_cast<double>(a.size());
+}
+
+struct RoutingCase {
+  std::string name;
+  int64_t T;
+  double holes;
+  int idle_expert = -1;        // its slots become -1
+  int only_expert = -1;        // slot 0 of every token goes here, other slots -1
+};
+
+testing::HostInputs make_inputs(const Shape& s, const RoutingCase& c, uint64_t seed) {
+  testing::HostInputs in = testing::make_inputs({c.T, s.H, s.E, s.K, c.holes, 1.0f, seed, 0});
+  for (int64_t t = 0; t < c.T; ++t)
+    for (int64_t k = 0; k < s.K; ++k) {
+      int32_t& id = in.topk_ids[t * s.K + k];
+      if (c.idle_expert >= 0 && id == c.idle_expert) id = -1;
+      if (c.only_expert >= 0) id = k == 0 ? c.only_expert : -1;
+    }
+  return in;
+}
+
+void compare_kernels(const Shape& s, const std::vector<RoutingCase>& cases, uint64_t seed) {
+  const DeviceWeights& w = cached_device_weights(s, seed);
+  const double tol = cudatest::same_recipe_tolerance("mxfp4");
+  for (const RoutingCase& c : cases) {
+    const DeviceProblem p = make_problem(s, make_inputs(s, c, seed + static_cast<uint64_t>(c.T)));
+    GemmRun mma(s, p, w, Kernels{});
+    mma.gemm1();
+    mma.gemm2();
+    const GemmOutputs ref = mma.outputs();
+    for (const Kernels& k : wgmma_variants()) {
+      SCOPED_TRACE(fmt::format("{} {} T={} {}", s.name, c.name, c.T, k.name()));
+      GemmRun run(s, p, w, k);
+      run.gemm1();
+      run.gemm2(&mma);  // GEMM 2 alone, on the mma.sync h
+      const GemmOutputs same_h = run.outputs();
+      run.poison();
+      run.gemm1();
+      run.gemm2();
+      const GemmOutputs chain = run.outputs();
+      const double err_h = rel_err_h(same_h, ref);
+      const double err_o2 = rel_err_o(same_h, ref);
+      const double err_chain = rel_err_o(chain, ref);
+      EXPECT_LE(err_h, tol) << "GEMM 1 h";
+      EXPECT_LE(err_o2, tol) << "GEMM 2 on the same h";
+      EXPECT_LE(err_chain, tol) << "GEMM 1 + GEMM 2";
+      EXPECT_EQ(chain.h.size(), ref.h.size());
+      fmt::print("[ wgmma   ] {:<10} {:<22} T={:<5} {:<12} rows={:<6} h err={:.2e} (bytes equal {:.4f}, scales "
+                 "{:.4f})  o err={:.2e} (equal {:.4f})  chain err={:.2e}\n",
+                 s.name, c.name, c.T, k.name(), ref.h.size() / s.I, err_h, equal_share(same_h.h, ref.h),
+                 equal_share(same_h.h_scale, ref.h_scale), err_o2, equal_share(same_h.o, ref.o), err_chain);
+    }
+  }
+}
+
+// Host checks (no GPU): the producer's decode path (table words of shift d, decode_fp4_word_with)
+// gives e4m3 of e2m1 * 2^(d - 8) for every code, position and shift; the kernel choice of a
+// forward.
+TEST(Sm90WgmmaHost, FoldedDecodeTableGivesEveryCodeTimesItsShift) {
+  std::mt19937 rng(3);
+  for (int d = 0; d < kFoldedShifts; ++d) {
+    const uint32_t lo_table = folded_table_word(d, 0), hi_table = folded_table_word(d, 4);
+    for (int pos = 0; pos < 8; ++pos)
+      for (uint8_t code = 0; code < 16; ++code) {
+        uint8_t lo[4], hi[4];
+        for (int i = 0; i < 4; ++i) {
+          lo[i] = rng() & 0xF;
+          hi[i] = rng() & 0xF;
+        }
+        (pos < 4 ? lo[pos] : hi[pos - 4]) = code;
+        uint32_t lo_e4m3, hi_e4m3;
+        decode_fp4_word_with(encode_fp4_word(lo, hi), lo_table, hi_table, lo_e4m3, hi_e4m3);
+        for (int i = 0; i < 4; ++i) {
+          const float want_lo = std::ldexp(e2m1_to_float(lo[i]), d - kFoldedShiftBias);
+          const float want_hi = std::ldexp(e2m1_to_float(hi[i]), d - kFoldedShiftBias);
+          ASSERT_EQ(e4m3_to_float((lo_e4m3 >> (8 * i)) & 0xFF), want_lo) << "d=" << d << " code " << int(lo[i]);
+          ASSERT_EQ(e4m3_to_float((hi_e4m3 >> (8 * i)) & 0xFF), want_hi) << "d=" << d << " code " << int(hi[i]);
+          // -0 keeps its sign bit
+          ASSERT_EQ((lo_e4m3 >> (8 * i + 7)) & 1, (lo[i] >> 3) & 1u);
+        }
+      }
+  }
+}
+
+TEST(Sm90WgmmaHost, KernelChoiceFollowsTheTokenThresholdAndAvailability) {
+  using K = Sm90GemmKernels;
+  using C = Sm90GemmChoice;
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, kWgmmaMinTokens - 1), K::kMma);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, kWgmmaMinTokens), K::kWgmma);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, false, 1 << 20), K::kMma);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kWgmma, true, 1), K::kWgmma);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kMma, true, 1 << 20), K::kMma);
+  LayerShape shape{256, 4096, 2048, 6, 8192, false};
+  const Plan plan = make_plan(shape, {132, 1, 1});
+  for (const WgmmaTile tile : {WgmmaTile::k64x256, WgmmaTile::k128x128}) {
+    const int block_n = wgmma_tile_shape(tile).block_n;
+    EXPECT_EQ(wgmma_gemm_grid(plan, 1, 4096, block_n, 1), std::min<int64_t>(132, plan.m_tile_bound(1) * 4096 / block_n));
+    EXPECT_EQ(wgmma_gemm_grid(plan, 8192, 4096, block_n, 1), 132);
+  }
+}
+
+class Sm90WgmmaKernels : public ::testing::Test {
+ protected:
+  void SetUp() override { MOE_EP_REQUIRE_CUDA(); }
+};
+
+TEST_F(Sm90WgmmaKernels, TinyShapeMatchesTheMmaKernels) {
+  const Shape s{"tiny", 16, 256, 128, 4};
+  compare_kernels(s,
+                  {{"random, 10% holes", 1, 0.1},
+                   {"random, 10% holes", 7, 0.1},
+                   {"random, 10% holes", 300, 0.1},
+                   {"expert 3 idle", 300, 0.0, 3},
+                   {"one expert, all rows", 300, 0.0, -1, 5},
+                   {"random, 5% holes", 4096, 0.05}},
+                  31);
+}
+
+TEST_F(Sm90WgmmaKernels, FlashShapeMatchesTheMmaKernels) {
+  const Shape s{"flash/E32", 32, 4096, 2048, 6};
+  compare_kernels(s,
+                  {{"random, 5% holes", 1, 0.05},
+                   {"random, 5% holes", 7, 0.05},
+                   {"random, 5% holes", 300, 0.05},
+                   {"one expert, all rows", 200, 0.0, -1, 9},
+                   {"random", 1024, 0.0}},
+                  47);
+}
+
+TEST_F(Sm90WgmmaKernels, BitwiseDeterministicOver20Reruns) {
+  const Shape s{"flash/E32", 32, 4096, 2048, 6};
+  const DeviceWeights& w = cached_device_weights(s, 47);
+  const DeviceProblem p = make_problem(s, make_inputs(s, {"random", 700, 0.05}, 5));
+  for (const Kernels& k : wgmma_variants()) {
+    const std::string tile = k.name();
+    GemmRun run(s, p, w, k);
+    run.gemm1();
+    run.gemm2();
+    const GemmOutputs first = run.outputs();
+    for (int rep = 0; rep < 20; ++rep) {
+      run.poison();
+      run.gemm1();
+      run.gemm2();
+      const GemmOutputs again = run.outputs();
+      ASSERT_EQ(again.h, first.h) << tile << " rerun " << rep;
+      ASSERT_EQ(again.h_scale, first.h_scale) << tile << " rerun " << rep;
+      ASSERT_EQ(again.o, first.o) << tile << " rerun " << rep;
+    }
+  }
+}
+
+// Small case for compute-sanitizer (racecheck / memcheck / synccheck): both tiles, a few tiles.
+TEST_F(Sm90WgmmaKernels, SmallCaseForSanitizers) {
+  const Shape s{"tiny", 16, 256, 128, 4};
+  compare_kernels(s, {{"random, 10% holes", 150, 0.1}}, 77);
+}
+
+// ---- full deepseek-v4-flash size on random bytes, timed ------------------------------------------
+// Weights and activations are random bytes (every FP4 nibble is a valid code; e4m3 NaN codes are
+// replaced); both scale forms describe the same weights: E8M0 = base + d with d in 0..3, shift d,
+// column factor 2^(base - 119). The GEMM results need no host reference: wgmma is checked against
+// mma.sync, and the kernels are timed with events (median of 10 after 2 warm-ups).
+void fill_random(std::vector<uint8_t>& v, uint64_t seed) {
+  const int threads = std::max(1, cpu::default_num_threads());
+  std::vector<std::thread> pool;
+  const size_t chunk = (v.size() / threads + 7) / 8 * 8;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      uint64_t x = seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(t) * 0xD1B54A32D192ED03ull + 1;
+      const size_t end = std::min(v.size(), (t + 1) * chunk);
+      for (size_t i = t * chunk; i < end; ++i) {
+        if ((i & 7) == 0) {
+          x ^= x << 13;
+          x ^= x >> 7;
+          x ^= x << 17;
+        }
+        v[i] = static_cast<uint8_t>(x >> (8 * (i & 7)));
+      }
+    });
+  for (auto& th : pool) th.join();
+}
+
+DeviceGemmWeights random_gemm_weights(int64_t E, int64_t N, int64_t K, uint64_t seed) {
+  std::vector<uint8_t> tiles(E * N * K / 2);
+  fill_random(tiles, seed);
+  std::mt19937_64 rng(seed);
+  const int64_t steps = K / 128;
+  std::vector<uint8_t> e8m0(E * steps * N * 4), shifts(e8m0.size());
+  std::vector<float> col(E * N);
+  std::vector<uint8_t> base(E * N);
+  for (int64_t i = 0; i < E * N; ++i) {
+    base[i] = static_cast<uint8_t>(116 + rng() % 7);
+    col[i] = std::ldexp(1.0f, base[i] - 119);
+  }
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t st = 0; st < steps; ++st)
+      for (int64_t n = 0; n < N; ++n)
+        for (int j = 0; j < 4; ++j) {
+          const size_t i = static_cast<size_t>(((e * steps + st) * N + n) * 4 + j);
+          shifts[i] = static_cast<uint8_t>(rng() % 4);
+          e8m0[i] = static_cast<uint8_t>(base[e * N + n] + shifts[i]);
+        }
+  DeviceGemmWeights d;
+  d.tiles = DeviceBuffer::upload(tiles);
+  d.e8m0_scales = DeviceBuffer::upload(e8m0);
+  d.shifts = DeviceBuffer::upload(shifts);
+  d.col_scale = DeviceBuffer::upload(col);
+  return d;
+}
+
+DeviceProblem random_problem(const Shape& s, int64_t T, uint64_t seed) {
+  const testing::HostInputs in = testing::make_inputs({T, s.H, s.E, s.K, 0.0, 1.0f, seed, 0});
+  std::vector<uint8_t> a(T * s.H), sc(T * s.H / 32);
+  fill_random(a, seed + 1);
+  for (uint8_t& b : a)
+    if ((b & 0x7F) == 0x7F) b ^= 1;  // NaN -> +-448
+  std::mt19937_64 rng(seed);
+  for (uint8_t& b : sc) b = static_cast<uint8_t>(118 + rng() % 7);
+  DeviceProblem p;
+  p.T = T;
+  p.a = DeviceBuffer::upload(a);
+  p.a_scale = DeviceBuffer::upload(sc);
+  p.ids = DeviceBuffer::upload(in.topk_ids);
+  p.topk_weights = DeviceBuffer::upload(in.topk_weights);
+  return p;
+}
+
+// MOE_EP_WGMMA_TIMING_ITERS = 1 runs each kernel once (for ncu).
+template <class F>
+double median_us(F&& f) {
+  const char* env = std::getenv("MOE_EP_WGMMA_TIMING_ITERS");
+  const int iters = env ? std::max(1, std::atoi(env)) : 10, warmup = env ? 0 : 2;
+  cudaEvent_t a, b;
+  MOE_EP_CUDA_CHECK(cudaEventCreate(&a));
+  MOE_EP_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    MOE_EP_CUDA_CHECK(cudaEventRecord(a));
+    f();
+    MOE_EP_CUDA_CHECK(cudaEventRecord(b));
+    MOE_EP_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0.0f;
+    MOE_EP_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1e3);
+  }
+  MOE_EP_CUDA_CHECK(cudaEventDestroy(a));
+  MOE_EP_CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+TEST(Sm90WgmmaTiming, FlashSizeRandomBytesMatchMmaAndKernelTimes) {
+  MOE_EP_REQUIRE_CUDA();
+  if (!std::getenv("MOE_EP_WGMMA_TIMING"))
+    GTEST_SKIP() << "set MOE_EP_WGMMA_TIMING=1 to run (deepseek-v4-flash size: 3.2 GB of weights, timed)";
+  const Shape s{"flash", 256, 4096, 2048, 6};
+  DeviceWeights w;
+  w.w13 = random_gemm_weights(s.E, 2 * s.I, s.H, 3);
+  w.w2 = random_gemm_weights(s.E, s.H, s.I, 4);
+  const double tol = cudatest::same_recipe_tolerance("mxfp4");
+  std::vector<int64_t> tokens = {2048, 8192};
+  if (const char* v = std::getenv("MOE_EP_WGMMA_TIMING_TOKENS")) {
+    tokens.clear();
+    for (const char* c = v; *c;) {
+      tokens.push_back(std::strtoll(c, const_cast<char**>(&c), 10));
+      if (*c == ',') ++c;
+    }
+  }
+  fmt::print("[ wgmma   ] {:>5} {:<14} {:>10} {:>10} {:>9} {:>9}  {}\n", "T", "kernels", "gemm1 us", "gemm2 us",
+             "TFLOP/s1", "TFLOP/s2", "vs mma.sync");
+  for (int64_t T : tokens) {
+    const DeviceProblem p = random_problem(s, T, 100 + T);
+    GemmRun mma(s, p, w, Kernels{});
+    const double mma1 = median_us([&] { mma.gemm1(); });
+    const double mma2 = median_us([&] { mma.gemm2(); });
+    const GemmOutputs ref = mma.outputs();
+    const double rows = static_cast<double>(mma.rows());
+    const double flop1 = 2.0 * rows * 2 * s.I * s.H, flop2 = 2.0 * rows * s.H * s.I;
+    fmt::print("[ wgmma   ] {:>5} {:<14} {:>10.1f} {:>10.1f} {:>9.1f} {:>9.1f}\n", T, "mma.sync", mma1, mma2,
+               flop1 / mma1 * 1e-6, flop2 / mma2 * 1e-6);
+    for (const Kernels& k : wgmma_variants()) {
+      const std::string tile = k.name();
+      GemmRun run(s, p, w, k);
+      const double t1 = median_us([&] { run.gemm1(); });
+      const double t2 = median_us([&] { run.gemm2(&mma); });
+      const GemmOutputs got = run.outputs();
+      const double err_h = rel_err_h(got, ref);
+      const double err_o = rel_err_o(got, ref);
+      EXPECT_LE(err_h, tol) << "T=" << T << " " << tile;
+      EXPECT_LE(err_o, tol) << "T=" << T << " " << tile;
+      fmt::print("[ wgmma   ] {:>5} {:<14} {:>10.1f} {:>10.1f} {:>9.1f} {:>9.1f}  h err {:.2e} (bytes equal "
+                 "{:.4f}), o err {:.2e} (equal {:.4f})\n",
+                 T, tile, t1, t2, flop1 / t1 * 1e-6, flop2 / t2 * 1e-6, err_h,
+                 equal_share(got.h, ref.h), err_o, equal_share(got.o, ref.o));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moe_ep::cuda
+
+// ---- layer level -------------------------------------------------------------------------------
+namespace moe_ep::cudatest {
+namespace {
+
+using testsupport::Inputs;
+using testsupport::Problem;
+
+// Sets an environment variable for the scope (the layer reads MOE_EP_SM90_GEMM at creation).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
+  MOE_EP_REQUIRE_CUDA();
+  for (const char* tile : {"64x256", "128x128"}) {
+    ScopedEnv force("MOE_EP_SM90_GEMM", "wgmma");
+    ScopedEnv shape("MOE_EP_SM90_WGMMA_TILE", tile);
+    Problem p = testsupport::tiny_problem("mxfp4");
+    p.max_tokens = 4096;
+    const testsupport::WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 12);
+    auto check = [&](const Inputs& in, const std::string& what) {
+      const std::vector<double> ref = cpu_reference(p, w.pack(), in);
+      auto layer = make_gpu_layer(p, w.pack());
+      const std::vector<uint16_t> y = run_on_gpu(*layer, to_device(p, in));
+      EXPECT_EQ(layer->read_error_flags(), 0u) << what;
+      const double err = relative_error_rows(y, ref, p.hidden);
+      int64_t same = 0;
+      for (size_t i = 0; i < y.size(); ++i) same += bf16_to_float(y[i]) == ref[i];
+      EXPECT_LE(err, same_recipe_tolerance(p.family)) << what << " tile " << tile << ": " << p.str();
+      fmt::print("[ wgmma   ] layer tiny {:<8} {:<28} T={:<5} rel_err={:.3e} bitwise-equal={:.4f}\n", tile, what,
+                 in.tokens, err, y.empty() ? 1.0 : static_cast<double>(same) / y.size());
+    };
+    for (int64_t T : {1, 7, 300, 4096})
+      check(testsupport::random_inputs(p, T, 200 + T, {.skip_fraction = 0.1}), "random, 10% holes");
+    Inputs in = testsupport::random_inputs(p, 300, 17);
+    for (int64_t t = 0; t < in.tokens; ++t)
+      for (int64_t k = 0; k < p.top_k; ++k)
+        if (in.id(t, k) == 3) in.set_id(t, k, -1);
+    check(in, "expert 3 idle");
+    for (int64_t t = 0; t < in.tokens; ++t)
+      for (int64_t k = 0; k < p.top_k; ++k) in.set_id(t, k, k == 0 ? 5 : -1);
+    check(in, "one expert, all rows");
+  }
+}
+
+Inputs from_synthetic(const testing::HostInputs& h, int64_t K) {
+  Inputs in;
+  in.tokens = h.num_tokens;
+  in.ids_i32 = true;
+  in.x = testsupport::HostTensor<uint16_t>(DType::kBF16, {h.num_tokens, h.hidden_size});
+  in.x.values() = h.x;
+  in.ids32 = testsupport::HostTensor<int32_t>(DType::kI32, {h.num_tokens, K});
+  in.ids32.values() = h.topk_ids;
+  in.ids64 = testsupport::HostTensor<int64_t>(DType::kI64, {h.num_tokens, K});
+  for (size_t i = 0; i < h.topk_ids.size(); ++i) in.ids64[i] = h.topk_ids[i];
+  in.weights = testsupport::HostTensor<float>(DType::kF32, {h.num_tokens, K});
+  in.weights.values() = h.topk_weights;
+  return in;
+}
+
+std::vector<int64_t> row_subset(int64_t T, uint64_t seed) {
+  if (T <= 128) return {};
+  std::vector<int64_t> rows = {0, 1, T / 2, T - 1};
+  std::mt19937_64 rng(seed);
+  while (rows.size() < 40) rows.push_back(static_cast<int64_t>(rng() % T));
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+TEST(Sm90WgmmaLayer, FlashMatchesCpuAndIsBitwiseDeterministic) {
+  MOE_EP_REQUIRE_CUDA();
+  ScopedEnv force("MOE_EP_SM90_GEMM", "wgmma");
+  const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
+  Problem p;
+  p.family = "mxfp4";
+  p.num_experts = preset.num_experts;
+  p.hidden = preset.hidden_size;
+  p.intermediate = preset.intermediate_size;
+  p.top_k = preset.top_k;
+  p.clamp = preset.activation_clamp;
+  p.max_tokens = 4096;
+  testing::WeightSpec spec;
+  spec.hidden_size = p.hidden;
+  spec.intermediate_size = p.intermediate;
+  spec.format = WeightFormat::kMXFP4;
+  spec.seed = 2027;
+  spec.num_slots = p.num_experts;
+  const testing::HostWeights weights = testing::make_weights(spec);
+
+  struct Case {
+    std::string name;
+    Inputs in;
+    std::vector<int64_t> rows;
+    std::vector<double> ref;
+  };
+  std::vector<Case> cases;
+  for (int64_t T : {1, 7, 300, 4096}) {
+    testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, 0.05, preset.routed_scaling_factor,
+                          static_cast<uint64_t>(900 + T), 0};
+    cases.push_back({fmt::format("random T={}", T), from_synthetic(testing::make_inputs(is), p.top_k), row_subset(T, T), {}});
+  }
+  {
+    testing::InputSpec is{1024, p.hidden, p.num_experts, p.top_k, 0.0, preset.routed_scaling_factor, 1999, 0};
+    Case c{"one expert, all rows", from_synthetic(testing::make_inputs(is), p.top_k), row_subset(1024, 3), {}};
+    for (int64_t t = 0; t < c.in.tokens; ++t)
+      for (int64_t k = 0; k < p.top_k; ++k) c.in.set_id(t, k, k == 0 ? 11 : -1);
+    cases.push_back(std::move(c));
+  }
+  for (Case& c : cases) c.ref = cpu_reference(p, weights.pack(), c.in, c.rows);
+  auto layer = make_gpu_layer(p, weights.pack());
+  for (const Case& c : cases) {
+    const std::vector<uint16_t> y = run_on_gpu(*layer, to_device(p, c.in));
+    const double err = relative_error_rows(y, c.ref, p.hidden, c.rows);
+    int64_t nan = 0;
+    for (uint16_t v : y) nan += std::isnan(bf16_to_float(v));
+    EXPECT_EQ(nan, 0) << c.name << ": unwritten (NaN-poisoned) outputs";
+    EXPECT_LE(err, same_recipe_tolerance(p.family)) << c.name << ": " << p.str();
+    fmt::print("[ wgmma   ] layer flash {:<24} rows checked={:<5} rel_err={:.3e}\n", c.name,
+               c.rows.empty() ? c.in.tokens : static_cast<int64_t>(c.rows.size()), err);
+  }
+  EXPECT_EQ(layer->read_error_flags(), 0u);
+  const DeviceInputs d = to_device(p, cases[3].in);  // T = 4096
+  const uint64_t h = hash_bits(run_on_gpu(*layer, d));
+  for (int rep = 0; rep < 20; ++rep) ASSERT_EQ(hash_bits(run_on_gpu(*layer, d)), h) << "rerun " << rep;
+}
+
+}  // namespace
+}  // namespace moe_ep::cudatest
