@@ -320,8 +320,10 @@ class CudaLayer final : public Layer::Impl {
     MOE_EP_CHECK_CODE(wgmma_available_ || gemm_choice_ != Sm90GemmChoice::kWgmma, ErrorCode::kUnsupported,
                       "MOE_EP_SM90_GEMM = wgmma: the wgmma GEMMs cannot run this layer: {}", why);
     notes += wgmma_available_
-                 ? fmt::format("\nsm90 GEMMs: wgmma {}x{} (folded weights) from T >= {}, mma.sync below{}",
-                               ts.block_m, ts.block_n, kWgmmaMinTokens,
+                 ? fmt::format("\nsm90 GEMMs: wgmma {}x{} (folded weights) {}, mma.sync otherwise{}",
+                               ts.block_m, ts.block_n,
+                               kWgmmaInAuto ? fmt::format("from T >= {}", kWgmmaMinTokens)
+                                            : std::string("when MOE_EP_SM90_GEMM=wgmma"),
                                gemm_choice_ == Sm90GemmChoice::kAuto ? "" : " (forced by MOE_EP_SM90_GEMM)")
                  : "\nsm90 GEMMs: mma.sync only (wgmma: " + why + ")";
   }

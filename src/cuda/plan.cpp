@@ -80,7 +80,8 @@ int Plan::gemm2_grid(int64_t num_tokens) const {
 
 Sm90GemmKernels select_sm90_gemm_kernels(Sm90GemmChoice choice, bool wgmma_available, int64_t num_tokens) {
   if (!wgmma_available || choice == Sm90GemmChoice::kMma) return Sm90GemmKernels::kMma;
-  if (choice == Sm90GemmChoice::kWgmma || num_tokens >= kWgmmaMinTokens) return Sm90GemmKernels::kWgmma;
+  if (choice == Sm90GemmChoice::kWgmma || (kWgmmaInAuto && num_tokens >= kWgmmaMinTokens))
+    return Sm90GemmKernels::kWgmma;
   return Sm90GemmKernels::kMma;
 }
 

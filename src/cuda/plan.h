@@ -63,8 +63,11 @@ struct Plan {
 // forces a choice (auto: by T, below).
 enum class Sm90GemmKernels { kMma, kWgmma };
 enum class Sm90GemmChoice { kAuto, kMma, kWgmma };
-// Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles).
+// Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles), once
+// kWgmmaInAuto is set. The wgmma GEMMs stay opt-in (MOE_EP_SM90_GEMM=wgmma) until their GPU
+// tests have passed on a device; auto picks mma.sync meanwhile.
 inline constexpr int64_t kWgmmaMinTokens = 256;
+inline constexpr bool kWgmmaInAuto = false;
 Sm90GemmKernels select_sm90_gemm_kernels(Sm90GemmChoice choice, bool wgmma_available, int64_t num_tokens);
 // Persistent grid of a wgmma GEMM with n output columns: tiles of block_n columns over the
 // m-tile bound of T (the 64-row bound also bounds larger tiles), at most blocks_per_sm per SM.

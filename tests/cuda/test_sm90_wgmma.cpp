@@ -426,7 +426,7 @@ TEST(Sm90WgmmaHost, KernelChoiceFollowsTheTokenThresholdAndAvailability) {
   using K = Sm90GemmKernels;
   using C = Sm90GemmChoice;
   EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, kWgmmaMinTokens - 1), K::kMma);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, kWgmmaMinTokens), K::kWgmma);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, kWgmmaMinTokens), kWgmmaInAuto ? K::kWgmma : K::kMma);
   EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, false, 1 << 20), K::kMma);
   EXPECT_EQ(select_sm90_gemm_kernels(C::kWgmma, true, 1), K::kWgmma);
   EXPECT_EQ(select_sm90_gemm_kernels(C::kMma, true, 1 << 20), K::kMma);
