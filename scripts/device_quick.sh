@@ -7,6 +7,6 @@ run_group 150 'Sm90*:Recipes/Sm90*' sm90
 run_group 100 '*Ep*:*Nccl*' ep
 run_group 80 '*Wgmma*:*wgmma*' wgmma
 grep -h "^\[ sm90" $OUT/tests_*.log | sort | uniq | head -60 > $OUT/errors.txt
-for g in mma auto; do MOE_EP_SM90_GEMM=$g timeout 120 $B/moe_ep bench --device cuda --preset deepseek-v4-flash --tokens 1,128,2048,8192 --csv $OUT/bench_$g.csv > $OUT/bench_$g.log 2>&1; echo "bench $g rc=$?"; grep -E "^ +[0-9]+ " $OUT/bench_$g.log; done
+for g in mma wgmma; do MOE_EP_SM90_GEMM=$g timeout 120 $B/moe_ep bench --device cuda --preset deepseek-v4-flash --tokens 1,128,2048,8192 --csv $OUT/bench_$g.csv > $OUT/bench_$g.log 2>&1; echo "bench $g rc=$?"; grep -E "^ +[0-9]+ " $OUT/bench_$g.log; done
 timeout 30 $B/moe_ep bench --device cuda --preset tiny --tokens 1,128 > $OUT/bench_tiny.log 2>&1; grep -E "^ +[0-9]+ " $OUT/bench_tiny.log
 PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_peer.py --preset deepseek-v4-flash --tokens 1,128,2048,8192 --fp8-rate --csv $OUT/torch.csv > $OUT/torch.log 2>&1; echo "torch rc=$?"; tail -8 $OUT/torch.log
