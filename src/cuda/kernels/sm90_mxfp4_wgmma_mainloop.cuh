@@ -13,8 +13,8 @@
 //   WG 1, 2   consumers: a 64 x 128 sub-tile each (kBlockM / 64 along m, kBlockN / 128 along
 //             n), m64n128k32 wgmma per k32 block, fp32 promotion, then the epilogue straight
 //             from registers. While one promotes, the other's wgmma runs.
-// Every producer thread decodes exactly the raw chunks (and shift words) it copied itself, so
-// the producer needs no barrier of its own; stages are handed over with mbarriers
+// A producer warp decodes only what its own lanes copied (after cp.async.wait_group and
+// __syncwarp), so the producer needs no barrier of its own; stages are handed over with mbarriers
 // (full: 128 producer arrivals, empty: one arrival per consumer warp).
 //
 // Shared memory (base aligned to 1024 bytes here):
@@ -24,7 +24,9 @@
 //   raw[kRawSlots]      kBlockN / 8 micro-tiles of 512 B; lane l = 4g + t's 16 B at 16 l
 //                       (lane decode) or at 64 g + 16 (t ^ (g >> 1)) (quad decode, so that
 //                       the transposed 4-byte reads of a quad are free of bank conflicts)
-//   shift[kRawSlots]    one 4-byte shift word (4 k32 blocks of one row) per raw 16-B chunk
+//   shift[kRawSlots]    4-byte shift words (4 k32 blocks of one row): one per raw 16-B chunk
+//                       (lane decode) or one per row, 8 rows of a micro-tile at 32 B each
+//                       (quad decode, copied 16 B per lane by lanes 0..2j-1 of its warp)
 //   table               16 x 8 B: e4m3 magnitude bytes of codes 0..7 for shift d (15 unused)
 //   full[kStages], empty[kStages]  mbarriers
 #pragma once
@@ -134,7 +136,8 @@ struct WgmmaProducer {
   int a_row[Cfg::kARowsPerThread];
   int sa_row;  // A row of this thread's scale word (threads < kBlockM), -1 when none
   const uint8_t* w_tile;      // micro-tile (n8 block of this warp, k step 0) + lane * 16
-  const uint8_t* shift_tile;  // shift word of this lane's row, k step 0
+  const uint8_t* shift_tile;  // lane decode: shift word of this lane's row; quad: this lane's
+                              // 16 B (4 rows) of the warp's micro-tiles; k step 0
 
   __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const WgmmaTileCoord& t,
                                              int k_steps, int tid) {
@@ -149,7 +152,8 @@ struct WgmmaProducer {
     const int warp = tid / 32, lane = tid % 32;
     const int64_t n8 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_tile * (Cfg::kBlockN / 8) + warp;
     w_tile = op.w + n8 * k_steps * kWeightMicroTileBytes + lane * 16;
-    const int64_t n = static_cast<int64_t>(t.n_tile) * Cfg::kBlockN + warp * 8 + lane / 4;
+    const int64_t n = static_cast<int64_t>(t.n_tile) * Cfg::kBlockN + warp * 8 +
+                      (Cfg::kQuadDecode ? 32 * (lane / 2) + 4 * (lane % 2) : lane / 4);
     shift_tile = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + n) * 4;
   }
 
@@ -177,8 +181,14 @@ struct WgmmaProducer {
     for (int j = 0; j < Cfg::kChunksPerThread; ++j) {
       const int chunk = tid + 128 * j;
       ptx::cp_async_16(raw_dst + raw_offset(chunk), w_tile + j * micro_stride + ks * kWeightMicroTileBytes);
-      ptx::cp_async_4(shift_dst + chunk * 4,
-                      shift_tile + (static_cast<int64_t>(ks) * op.n + 32 * j) * 4);
+      if constexpr (!Cfg::kQuadDecode)
+        ptx::cp_async_4(shift_dst + chunk * 4, shift_tile + (static_cast<int64_t>(ks) * op.n + 32 * j) * 4);
+    }
+    if constexpr (Cfg::kQuadDecode) {
+      const int warp = tid / 32, lane = tid % 32;  // lane 2j + h: rows 4h..4h+3 of micro-tile warp + 4j
+      if (lane < 2 * Cfg::kChunksPerThread)
+        ptx::cp_async_16(shift_dst + (warp + 4 * (lane / 2)) * 32 + (lane % 2) * 16,
+                         shift_tile + static_cast<int64_t>(ks) * op.n * 4);
     }
   }
 
@@ -200,12 +210,12 @@ struct WgmmaProducer {
     uint8_t* b = sm.b(s);
 #pragma unroll
     for (int j = 0; j < Cfg::kChunksPerThread; ++j) {
-      const int chunk = tid + 128 * j, micro = warp + 4 * j;
+      const int micro = warp + 4 * j;
       const uint8_t* rows = sm.raw(r) + micro * kWeightMicroTileBytes + g * 64 + 4 * t;
       uint32_t w[4];
 #pragma unroll
       for (int tp = 0; tp < 4; ++tp) w[tp] = *reinterpret_cast<const uint32_t*>(rows + ((tp ^ (g >> 1)) << 4));
-      const uint32_t d = sm.shift(r)[chunk * 4 + t] & 0xF;
+      const uint32_t d = sm.shift(r)[micro * 32 + g * 4 + t] & 0xF;
       const uint2 tab = *reinterpret_cast<const uint2*>(table + d * 8);
       uint32_t lo[4], hi[4];
 #pragma unroll
