@@ -132,14 +132,20 @@ class CudaLayer final : public Layer::Impl {
         notes += '\n';
         notes += describe_fp8_window(
             analyze_fp8_window(canonical, parallel),
-            "a GEMM whose rows are all inside is folded (e4m3 = e2m1 * 2^(d - 8), one fp32 column "
-            "factor); one with a row outside keeps its E8M0 block scales, applied in fp32 at every "
+            "with MOE_EP_SM90_FOLD=1 a GEMM whose rows are all inside is folded (e4m3 = e2m1 * "
+            "2^(d - 8), one fp32 column factor); otherwise, or with a row outside, it keeps its E8M0 block scales, applied in fp32 at every "
             "k block (exact for any spread, slower)");
       } else {
         notes += "\nnvfp4 on SM90: operands decoded to f16 (e2m1 * e4m3 is exact in f16), f16 "
                  "tensor cores with fp32 accumulation, global scales applied in the epilogue";
       }
-      const KernelWeights kw = make_kernel_weights(canonical, parallel);
+      // Folding is opt-in until the folded kernels' GPU tests have passed on a device:
+      // MOE_EP_SM90_FOLD=1, or the wgmma GEMMs (MOE_EP_SM90_GEMM=wgmma), which need it.
+      const char* fold_env = std::getenv("MOE_EP_SM90_FOLD");
+      const bool fold = (fold_env && std::string(fold_env) == "1") ||
+                        gemm_choice_from_env() == Sm90GemmChoice::kWgmma;
+      const KernelWeights kw =
+          make_kernel_weights(canonical, parallel, fold ? Fp8Fold::kWhenInside : Fp8Fold::kNever);
       w13_ = upload(kw.w13, kw.w13_global);
       w2_ = upload(kw.w2, kw.w2_global);
       // Folded tensors carry shifts in place of E8M0 bytes: their column factors must go along.

@@ -7,6 +7,8 @@
 #include <random>
 
 #include <fmt/format.h>
+#include <cstdlib>
+
 #include <gtest/gtest.h>
 
 #include "cuda/errors.h"
@@ -229,6 +231,10 @@ TEST_P(Sm90LayerTiny, ThresholdCatchesOneWrongBlockScale) {
 // (codes unchanged), pushing their spans past 14.
 TEST(Sm90LayerMxfp4, WeightsOutsideTheFp8WindowTakeTheBlockScalePath) {
   MOE_EP_REQUIRE_CUDA();
+  ::setenv("MOE_EP_SM90_FOLD", "1", 1);  // asked to fold: the window check must refuse
+  struct Unset {
+    ~Unset() { ::unsetenv("MOE_EP_SM90_FOLD"); }
+  } unset;
   const Problem p = tiny("mxfp4", 256);
   WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 21);
   const int64_t h_blocks = p.hidden / 32, i_blocks = p.intermediate / 32;
@@ -241,6 +247,25 @@ TEST(Sm90LayerMxfp4, WeightsOutsideTheFp8WindowTakeTheBlockScalePath) {
   for (int64_t T : {1, 37, 256}) {
     const Inputs in = testsupport::random_inputs(p, T, 300 + T, {.skip_fraction = 0.1});
     expect_matches_cpu(p, w, in, "mxfp4 weights outside the FP8 window");
+  }
+}
+
+// MOE_EP_SM90_FOLD=1: weights folded into the FP8 window (shift tables, column factors) on the
+// mma.sync kernels; every term is the unfolded one times a power of two, so the output must
+// match the CPU layer as closely as the unfolded path does.
+TEST(Sm90LayerMxfp4, FoldedWeightsMatchTheCpuLayer) {
+  MOE_EP_REQUIRE_CUDA();
+  ::setenv("MOE_EP_SM90_FOLD", "1", 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("MOE_EP_SM90_FOLD"); }
+  } unset;
+  const Problem p = tiny("mxfp4", 512);
+  const WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 22);
+  auto layer = make_gpu_layer(p, w.pack());
+  EXPECT_NE(layer->info().notes.find("W13 folded, W2 folded"), std::string::npos) << layer->info().notes;
+  for (int64_t T : {1, 7, 128, 512}) {
+    const Inputs in = testsupport::random_inputs(p, T, 400 + T, {.skip_fraction = 0.1});
+    expect_matches_cpu(p, w, in, "mxfp4 folded into the FP8 window");
   }
 }
 
