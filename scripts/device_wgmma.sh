@@ -5,7 +5,7 @@
 #
 #   scripts/device_pack.sh build-wgmma .device-bin-wgmma   (here, then on the device:)
 #   MOE_EP_DEVICE_BIN=.device-bin-wgmma scripts/device_wgmma.sh
-#   MOE_EP_WGMMA_STEPS="sass tests flash sanitizer timing bench ncu"   (default: all but ncu)
+#   MOE_EP_WGMMA_STEPS="sass tests timing bench sanitizer flash ncu"   (default: all but ncu)
 #   MOE_EP_WGMMA_BUDGET=280    seconds for all steps
 #
 # Outputs ($OUT, default ./device-out): wgmma_summary.txt, wgmma_logs.tar.gz, bench.csv.
@@ -13,7 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
 BIN=${MOE_EP_DEVICE_BIN:-.device-bin-wgmma}
-STEPS=${MOE_EP_WGMMA_STEPS:-sass tests flash sanitizer timing bench}
+STEPS=${MOE_EP_WGMMA_STEPS:-sass tests timing bench sanitizer flash}
 BUDGET=${MOE_EP_WGMMA_BUDGET:-280}
 WORK=$(mktemp -d /tmp/moe_ep_wgmma.XXXX)
 mkdir -p "$OUT"
@@ -86,31 +86,31 @@ if has timing; then
   grep -E "^\[ wgmma|Failure|Expected|Which is" "$WORK/timing.log" | head -30 | sed 's/^/  /' >> "$SUMMARY"
 fi
 
-# 4. compute-sanitizer racecheck (and memcheck) on the small case.
+# 4. The layer bench (CUDA graph replays), wgmma forced and auto.
+if has bench && (( FAILED == 0 )); then
+  MOE_EP_SM90_GEMM=${MOE_EP_BENCH_GEMM:-auto} run_limited 120 "$CLI" bench --device cuda --preset deepseek-v4-flash \
+    --tokens "${MOE_EP_BENCH_TOKENS:-1,128,2048,8192}" --iters 20 --warmup 3 --compute-tflops 1457 \
+    --bandwidth-gbps 4240 --csv "$OUT/bench.csv" > "$WORK/bench.log" 2>&1
+  note "bench (MOE_EP_SM90_GEMM=${MOE_EP_BENCH_GEMM:-auto}): rc=$?  ($(elapsed) s)"
+  grep -vE "^#|^$" "$WORK/bench.log" | tail -8 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+# 5. compute-sanitizer racecheck (and memcheck) on the small case.
 if has sanitizer && (( FAILED == 0 )); then
-  for tool in racecheck memcheck; do
+  for tool in ${MOE_EP_SANITIZER_TOOLS:-racecheck memcheck}; do
     run_limited 100 compute-sanitizer --tool "$tool" --error-exitcode 86 "$TESTS" \
       --gtest_filter='Sm90WgmmaKernels.SmallCaseForSanitizers' > "$WORK/sanitizer_$tool.log" 2>&1
     note "sanitizer $tool: rc=$? ($(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$WORK/sanitizer_$tool.log" | tail -1))  ($(elapsed) s)"
   done
 fi
 
-# 5. The deepseek-v4-flash layer (E = 256) forced onto wgmma against the CPU layer, 20 reruns.
+# 6. The deepseek-v4-flash layer (E = 256) forced onto wgmma against the CPU layer, 20 reruns.
 if has flash; then
   run_limited 200 "$TESTS" --gtest_filter='Sm90WgmmaLayer.Flash*' > "$WORK/flash.log" 2>&1
   rc=$?
   note "flash layer: rc=$rc $(gtest_counts "$WORK/flash.log")  ($(elapsed) s)"
   (( rc != 0 )) && FAILED=1
   grep -E "^\[ wgmma|Failure|Expected|Which is|FAILED" "$WORK/flash.log" | head -30 | sed 's/^/  /' >> "$SUMMARY"
-fi
-
-# 6. The layer bench (CUDA graph replays), wgmma forced and auto.
-if has bench && (( FAILED == 0 )); then
-  MOE_EP_SM90_GEMM=${MOE_EP_BENCH_GEMM:-auto} run_limited 150 "$CLI" bench --device cuda --preset deepseek-v4-flash \
-    --tokens "${MOE_EP_BENCH_TOKENS:-1,128,2048,8192}" --iters 20 --warmup 3 --compute-tflops 1457 \
-    --bandwidth-gbps 4240 --csv "$OUT/bench.csv" > "$WORK/bench.log" 2>&1
-  note "bench (MOE_EP_SM90_GEMM=${MOE_EP_BENCH_GEMM:-auto}): rc=$?  ($(elapsed) s)"
-  grep -vE "^#|^$" "$WORK/bench.log" | tail -8 | sed 's/^/  /' >> "$SUMMARY"
 fi
 
 # 7. ncu of the wgmma kernels at T = 8192 (speed of light, warp states).
