@@ -67,7 +67,7 @@ fi
 
 # 2. Tests: host checks, kernel-level comparisons with mma.sync, the tiny layer forced onto wgmma.
 if has tests; then
-  run_limited 110 "$TESTS" --gtest_filter='Sm90WgmmaHost*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.Tiny*' \
+  run_limited 85 "$TESTS" --gtest_filter='Sm90WgmmaHost*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.Tiny*' \
     > "$WORK/tests.log" 2>&1
   rc=$?
   note "tests (host, kernels, tiny layer): rc=$rc $(gtest_counts "$WORK/tests.log")  ($(elapsed) s)"
@@ -81,14 +81,14 @@ fi
 
 # 3. Kernel times at the full flash size (random bytes, checked against mma.sync).
 if has timing; then
-  MOE_EP_WGMMA_TIMING=1 run_limited 90 "$TESTS" --gtest_filter='Sm90WgmmaTiming.*' > "$WORK/timing.log" 2>&1
+  MOE_EP_WGMMA_TIMING=1 run_limited 60 "$TESTS" --gtest_filter='Sm90WgmmaTiming.*' > "$WORK/timing.log" 2>&1
   note "timing: rc=$? $(gtest_counts "$WORK/timing.log")  ($(elapsed) s)"
   grep -E "^\[ wgmma|Failure|Expected|Which is" "$WORK/timing.log" | head -30 | sed 's/^/  /' >> "$SUMMARY"
 fi
 
 # 4. The layer bench (CUDA graph replays), wgmma forced and auto.
 if has bench && (( FAILED == 0 )); then
-  MOE_EP_SM90_GEMM=${MOE_EP_BENCH_GEMM:-auto} run_limited 120 "$CLI" bench --device cuda --preset deepseek-v4-flash \
+  MOE_EP_SM90_GEMM=${MOE_EP_BENCH_GEMM:-auto} run_limited 70 "$CLI" bench --device cuda --preset deepseek-v4-flash \
     --tokens "${MOE_EP_BENCH_TOKENS:-1,128,2048,8192}" --iters 20 --warmup 3 --compute-tflops 1457 \
     --bandwidth-gbps 4240 --csv "$OUT/bench.csv" > "$WORK/bench.log" 2>&1
   note "bench (MOE_EP_SM90_GEMM=${MOE_EP_BENCH_GEMM:-auto}): rc=$?  ($(elapsed) s)"
