@@ -258,6 +258,23 @@ HostExpertWeights prepare_host_weights(const FamilyProperties& family, const Wei
   return w;
 }
 
+bool mxfp4_block_is_zero(const uint8_t* packed_row, int64_t block) {
+  const uint8_t* codes = packed_row + block * kMxBlock / 2;
+  for (int64_t i = 0; i < kMxBlock / 2; ++i)
+    if ((codes[i] & 0x77) != 0) return false;
+  return true;
+}
+
+Mxfp4RowExponents mxfp4_row_exponents(const uint8_t* packed_row, const uint8_t* scale_row, int64_t k) {
+  Mxfp4RowExponents r;
+  for (int64_t b = 0; b < k / kMxBlock; ++b) {
+    if (mxfp4_block_is_zero(packed_row, b)) continue;
+    r.lo = std::min(r.lo, static_cast<int>(scale_row[b]));
+    r.hi = std::max(r.hi, static_cast<int>(scale_row[b]));
+  }
+  return r;
+}
+
 namespace {
 
 struct TensorWindow {
@@ -272,16 +289,8 @@ TensorWindow analyze_tensor(const uint8_t* packed, const uint8_t* scales, int64_
   const int64_t num_blocks = k / kMxBlock;
   int tensor_min = 255, tensor_max = -1;
   for (int64_t r = 0; r < rows; ++r) {
-    int row_min = 255, row_max = -1;
-    for (int64_t b = 0; b < num_blocks; ++b) {
-      const uint8_t* codes = packed + (r * k + b * kMxBlock) / 2;
-      bool nonzero = false;
-      for (int64_t i = 0; i < kMxBlock / 2; ++i) nonzero |= (codes[i] & 0x77) != 0;
-      if (!nonzero) continue;
-      const int byte = scales[r * num_blocks + b];
-      row_min = std::min(row_min, byte);
-      row_max = std::max(row_max, byte);
-    }
+    const Mxfp4RowExponents ex = mxfp4_row_exponents(packed + r * k / 2, scales + r * num_blocks, k);
+    const int row_min = ex.lo, row_max = ex.hi;
     const int span = row_max >= 0 ? row_max - row_min : 0;
     out.max_row_span = std::max(out.max_row_span, span);
     out.rows_inside += span <= Fp8WindowStats::kMaxSpan;

@@ -81,6 +81,15 @@ struct Fp8WindowStats {
 };
 Fp8WindowStats analyze_fp8_window(const HostExpertWeights& weights,
                                   const ParallelFor& parallel_for = serial_for);
+// One MXFP4 row [K/2 packed, K/32 E8M0]: whether block b holds only (signed) zeros, and the
+// smallest / largest E8M0 byte over its other blocks (hi < 0 when every block is zero). The
+// window above is about these.
+bool mxfp4_block_is_zero(const uint8_t* packed_row, int64_t block);
+struct Mxfp4RowExponents {
+  int lo = 255, hi = -1;
+};
+Mxfp4RowExponents mxfp4_row_exponents(const uint8_t* packed_row, const uint8_t* scale_row, int64_t k);
+
 // "mxfp4->fp8 window: ..." followed by `outside_behaviour` (what the backend does for rows
 // outside the window).
 std::string describe_fp8_window(const Fp8WindowStats& stats, std::string_view outside_behaviour);

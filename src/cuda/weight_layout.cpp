@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/check.h"
 #include "cuda/kernels/sm90_grouped_gemm.h"
@@ -61,45 +62,35 @@ void convert_expert(const uint8_t* packed, const uint8_t* scales, int64_t n_dim,
 }
 
 // Folds one tensor when every row is inside the window: the blocks of a row that hold a
-// non-zero code span at most kFoldedShifts - 1 octaves, and its factor 2^(base - 119) is a
-// normal float (base <= 246). All-zero blocks decode to zeros with any shift (they get 0).
-// source_packed(e, n): canonical packed row [K/2] of kernel row n of expert e.
-template <class SourcePacked>
-void fold_into_fp8_window(KernelWeightTensor& t, SourcePacked source_packed, const ParallelFor& parallel_for) {
+// non-zero code span at most kFoldedShifts - 1 octaves (core/weight_prep.h:
+// mxfp4_row_exponents), and its factor 2^(base - 119) is a normal float (base <= 246). All-zero
+// blocks decode to zeros with any shift (they get 0).
+// source_row(e, n): canonical row of kernel row n of expert e, {packed [K/2], E8M0 [K/32]}.
+template <class SourceRow>
+void fold_into_fp8_window(KernelWeightTensor& t, SourceRow source_row, const ParallelFor& parallel_for) {
   const int64_t steps = t.k / kStepK, n_dim = t.n, blocks = t.k / kMxBlock;
   std::vector<uint8_t> base(static_cast<size_t>(t.num_experts * n_dim));
-  std::vector<uint8_t> zero_block(static_cast<size_t>(t.num_experts * n_dim * blocks));
   std::vector<uint8_t> inside(static_cast<size_t>(t.num_experts), 1);
   parallel_for(t.num_experts, [&](int64_t e) {
-    const uint8_t* sc = t.scales.data() + e * steps * n_dim * 4;
     for (int64_t n = 0; n < n_dim; ++n) {
-      const uint8_t* packed = source_packed(e, n);
-      int lo = 255, hi = 0;
-      for (int64_t b = 0; b < blocks; ++b) {
-        bool zero = true;
-        for (int64_t i = 0; i < kMxBlock / 2; ++i) zero &= (packed[b * kMxBlock / 2 + i] & 0x77) == 0;
-        zero_block[static_cast<size_t>((e * n_dim + n) * blocks + b)] = zero;
-        if (zero) continue;
-        const int v = sc[((b / 4) * n_dim + n) * 4 + b % 4];
-        lo = std::min(lo, v);
-        hi = std::max(hi, v);
-      }
-      if (lo == 255) lo = hi = 127;  // an all-zero row
-      if (hi - lo > kFoldedShifts - 1 || lo > 246) inside[static_cast<size_t>(e)] = 0;
-      base[static_cast<size_t>(e * n_dim + n)] = static_cast<uint8_t>(lo);
+      const auto [packed, scales] = source_row(e, n);
+      Mxfp4RowExponents ex = mxfp4_row_exponents(packed, scales, t.k);
+      if (ex.hi < 0) ex.lo = ex.hi = 127;  // an all-zero row
+      if (ex.hi - ex.lo > kFoldedShifts - 1 || ex.lo > 246) inside[static_cast<size_t>(e)] = 0;
+      base[static_cast<size_t>(e * n_dim + n)] = static_cast<uint8_t>(ex.lo);
     }
   });
   for (uint8_t ok : inside)
     if (!ok) return;
   parallel_for(t.num_experts, [&](int64_t e) {
     uint8_t* sc = t.scales.data() + e * steps * n_dim * 4;
-    for (int64_t n = 0; n < n_dim; ++n)
+    for (int64_t n = 0; n < n_dim; ++n) {
+      const uint8_t* packed = source_row(e, n).first;
       for (int64_t b = 0; b < blocks; ++b) {
         uint8_t& v = sc[((b / 4) * n_dim + n) * 4 + b % 4];
-        v = zero_block[static_cast<size_t>((e * n_dim + n) * blocks + b)]
-                ? 0
-                : static_cast<uint8_t>(v - base[static_cast<size_t>(e * n_dim + n)]);
+        v = mxfp4_block_is_zero(packed, b) ? 0 : static_cast<uint8_t>(v - base[static_cast<size_t>(e * n_dim + n)]);
       }
+    }
   });
   t.row_base = std::move(base);
   t.folded = true;
@@ -151,10 +142,18 @@ KernelWeights make_kernel_weights(const HostExpertWeights& w, const ParallelFor&
   });
   if (!nvfp4 && fold == Fp8Fold::kWhenInside) {
     fold_into_fp8_window(
-        out.w13, [&](int64_t e, int64_t n) { return w.w13_packed(e) + gemm1_source_row(n, I) * (H / 2); },
+        out.w13,
+        [&](int64_t e, int64_t n) {
+          const int64_t row = gemm1_source_row(n, I);
+          return std::pair{w.w13_packed(e) + row * (H / 2), w.w13_scales(e) + row * (H / kMxBlock)};
+        },
         parallel_for);
     fold_into_fp8_window(
-        out.w2, [&](int64_t e, int64_t n) { return w.w2_packed(e) + n * (I / 2); }, parallel_for);
+        out.w2,
+        [&](int64_t e, int64_t n) {
+          return std::pair{w.w2_packed(e) + n * (I / 2), w.w2_scales(e) + n * (I / kMxBlock)};
+        },
+        parallel_for);
   }
   if (nvfp4) {
     out.w13_global.resize(E);

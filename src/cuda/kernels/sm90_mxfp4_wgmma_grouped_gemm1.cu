@@ -1,5 +1,6 @@
 // mxfp4 grouped GEMM 1 on wgmma (W13, fused clamped SwiGLU + Q8 epilogue): warp-specialized persistent grid over
 // (m tile, n tile), folded weights (sm90_mxfp4_wgmma_mainloop.cuh).
+#include "cuda/kernels/sm90_kernel_config.cuh"
 #include "cuda/kernels/sm90_wgmma_epilogues.cuh"
 
 namespace moe_ep::cuda {
@@ -14,11 +15,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
 template <class Cfg>
 cudaError_t configure(int* blocks_per_sm) {
-  const cudaError_t err = cudaFuncSetAttribute(sm90_mxfp4_wgmma_grouped_gemm1_kernel<Cfg>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSharedBytes);
-  if (err != cudaSuccess) return err;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, sm90_mxfp4_wgmma_grouped_gemm1_kernel<Cfg>,
-                                                       Cfg::kThreads, Cfg::kSharedBytes);
+  return configure_persistent_kernel(sm90_mxfp4_wgmma_grouped_gemm1_kernel<Cfg>, Cfg::kThreads, Cfg::kSharedBytes,
+                                     blocks_per_sm);
 }
 
 template <class Cfg>
