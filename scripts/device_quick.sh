@@ -1,12 +1,40 @@
+#!/usr/bin/env bash
+# One device call after scripts/device_pack.sh: the GPU test groups, then the benchmark of the
+# default kernel choice next to the forced variants, the tiny and pro presets and the PyTorch
+# peers. Run on the device from the repository root with .device-bin carried; logs go to $OUT.
+#   MOE_EP_QUICK_STEPS="tests bench peers" (default all three)
 set -u
 export LD_LIBRARY_PATH=$PWD/.device-bin:$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')/lib:${LD_LIBRARY_PATH:-}
 B=.device-bin; T=$B/moe_ep_cuda_tests
+STEPS=${MOE_EP_QUICK_STEPS:-tests bench peers}
 echo "commit $(cat $B/COMMIT | tr '\n' ' ')"
-run_group() { timeout $1 $T --gtest_filter="$2" > $OUT/tests_$3.log 2>&1; echo "tests $3 rc=$? ok=$(grep -c '^\[       OK' $OUT/tests_$3.log) failed=$(grep -c '^\[  FAILED  \].*(' $OUT/tests_$3.log) skipped=$(grep -c '^\[  SKIPPED \].*(' $OUT/tests_$3.log)"; grep '^\[  FAILED  \].*(' $OUT/tests_$3.log | head; }
-run_group 120 'Sm90*:Recipes/Sm90*' sm90
-run_group 90 '*Ep*:*Nccl*' ep
-run_group 60 '*Wgmma*:*wgmma*' wgmma
-grep -h "^\[ sm90" $OUT/tests_*.log | sort | uniq | head -60 > $OUT/errors.txt
-for g in mma wgmma; do MOE_EP_SM90_GEMM=$g timeout 100 $B/moe_ep bench --device cuda --preset deepseek-v4-flash --tokens 1,128,2048,8192 --csv $OUT/bench_$g.csv > $OUT/bench_$g.log 2>&1; echo "bench $g rc=$?"; grep -E "^ +[0-9]+ " $OUT/bench_$g.log; done
-timeout 30 $B/moe_ep bench --device cuda --preset tiny --tokens 1,128 > $OUT/bench_tiny.log 2>&1; grep -E "^ +[0-9]+ " $OUT/bench_tiny.log
-PYTHONUNBUFFERED=1 timeout 100 python3 bench/torch_peer.py --preset deepseek-v4-flash --tokens 1,128,2048,8192 --fp8-rate --csv $OUT/torch.csv > $OUT/torch.log 2>&1; echo "torch rc=$?"; tail -8 $OUT/torch.log
+run_group() {
+  timeout $1 $T --gtest_filter="$2" > $OUT/tests_$3.log 2>&1
+  echo "tests $3 rc=$? ok=$(grep -c '^\[       OK' $OUT/tests_$3.log) failed=$(grep -c '^\[  FAILED  \].*(' $OUT/tests_$3.log) skipped=$(grep -c '^\[  SKIPPED \].*(' $OUT/tests_$3.log)"
+  grep '^\[  FAILED  \].*(' $OUT/tests_$3.log | head
+}
+bench() {  # name timeout env... -- args...
+  local name=$1 limit=$2; shift 2
+  local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  env "${envs[@]}" timeout $limit $B/moe_ep bench --device cuda "$@" --csv $OUT/bench_$name.csv > $OUT/bench_$name.log 2>&1
+  echo "bench $name rc=$?"; grep -E "^ +[0-9]+ " $OUT/bench_$name.log
+}
+if [[ " $STEPS " == *" tests "* ]]; then
+  run_group 240 'Sm90*:*/Sm90*' sm90
+  run_group 90 '*Ep*:*Nccl*' ep
+  grep -h "^\[ \(sm90\|decode\|wgmma\)" $OUT/tests_sm90.log | sort | uniq > $OUT/errors.txt
+  grep -h "^\[ decode" $OUT/tests_sm90.log | head -40
+fi
+if [[ " $STEPS " == *" bench "* ]]; then
+  F="--preset deepseek-v4-flash"
+  bench auto 120 X=1 -- $F --tokens 1,8,32,64,128,256,512,1024,2048,8192
+  bench decode 90 MOE_EP_SM90_GEMM=decode -- $F --tokens 64,128,256,512
+  bench exact 100 X=1 -- $F --exact-accumulation --tokens 1,128,2048,8192
+  bench v11 60 MOE_EP_SM90_GEMM=mma MOE_EP_SM90_FOLD=0 -- $F --tokens 1,128
+  bench tiny 40 X=1 -- --preset tiny --tokens 1,128
+  bench pro 200 X=1 -- --preset deepseek-v4-pro --tokens 1,8192
+fi
+if [[ " $STEPS " == *" peers "* ]]; then
+  PYTHONUNBUFFERED=1 timeout 100 python3 bench/torch_peer.py --preset deepseek-v4-flash --tokens 1,128,2048,8192 --fp8-rate --csv $OUT/torch.csv > $OUT/torch.log 2>&1
+  echo "torch rc=$?"; tail -8 $OUT/torch.log
+fi

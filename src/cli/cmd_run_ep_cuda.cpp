@@ -87,7 +87,7 @@ struct EpCheck {
   c.checked_rows = static_cast<int64_t>(rows.size());
   const std::vector<uint16_t> ref = cpu_reference_rows(one, w, in, rows, o.problem.threads);
   c.rel_err = rows.empty() ? 0.0 : rel_err_rows(y, ref, s.fleet.hidden_size, rows);
-  c.threshold = testing::device_rel_err_threshold(s.config.family);
+  c.threshold = testing::device_rel_err_threshold(s.config.family, s.config.exact_accumulation);
   c.sanity_ok = sanity_check(y, in, &c.sanity);
   c.passed = c.rel_err <= c.threshold && c.sanity_ok && rerun_equal;
   c.reference = fmt::format("cpu single-rank layer (all {} experts) forward_rows on {} of {} rows; "

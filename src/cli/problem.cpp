@@ -29,6 +29,8 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
       ->check(number_in_range(0.0, 1.0))->capture_default_str();
   cmd.add_option("--threads", o.threads, "CPU threads of the CPU backend (default: all)")
       ->check(integer_at_least(1));
+  cmd.add_flag("--exact-accumulation", o.exact_accumulation,
+               "mxfp4 on the GPU: fp32-exact k32 sums (mma.sync) instead of FP8 wgmma at large T");
 }
 
 namespace {
@@ -64,6 +66,7 @@ ProblemSetup plan_problem(const ProblemOptions& o, int64_t max_num_tokens, int w
   s.config.intermediate_size = s.preset->intermediate_size;
   s.config.top_k = s.preset->top_k;
   s.config.activation_clamp = s.preset->activation_clamp;
+  s.config.exact_accumulation = o.exact_accumulation;
   validate_config(s.fleet, s.config, world_size);
 
   bool format_ok = false;
@@ -138,6 +141,7 @@ Json problem_json(const ProblemSetup& s, const ProblemOptions& o) {
   j["activation_clamp"] = json_number(s.config.activation_clamp.value_or(INFINITY));
   j["max_tokens_per_rank"] = s.fleet.max_tokens_per_rank;
   j["hole_fraction"] = o.holes;
+  j["exact_accumulation"] = s.config.exact_accumulation;
   return j;
 }
 

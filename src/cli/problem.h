@@ -25,9 +25,11 @@ struct ProblemOptions {
   int64_t max_tokens_per_rank = 0;  // 0: max(largest T, the preset's default)
   double holes = 0.0;               // fraction of -1 slots in topk_ids
   int threads = 0;                  // CPU threads (MOE_EP_NUM_THREADS); 0: the library's default
+  bool exact_accumulation = false;  // KernelConfig::exact_accumulation
 };
 
-// Registers --preset --backend --device --weights --seed --max-tokens-per-rank --holes --threads.
+// Registers --preset --backend --device --weights --seed --max-tokens-per-rank --holes --threads
+// --exact-accumulation.
 void add_problem_options(CLI::App& cmd, ProblemOptions& options, const std::string& default_preset_note);
 
 // Everything a run needs to know before allocating, validated by the library's own checks.

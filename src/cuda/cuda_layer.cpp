@@ -55,14 +55,26 @@ UploadedGemmWeights upload(const KernelWeightTensor& t, const std::vector<float>
   return u;
 }
 
-// MOE_EP_SM90_GEMM = wgmma | mma | auto (default auto), MOE_EP_SM90_WGMMA_TILE = 64x256 | 128x128.
+// MOE_EP_SM90_GEMM = decode | mma | wgmma | auto (default auto), MOE_EP_SM90_WGMMA_TILE =
+// 64x256 | 128x128, MOE_EP_SM90_DECODE_MAX_TOKENS = the auto limit of the decode kernels.
 Sm90GemmChoice gemm_choice_from_env() {
   const char* v = std::getenv("MOE_EP_SM90_GEMM");
   const std::string s = v ? v : "";
   if (s.empty() || s == "auto") return Sm90GemmChoice::kAuto;
+  if (s == "decode") return Sm90GemmChoice::kDecode;
   if (s == "mma") return Sm90GemmChoice::kMma;
   if (s == "wgmma") return Sm90GemmChoice::kWgmma;
-  MOE_EP_FAIL(ErrorCode::kInvalidArgument, "MOE_EP_SM90_GEMM = '{}': expected wgmma, mma or auto", s);
+  MOE_EP_FAIL(ErrorCode::kInvalidArgument, "MOE_EP_SM90_GEMM = '{}': expected decode, mma, wgmma or auto", s);
+}
+
+int64_t decode_max_tokens_from_env() {
+  const char* v = std::getenv("MOE_EP_SM90_DECODE_MAX_TOKENS");
+  if (!v || !*v) return kDecodeMaxTokens;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  MOE_EP_CHECK_CODE(end && *end == '\0' && n >= 0, ErrorCode::kInvalidArgument,
+                    "MOE_EP_SM90_DECODE_MAX_TOKENS = '{}': expected a token count >= 0", v);
+  return n;
 }
 
 WgmmaTile wgmma_tile_from_env() {
@@ -87,6 +99,7 @@ class CudaLayer final : public Layer::Impl {
     nvfp4_ = req.family->name == "nvfp4";
     quantize_input_ = req.config.quantize_input;
     fast_math_ = req.config.fast_math;
+    exact_accumulation_ = req.config.exact_accumulation;
     clamp_ = req.config.activation_clamp.value_or(std::numeric_limits<float>::infinity());
     LayerShape shape{req.fleet.num_experts, req.fleet.hidden_size, req.config.intermediate_size,
                      req.config.top_k, req.fleet.max_tokens_per_rank, nvfp4_};
@@ -132,18 +145,17 @@ class CudaLayer final : public Layer::Impl {
         notes += '\n';
         notes += describe_fp8_window(
             analyze_fp8_window(canonical, parallel),
-            "with MOE_EP_SM90_FOLD=1 a GEMM whose rows are all inside is folded (e4m3 = e2m1 * "
-            "2^(d - 8), one fp32 column factor); otherwise, or with a row outside, it keeps its E8M0 block scales, applied in fp32 at every "
-            "k block (exact for any spread, slower)");
+            "a GEMM whose rows are all inside is folded (e4m3 = e2m1 * 2^(d - 8), one fp32 column "
+            "factor; MOE_EP_SM90_FOLD=0 turns this off); with a row outside it keeps its E8M0 block "
+            "scales, applied in fp32 at every k block (exact for any spread, slower)");
       } else {
         notes += "\nnvfp4 on SM90: operands decoded to f16 (e2m1 * e4m3 is exact in f16), f16 "
                  "tensor cores with fp32 accumulation, global scales applied in the epilogue";
       }
-      // Folding is opt-in until the folded kernels' GPU tests have passed on a device:
-      // MOE_EP_SM90_FOLD=1, or the wgmma GEMMs (MOE_EP_SM90_GEMM=wgmma), which need it.
+      // Folding is exact (SPEC.md §5) and needed by the wgmma GEMMs; MOE_EP_SM90_FOLD=0 keeps
+      // the E8M0 block scales (for A/B runs of the mma.sync kernels).
       const char* fold_env = std::getenv("MOE_EP_SM90_FOLD");
-      const bool fold = (fold_env && std::string(fold_env) == "1") ||
-                        gemm_choice_from_env() == Sm90GemmChoice::kWgmma;
+      const bool fold = !(fold_env && std::string(fold_env) == "0");
       const KernelWeights kw =
           make_kernel_weights(canonical, parallel, fold ? Fp8Fold::kWhenInside : Fp8Fold::kNever);
       w13_ = upload(kw.w13, kw.w13_global);
@@ -154,7 +166,7 @@ class CudaLayer final : public Layer::Impl {
       if (!nvfp4_)
         notes += fmt::format("\nsm90 weights: W13 {}, W2 {}", kw.w13.folded ? "folded" : "E8M0 block scales",
                              kw.w2.folded ? "folded" : "E8M0 block scales");
-      configure_wgmma(kw, shape, notes);
+      configure_gemm_kernels(kw, shape, notes);
     }
     workspace_ = DeviceBuffer(plan_.workspace.total_bytes);
     error_flags_ = DeviceBuffer(sizeof(uint32_t));
@@ -211,10 +223,14 @@ class CudaLayer final : public Layer::Impl {
     r.num_tokens = static_cast<int32_t>(T);
     r.top_k = static_cast<int32_t>(K);
     r.num_experts = static_cast<int32_t>(s.num_experts);
-    const bool wgmma = !nvfp4_ && select_sm90_gemm_kernels(gemm_choice_, wgmma_available_, T) ==
-                                      Sm90GemmKernels::kWgmma;
+    Sm90GemmKernels kernels = Sm90GemmKernels::kMma;
+    if (!nvfp4_) {
+      kernels = select_sm90_gemm_kernels(gemm_choice_, wgmma_available_, exact_accumulation_, T, decode_max_tokens_);
+      if (kernels == Sm90GemmKernels::kDecode && !decode_available_) kernels = Sm90GemmKernels::kMma;
+    }
+    const bool wgmma = kernels == Sm90GemmKernels::kWgmma, decode = kernels == Sm90GemmKernels::kDecode;
     const WgmmaTileShape wgmma_shape = wgmma_tile_shape(wgmma_tile_);
-    r.block_m = wgmma ? wgmma_shape.block_m : kGemmBlockM;
+    r.block_m = wgmma ? wgmma_shape.block_m : decode ? kDecodeBlockM : kGemmBlockM;
     r.expert_offsets = workspace_.get<int32_t>(w.expert_offsets);
     r.num_m_tiles = workspace_.get<int32_t>(w.num_m_tiles);
     r.tile_expert = workspace_.get<int32_t>(w.tile_expert);
@@ -262,6 +278,8 @@ class CudaLayer final : public Layer::Impl {
       q.scales = workspace_.get(w.h_scale);
       q.global = workspace_.get<float>(w.h_global);
       MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_quantize(q, stream));
+    } else if (decode) {
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_decode_gemm1(g1, plan_.m_tile_bound(T, kDecodeBlockM), stream));
     } else if (wgmma) {
       const int grid = wgmma_gemm_grid(plan_, T, 2 * I, wgmma_shape.block_n, wgmma_blocks_per_sm_[0]);
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm1(wgmma_tile_, g1, grid, stream));
@@ -287,6 +305,8 @@ class CudaLayer final : public Layer::Impl {
     const int grid2 = plan_.gemm2_grid(T);
     if (nvfp4_)
       MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_grouped_gemm2(g2, grid2, stream));
+    else if (decode)
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_decode_gemm2(g2, plan_.m_tile_bound(T, kDecodeBlockM), stream));
     else if (wgmma)
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm2(
           wgmma_tile_, g2, wgmma_gemm_grid(plan_, T, H, wgmma_shape.block_n, wgmma_blocks_per_sm_[1]), stream));
@@ -304,12 +324,37 @@ class CudaLayer final : public Layer::Impl {
     MOE_EP_CUDA_CHECK(launch_sm90_combine(c, stream));
   }
 
-  // The wgmma GEMMs need folded weights and n a multiple of the tile's block_n; forcing them
-  // where they cannot run fails here.
-  void configure_wgmma(const KernelWeights& kw, const LayerShape& shape, std::string& notes) {
+  // The decode GEMMs need n a multiple of kDecodeBlockN and 16 rows of A in shared memory;
+  // the wgmma GEMMs folded weights and n a multiple of the tile's block_n. Forcing a kernel
+  // where it cannot run fails here.
+  void configure_gemm_kernels(const KernelWeights& kw, const LayerShape& shape, std::string& notes) {
     gemm_choice_ = gemm_choice_from_env();
     wgmma_tile_ = wgmma_tile_from_env();
+    decode_max_tokens_ = decode_max_tokens_from_env();
     if (nvfp4_) return;
+    configure_decode(shape, notes);
+    configure_wgmma(kw, shape, notes);
+  }
+
+  void configure_decode(const LayerShape& shape, std::string& notes) {
+    std::string why;
+    if (shape.hidden % kDecodeBlockN != 0 || (2 * shape.intermediate) % kDecodeBlockN != 0) {
+      why = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of {}", shape.hidden,
+                        2 * shape.intermediate, kDecodeBlockN);
+    } else {
+      int blocks[2] = {0, 0};
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_decode_gemm1(static_cast<int>(shape.hidden), &blocks[0]));
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_decode_gemm2(static_cast<int>(shape.intermediate), &blocks[1]));
+      if (blocks[0] < 1 || blocks[1] < 1) why = "16 rows of A do not fit in shared memory";
+    }
+    decode_available_ = why.empty();
+    MOE_EP_CHECK_CODE(decode_available_ || gemm_choice_ != Sm90GemmChoice::kDecode, ErrorCode::kUnsupported,
+                      "MOE_EP_SM90_GEMM = decode: the decode GEMMs cannot run this layer: {}", why);
+    notes += decode_available_ ? fmt::format("\nsm90 GEMMs: decode (16-row tiles) for T <= {}", decode_max_tokens_)
+                               : "\nsm90 GEMMs: no decode kernels (" + why + ")";
+  }
+
+  void configure_wgmma(const KernelWeights& kw, const LayerShape& shape, std::string& notes) {
     const WgmmaTileShape ts = wgmma_tile_shape(wgmma_tile_);
     std::string why;
     if (!kw.w13.folded || !kw.w2.folded)
@@ -328,8 +373,8 @@ class CudaLayer final : public Layer::Impl {
     notes += wgmma_available_
                  ? fmt::format("\nsm90 GEMMs: wgmma {}x{} (folded weights) {}, mma.sync otherwise{}",
                                ts.block_m, ts.block_n,
-                               kWgmmaInAuto ? fmt::format("from T >= {}", kWgmmaMinTokens)
-                                            : std::string("when MOE_EP_SM90_GEMM=wgmma"),
+                               exact_accumulation_ ? std::string("off (exact_accumulation)")
+                                                   : fmt::format("from T >= {}", kWgmmaMinTokens),
                                gemm_choice_ == Sm90GemmChoice::kAuto ? "" : " (forced by MOE_EP_SM90_GEMM)")
                  : "\nsm90 GEMMs: mma.sync only (wgmma: " + why + ")";
   }
@@ -349,7 +394,7 @@ class CudaLayer final : public Layer::Impl {
 
  private:
   int device_index_ = 0;
-  bool nvfp4_ = false, quantize_input_ = true, fast_math_ = false;
+  bool nvfp4_ = false, quantize_input_ = true, fast_math_ = false, exact_accumulation_ = false;
   float clamp_ = 0.0f;
   Plan plan_;
   UploadedGemmWeights w13_, w2_;
@@ -357,6 +402,8 @@ class CudaLayer final : public Layer::Impl {
   Sm90GemmChoice gemm_choice_ = Sm90GemmChoice::kAuto;
   WgmmaTile wgmma_tile_ = kWgmmaDefaultTile;
   bool wgmma_available_ = false;
+  bool decode_available_ = false;
+  int64_t decode_max_tokens_ = kDecodeMaxTokens;
   int wgmma_blocks_per_sm_[2] = {0, 0};
   DeviceBuffer workspace_, error_flags_;
 };

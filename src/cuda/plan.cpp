@@ -21,8 +21,8 @@ struct Cursor {
   }
 };
 
-int64_t m_tiles_for_rows(int64_t rows, int64_t num_experts) {
-  return (rows + kGemmBlockM - 1) / kGemmBlockM + std::min(num_experts, rows);
+int64_t m_tiles_for_rows(int64_t rows, int64_t num_experts, int block_m) {
+  return (rows + block_m - 1) / block_m + std::min(num_experts, rows);
 }
 
 }  // namespace
@@ -30,7 +30,7 @@ int64_t m_tiles_for_rows(int64_t rows, int64_t num_experts) {
 WorkspaceLayout workspace_layout(const LayerShape& s) {
   const int64_t R = s.max_tokens, M = s.max_tokens * s.top_k, H = s.hidden, I = s.intermediate;
   const int64_t block = s.nvfp4 ? 16 : 32;
-  const int64_t max_m_tiles = m_tiles_for_rows(M, s.num_experts);
+  const int64_t max_m_tiles = m_tiles_for_rows(M, s.num_experts, kDecodeBlockM);
   WorkspaceLayout w;
   Cursor c;
   w.a = c.take(s.nvfp4 ? R * H / 2 : R * H);
@@ -59,13 +59,13 @@ Plan make_plan(const LayerShape& shape, const DeviceLimits& limits) {
   p.shape = shape;
   p.limits = limits;
   p.max_rows = shape.max_tokens * shape.top_k;
-  p.max_m_tiles = m_tiles_for_rows(p.max_rows, shape.num_experts);
+  p.max_m_tiles = m_tiles_for_rows(p.max_rows, shape.num_experts, kDecodeBlockM);
   p.workspace = workspace_layout(shape);
   return p;
 }
 
-int64_t Plan::m_tile_bound(int64_t num_tokens) const {
-  return m_tiles_for_rows(num_tokens * shape.top_k, shape.num_experts);
+int64_t Plan::m_tile_bound(int64_t num_tokens, int block_m) const {
+  return m_tiles_for_rows(num_tokens * shape.top_k, shape.num_experts, block_m);
 }
 
 int Plan::gemm1_grid(int64_t num_tokens) const {
@@ -78,10 +78,17 @@ int Plan::gemm2_grid(int64_t num_tokens) const {
   return static_cast<int>(std::min<int64_t>(tiles, int64_t{limits.sm_count} * limits.gemm2_blocks_per_sm));
 }
 
-Sm90GemmKernels select_sm90_gemm_kernels(Sm90GemmChoice choice, bool wgmma_available, int64_t num_tokens) {
-  if (!wgmma_available || choice == Sm90GemmChoice::kMma) return Sm90GemmKernels::kMma;
-  if (choice == Sm90GemmChoice::kWgmma || (kWgmmaInAuto && num_tokens >= kWgmmaMinTokens))
-    return Sm90GemmKernels::kWgmma;
+Sm90GemmKernels select_sm90_gemm_kernels(Sm90GemmChoice choice, bool wgmma_available,
+                                         bool exact_accumulation, int64_t num_tokens,
+                                         int64_t decode_max_tokens) {
+  switch (choice) {
+    case Sm90GemmChoice::kDecode: return Sm90GemmKernels::kDecode;
+    case Sm90GemmChoice::kMma: return Sm90GemmKernels::kMma;
+    case Sm90GemmChoice::kWgmma: return wgmma_available ? Sm90GemmKernels::kWgmma : Sm90GemmKernels::kMma;
+    case Sm90GemmChoice::kAuto: break;
+  }
+  if (num_tokens <= decode_max_tokens) return Sm90GemmKernels::kDecode;
+  if (wgmma_available && !exact_accumulation && num_tokens >= kWgmmaMinTokens) return Sm90GemmKernels::kWgmma;
   return Sm90GemmKernels::kMma;
 }
 

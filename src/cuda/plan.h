@@ -8,7 +8,8 @@
 //   a_global     R x 4 B (nvfp4)                                  per-token encode factor
 //   expert_offsets (E+1) x 4 B, num_m_tiles 4 B,
 //   tile_expert, tile_row_begin   max_m_tiles x 4 B each,
-//   max_m_tiles = ceil(M / 64) + min(E, M)   (each non-empty expert adds at most one partial tile)
+//   max_m_tiles = ceil(M / 16) + min(E, M)   (16 rows: the smallest m tile, of the decode GEMMs;
+//                                             each non-empty expert adds at most one partial tile)
 //   row_token, row_weight, slot_row   M x 4 B each
 //   h            M x I (mxfp4) | M x I/2 (nvfp4)                  quantized SwiGLU output
 //   h_scale      M x I/B
@@ -50,25 +51,31 @@ struct Plan {
   int64_t max_m_tiles = 0;
   WorkspaceLayout workspace;
 
-  // Upper bound of the m-tiles of a forward with T tokens (the routing writes the exact count).
-  int64_t m_tile_bound(int64_t num_tokens) const;
+  // Upper bound of the m-tiles of block_m rows of a forward with T tokens (the routing writes
+  // the exact count).
+  int64_t m_tile_bound(int64_t num_tokens, int block_m = 64) const;
   // Persistent grid of GEMM 1 / GEMM 2 for T tokens.
   int gemm1_grid(int64_t num_tokens) const;
   int gemm2_grid(int64_t num_tokens) const;
   std::string describe() const;  // one line: tiles, grids, workspace bytes
 };
 
-// GEMM kernels of an mxfp4 forward on SM90: mma.sync (any weights, 64 x 128 tiles) or wgmma
-// (folded weights only, kernels/sm90_grouped_gemm.h: WgmmaTile). MOE_EP_SM90_GEMM=wgmma|mma|auto
-// forces a choice (auto: by T, below).
-enum class Sm90GemmKernels { kMma, kWgmma };
-enum class Sm90GemmChoice { kAuto, kMma, kWgmma };
-// Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles), once
-// kWgmmaInAuto is set. The wgmma GEMMs stay opt-in (MOE_EP_SM90_GEMM=wgmma) until their GPU
-// tests have passed on a device; auto picks mma.sync meanwhile.
+// GEMM kernels of an mxfp4 forward on SM90: decode (mma.sync, weights on the m16 side, 16-row
+// tiles), mma.sync (any weights, 64 x 128 tiles) or wgmma (folded weights only,
+// kernels/sm90_grouped_gemm.h: WgmmaTile). MOE_EP_SM90_GEMM=decode|mma|wgmma|auto forces a
+// choice (auto: by T, below).
+enum class Sm90GemmKernels { kDecode, kMma, kWgmma };
+enum class Sm90GemmChoice { kAuto, kDecode, kMma, kWgmma };
+// Auto: the decode kernels up to this many tokens (MOE_EP_SM90_DECODE_MAX_TOKENS overrides), where
+// experts hold a few rows each and the weight stream is the cost.
+inline constexpr int64_t kDecodeMaxTokens = 128;
+// Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles), unless the
+// layer asks for exact accumulation (KernelConfig::exact_accumulation: wgmma's FP8 accumulator
+// is not fp32-exact).
 inline constexpr int64_t kWgmmaMinTokens = 256;
-inline constexpr bool kWgmmaInAuto = false;
-Sm90GemmKernels select_sm90_gemm_kernels(Sm90GemmChoice choice, bool wgmma_available, int64_t num_tokens);
+Sm90GemmKernels select_sm90_gemm_kernels(Sm90GemmChoice choice, bool wgmma_available,
+                                         bool exact_accumulation, int64_t num_tokens,
+                                         int64_t decode_max_tokens = kDecodeMaxTokens);
 // Persistent grid of a wgmma GEMM with n output columns: tiles of block_n columns over the
 // m-tile bound of T (the 64-row bound also bounds larger tiles), at most blocks_per_sm per SM.
 int wgmma_gemm_grid(const Plan& plan, int64_t num_tokens, int64_t n, int block_n, int blocks_per_sm);

@@ -1,12 +1,15 @@
 #include "cuda_test_util.h"
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 
 #include <fmt/format.h>
 
 #include "cuda/device_info.h"
 #include "cuda/errors.h"
 #include "moe_ep/formats.h"
+#include "testing/presets.h"
 
 namespace moe_ep::cudatest {
 
@@ -134,6 +137,54 @@ uint64_t hash_bits(const std::vector<uint16_t>& y) {
     h = (h ^ (v >> 8)) * 1099511628211ull;
   }
   return h;
+}
+
+testsupport::Problem preset_problem(const std::string& preset, const std::string& family, int64_t max_tokens) {
+  const testing::Preset& pr = testing::find_preset(preset);
+  testsupport::Problem p;
+  p.family = family;
+  p.num_experts = pr.num_experts;
+  p.hidden = pr.hidden_size;
+  p.intermediate = pr.intermediate_size;
+  p.top_k = pr.top_k;
+  p.clamp = pr.activation_clamp;
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+testing::HostWeights preset_weights(const testsupport::Problem& p, WeightFormat format, uint64_t seed) {
+  testing::WeightSpec spec;
+  spec.hidden_size = p.hidden;
+  spec.intermediate_size = p.intermediate;
+  spec.format = format;
+  spec.seed = seed;
+  spec.num_slots = p.num_experts;
+  return testing::make_weights(spec);
+}
+
+testsupport::Inputs from_synthetic(const testing::HostInputs& h, int64_t K) {
+  testsupport::Inputs in;
+  in.tokens = h.num_tokens;
+  in.ids_i32 = true;
+  in.x = testsupport::HostTensor<uint16_t>(DType::kBF16, {h.num_tokens, h.hidden_size});
+  in.x.values() = h.x;
+  in.ids32 = testsupport::HostTensor<int32_t>(DType::kI32, {h.num_tokens, K});
+  in.ids32.values() = h.topk_ids;
+  in.ids64 = testsupport::HostTensor<int64_t>(DType::kI64, {h.num_tokens, K});
+  for (size_t i = 0; i < h.topk_ids.size(); ++i) in.ids64[i] = h.topk_ids[i];
+  in.weights = testsupport::HostTensor<float>(DType::kF32, {h.num_tokens, K});
+  in.weights.values() = h.topk_weights;
+  return in;
+}
+
+std::vector<int64_t> row_subset(int64_t T, uint64_t seed, size_t count) {
+  if (T <= 128) return {};
+  std::vector<int64_t> rows = {0, 1, T / 2, T - 1};
+  std::mt19937_64 rng(seed);
+  while (rows.size() < count) rows.push_back(static_cast<int64_t>(rng() % T));
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
 }
 
 }  // namespace moe_ep::cudatest

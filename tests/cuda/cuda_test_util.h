@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "cuda/device_buffer.h"
 #include "moe_ep/layer.h"
 #include "support/layer_problem.h"
+#include "testing/synthetic.h"
 #include "testing/tolerances.h"
 
 namespace moe_ep::cudatest {
@@ -39,6 +42,35 @@ const std::string& cuda_unavailable_reason();
 inline double same_recipe_tolerance(const std::string& family) {
   return testing::device_rel_err_threshold(family);
 }
+// The FP8 wgmma GEMMs (KernelConfig::exact_accumulation = false): k32 sums with ~2^-14
+// relative error, so more of those flips (testing/tolerances.h).
+inline double wgmma_recipe_tolerance() { return testing::device_rel_err_threshold("mxfp4", false); }
+
+// Sets an environment variable for the scope (the layer reads its MOE_EP_SM90_* variables at creation);
+// value nullptr unsets it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 // A device copy of a host tensor (same dtype and shape, Device::cuda(0)).
 struct DeviceTensor {
@@ -71,5 +103,14 @@ double relative_error_rows(const std::vector<uint16_t>& y, const std::vector<dou
                            int64_t hidden, std::span<const int64_t> rows = {});
 
 uint64_t hash_bits(const std::vector<uint16_t>& y);
+
+// A Problem of a model preset (testing/presets.h) and its synthetic weights.
+testsupport::Problem preset_problem(const std::string& preset, const std::string& family, int64_t max_tokens);
+testing::HostWeights preset_weights(const testsupport::Problem& p, WeightFormat format, uint64_t seed);
+// testing::make_inputs output as test Inputs (int32 ids, int64 copy kept).
+testsupport::Inputs from_synthetic(const testing::HostInputs& h, int64_t K);
+// Rows the CPU reference computes at large T: first, second, middle, last and random ones up to
+// `count` (empty, i.e. all rows, when T <= 128).
+std::vector<int64_t> row_subset(int64_t T, uint64_t seed, size_t count = 48);
 
 }  // namespace moe_ep::cudatest

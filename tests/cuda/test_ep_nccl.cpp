@@ -83,14 +83,7 @@ Expected expected_y(const Problem& p, const WeightSet& w, const Inputs& in) {
 void run_world_of_one(Bootstrap boot, const std::string& what) {
   // Same GEMM kernels for the reference (T rows) and the local layer (T*K rows): see
   // PinnedGemmKernels in test_ep_sim.cpp.
-  const char* old = std::getenv("MOE_EP_SM90_GEMM");
-  const std::string saved = old ? old : "";
-  ::setenv("MOE_EP_SM90_GEMM", "mma", 1);
-  struct Restore {
-    bool had;
-    std::string value;
-    ~Restore() { had ? ::setenv("MOE_EP_SM90_GEMM", value.c_str(), 1) : ::unsetenv("MOE_EP_SM90_GEMM"); }
-  } restore{old != nullptr, saved};
+  const ScopedEnv pinned("MOE_EP_SM90_GEMM", "mma");
   for (const std::string family : {"mxfp4", "nvfp4"}) {
     Problem p = testsupport::tiny_problem(family);
     p.max_tokens = 200;

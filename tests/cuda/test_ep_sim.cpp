@@ -141,19 +141,7 @@ double expect_matches(const Problem& p, const WeightSet& w, int R, const std::ve
 // pick its kernels by the number of rows (MOE_EP_SM90_GEMM=auto), and the local layers see
 // R*T*K rows where the reference sees the global T. The suite pins the mma kernels.
 class PinnedGemmKernels {
- public:
-  PinnedGemmKernels() {
-    if (const char* v = std::getenv("MOE_EP_SM90_GEMM")) old_ = v, had_ = true;
-    ::setenv("MOE_EP_SM90_GEMM", "mma", 1);
-  }
-  ~PinnedGemmKernels() {
-    if (had_) ::setenv("MOE_EP_SM90_GEMM", old_.c_str(), 1);
-    else ::unsetenv("MOE_EP_SM90_GEMM");
-  }
-
- private:
-  bool had_ = false;
-  std::string old_;
+  ScopedEnv env_{"MOE_EP_SM90_GEMM", "mma"};
 };
 
 class EpSimOneGpu : public ::testing::TestWithParam<std::string> {

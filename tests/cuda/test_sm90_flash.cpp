@@ -28,31 +28,6 @@ struct FlashCase {
   std::vector<double> ref;
 };
 
-Inputs from_synthetic(const testing::HostInputs& h, int64_t K) {
-  Inputs in;
-  in.tokens = h.num_tokens;
-  in.ids_i32 = true;
-  in.x = testsupport::HostTensor<uint16_t>(DType::kBF16, {h.num_tokens, h.hidden_size});
-  in.x.values() = h.x;
-  in.ids32 = testsupport::HostTensor<int32_t>(DType::kI32, {h.num_tokens, K});
-  in.ids32.values() = h.topk_ids;
-  in.ids64 = testsupport::HostTensor<int64_t>(DType::kI64, {h.num_tokens, K});
-  for (size_t i = 0; i < h.topk_ids.size(); ++i) in.ids64[i] = h.topk_ids[i];
-  in.weights = testsupport::HostTensor<float>(DType::kF32, {h.num_tokens, K});
-  in.weights.values() = h.topk_weights;
-  return in;
-}
-
-std::vector<int64_t> row_subset(int64_t T, uint64_t seed) {
-  if (T <= 128) return {};
-  std::vector<int64_t> rows = {0, 1, T / 2, T - 1};
-  std::mt19937_64 rng(seed);
-  while (rows.size() < 48) rows.push_back(static_cast<int64_t>(rng() % T));
-  std::sort(rows.begin(), rows.end());
-  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-  return rows;
-}
-
 struct FlashState {
   Problem problem;
   testing::HostWeights weights;
@@ -68,20 +43,8 @@ class Sm90Flash : public ::testing::Test {
     const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
     state_ = std::make_unique<FlashState>();
     Problem& p = state_->problem;
-    p.family = kFamily;
-    p.num_experts = preset.num_experts;
-    p.hidden = preset.hidden_size;
-    p.intermediate = preset.intermediate_size;
-    p.top_k = preset.top_k;
-    p.clamp = preset.activation_clamp;
-    p.max_tokens = 4096;
-    testing::WeightSpec spec;
-    spec.hidden_size = p.hidden;
-    spec.intermediate_size = p.intermediate;
-    spec.format = p.family == "nvfp4" ? WeightFormat::kNVFP4 : WeightFormat::kMXFP4;
-    spec.seed = 2026;
-    spec.num_slots = p.num_experts;
-    state_->weights = testing::make_weights(spec);
+    p = preset_problem("deepseek-v4-flash", kFamily, 4096);
+    state_->weights = preset_weights(p, p.family == "nvfp4" ? WeightFormat::kNVFP4 : WeightFormat::kMXFP4, 2026);
 
     auto add = [&](std::string name, int64_t T, double holes) {
       testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, holes, preset.routed_scaling_factor,

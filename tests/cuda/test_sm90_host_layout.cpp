@@ -223,10 +223,12 @@ TEST(Sm90Plan, MTileBoundCoversEveryRoutingOfTheRows) {
     std::vector<int64_t> count(16, 0);
     const int mode = trial % 3;
     for (int64_t i = 0; i < T * 4; ++i) count[mode == 0 ? rng() % 16 : mode == 1 ? 0 : (i % 16)]++;
-    int64_t tiles = 0;
-    for (int64_t c : count) tiles += (c + kGemmBlockM - 1) / kGemmBlockM;
-    ASSERT_LE(tiles, plan.m_tile_bound(T)) << "T=" << T;
-    ASSERT_LE(plan.m_tile_bound(T), plan.max_m_tiles);
+    for (const int block_m : {kGemmBlockM, kDecodeBlockM, 128}) {
+      int64_t tiles = 0;
+      for (int64_t c : count) tiles += (c + block_m - 1) / block_m;
+      ASSERT_LE(tiles, plan.m_tile_bound(T, block_m)) << "T=" << T << " block_m=" << block_m;
+      ASSERT_LE(plan.m_tile_bound(T, block_m), plan.max_m_tiles);
+    }
   }
   // 300 tokens: ceil(1200 / 64) + 16 = 35 m-tiles x 2 n-tiles (2I = 256) = 70 blocks.
   EXPECT_EQ(plan.gemm1_grid(0), 0);

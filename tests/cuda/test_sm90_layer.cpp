@@ -231,41 +231,41 @@ TEST_P(Sm90LayerTiny, ThresholdCatchesOneWrongBlockScale) {
 // (codes unchanged), pushing their spans past 14.
 TEST(Sm90LayerMxfp4, WeightsOutsideTheFp8WindowTakeTheBlockScalePath) {
   MOE_EP_REQUIRE_CUDA();
-  ::setenv("MOE_EP_SM90_FOLD", "1", 1);  // asked to fold: the window check must refuse
-  struct Unset {
-    ~Unset() { ::unsetenv("MOE_EP_SM90_FOLD"); }
-  } unset;
   const Problem p = tiny("mxfp4", 256);
   WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 21);
   const int64_t h_blocks = p.hidden / 32, i_blocks = p.intermediate / 32;
   for (uint8_t* s : {&w.w13_scale[(2 * (2 * p.intermediate) + 5) * h_blocks + 1],
                      &w.w2_scale[(3 * p.hidden + 7) * i_blocks + 2]})
     *s = static_cast<uint8_t>(*s - 16);
-  auto layer = make_gpu_layer(p, w.pack());
-  EXPECT_NE(layer->info().notes.find("W13 E8M0 block scales, W2 E8M0 block scales"), std::string::npos)
-      << layer->info().notes;
+  {  // released before the CPU reference below: one runtime per process
+    auto layer = make_gpu_layer(p, w.pack());
+    EXPECT_NE(layer->info().notes.find("W13 E8M0 block scales, W2 E8M0 block scales"), std::string::npos)
+        << layer->info().notes;
+  }
   for (int64_t T : {1, 37, 256}) {
     const Inputs in = testsupport::random_inputs(p, T, 300 + T, {.skip_fraction = 0.1});
     expect_matches_cpu(p, w, in, "mxfp4 weights outside the FP8 window");
   }
 }
 
-// MOE_EP_SM90_FOLD=1: weights folded into the FP8 window (shift tables, column factors) on the
-// mma.sync kernels; every term is the unfolded one times a power of two, so the output must
-// match the CPU layer as closely as the unfolded path does.
-TEST(Sm90LayerMxfp4, FoldedWeightsMatchTheCpuLayer) {
+// Weights inside the window are folded by default (shift tables, column factors);
+// MOE_EP_SM90_FOLD=0 keeps the E8M0 block scales. Every folded term is the unfolded one times a
+// power of two, so both must match the CPU layer bit for bit on the mma.sync kernels.
+TEST(Sm90LayerMxfp4, FoldedAndBlockScaleWeightsMatchTheCpuLayer) {
   MOE_EP_REQUIRE_CUDA();
-  ::setenv("MOE_EP_SM90_FOLD", "1", 1);
-  struct Unset {
-    ~Unset() { ::unsetenv("MOE_EP_SM90_FOLD"); }
-  } unset;
   const Problem p = tiny("mxfp4", 512);
   const WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 22);
-  auto layer = make_gpu_layer(p, w.pack());
-  EXPECT_NE(layer->info().notes.find("W13 folded, W2 folded"), std::string::npos) << layer->info().notes;
-  for (int64_t T : {1, 7, 128, 512}) {
-    const Inputs in = testsupport::random_inputs(p, T, 400 + T, {.skip_fraction = 0.1});
-    expect_matches_cpu(p, w, in, "mxfp4 folded into the FP8 window");
+  for (const bool fold : {true, false}) {
+    const ScopedEnv env("MOE_EP_SM90_FOLD", fold ? nullptr : "0");
+    const char* expected = fold ? "W13 folded, W2 folded" : "W13 E8M0 block scales, W2 E8M0 block scales";
+    {  // released before the CPU reference below: one runtime per process
+      auto layer = make_gpu_layer(p, w.pack());
+      EXPECT_NE(layer->info().notes.find(expected), std::string::npos) << layer->info().notes;
+    }
+    for (int64_t T : {1, 7, 128, 512}) {
+      const Inputs in = testsupport::random_inputs(p, T, 400 + T, {.skip_fraction = 0.1});
+      expect_matches_cpu(p, w, in, fold ? "mxfp4 folded into the FP8 window" : "mxfp4 E8M0 block scales (FOLD=0)");
+    }
   }
 }
 

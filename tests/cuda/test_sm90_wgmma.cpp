@@ -361,7 +361,7 @@ testing::HostInputs make_inputs(const Shape& s, const RoutingCase& c, uint64_t s
 
 void compare_kernels(const Shape& s, const std::vector<RoutingCase>& cases, uint64_t seed) {
   const DeviceWeights& w = cached_device_weights(s, seed);
-  const double tol = cudatest::same_recipe_tolerance("mxfp4");
+  const double tol = cudatest::wgmma_recipe_tolerance();
   for (const RoutingCase& c : cases) {
     const DeviceProblem p = make_problem(s, make_inputs(s, c, seed + static_cast<uint64_t>(c.T)));
     GemmRun mma(s, p, w, Kernels{});
@@ -425,11 +425,18 @@ TEST(Sm90WgmmaHost, FoldedDecodeTableGivesEveryCodeTimesItsShift) {
 TEST(Sm90WgmmaHost, KernelChoiceFollowsTheTokenThresholdAndAvailability) {
   using K = Sm90GemmKernels;
   using C = Sm90GemmChoice;
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, kWgmmaMinTokens - 1), K::kMma);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, kWgmmaMinTokens), kWgmmaInAuto ? K::kWgmma : K::kMma);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, false, 1 << 20), K::kMma);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kWgmma, true, 1), K::kWgmma);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kMma, true, 1 << 20), K::kMma);
+  // (choice, wgmma available, exact accumulation, T)
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, 1), K::kDecode);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, true, kDecodeMaxTokens), K::kDecode);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, true, kDecodeMaxTokens + 1), K::kMma);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, 64, 32), K::kMma);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kDecode, true, false, 1 << 20), K::kDecode);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, kWgmmaMinTokens - 1), K::kMma);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, kWgmmaMinTokens), K::kWgmma);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, true, 1 << 20), K::kMma);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, false, false, 1 << 20), K::kMma);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kWgmma, true, true, 1), K::kWgmma);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kMma, true, false, 1 << 20), K::kMma);
   LayerShape shape{256, 4096, 2048, 6, 8192, false};
   const Plan plan = make_plan(shape, {132, 1, 1});
   for (const WgmmaTile tile : {WgmmaTile::k64x256, WgmmaTile::k128x128}) {
@@ -598,7 +605,7 @@ TEST(Sm90WgmmaTiming, FlashSizeRandomBytesMatchMmaAndKernelTimes) {
   DeviceWeights w;
   w.w13 = random_gemm_weights(s.E, 2 * s.I, s.H, 3);
   w.w2 = random_gemm_weights(s.E, s.H, s.I, 4);
-  const double tol = cudatest::same_recipe_tolerance("mxfp4");
+  const double tol = cudatest::wgmma_recipe_tolerance();
   std::vector<int64_t> tokens = {2048, 8192};
   if (const char* v = std::getenv("MOE_EP_WGMMA_TIMING_TOKENS")) {
     tokens.clear();
@@ -647,25 +654,6 @@ namespace {
 using testsupport::Inputs;
 using testsupport::Problem;
 
-// Sets an environment variable for the scope (the layer reads MOE_EP_SM90_GEMM at creation).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
   MOE_EP_REQUIRE_CUDA();
   for (const char* tile : {"64x256", "128x128"}) {
@@ -682,7 +670,7 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
       const double err = relative_error_rows(y, ref, p.hidden);
       int64_t same = 0;
       for (size_t i = 0; i < y.size(); ++i) same += bf16_to_float(y[i]) == ref[i];
-      EXPECT_LE(err, same_recipe_tolerance(p.family)) << what << " tile " << tile << ": " << p.str();
+      EXPECT_LE(err, wgmma_recipe_tolerance()) << what << " tile " << tile << ": " << p.str();
       fmt::print("[ wgmma   ] layer tiny {:<8} {:<28} T={:<5} rel_err={:.3e} bitwise-equal={:.4f}\n", tile, what,
                  in.tokens, err, y.empty() ? 1.0 : static_cast<double>(same) / y.size());
     };
@@ -699,50 +687,12 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
   }
 }
 
-Inputs from_synthetic(const testing::HostInputs& h, int64_t K) {
-  Inputs in;
-  in.tokens = h.num_tokens;
-  in.ids_i32 = true;
-  in.x = testsupport::HostTensor<uint16_t>(DType::kBF16, {h.num_tokens, h.hidden_size});
-  in.x.values() = h.x;
-  in.ids32 = testsupport::HostTensor<int32_t>(DType::kI32, {h.num_tokens, K});
-  in.ids32.values() = h.topk_ids;
-  in.ids64 = testsupport::HostTensor<int64_t>(DType::kI64, {h.num_tokens, K});
-  for (size_t i = 0; i < h.topk_ids.size(); ++i) in.ids64[i] = h.topk_ids[i];
-  in.weights = testsupport::HostTensor<float>(DType::kF32, {h.num_tokens, K});
-  in.weights.values() = h.topk_weights;
-  return in;
-}
-
-std::vector<int64_t> row_subset(int64_t T, uint64_t seed) {
-  if (T <= 128) return {};
-  std::vector<int64_t> rows = {0, 1, T / 2, T - 1};
-  std::mt19937_64 rng(seed);
-  while (rows.size() < 40) rows.push_back(static_cast<int64_t>(rng() % T));
-  std::sort(rows.begin(), rows.end());
-  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-  return rows;
-}
-
 TEST(Sm90WgmmaLayer, FlashMatchesCpuAndIsBitwiseDeterministic) {
   MOE_EP_REQUIRE_CUDA();
   ScopedEnv force("MOE_EP_SM90_GEMM", "wgmma");
   const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
-  Problem p;
-  p.family = "mxfp4";
-  p.num_experts = preset.num_experts;
-  p.hidden = preset.hidden_size;
-  p.intermediate = preset.intermediate_size;
-  p.top_k = preset.top_k;
-  p.clamp = preset.activation_clamp;
-  p.max_tokens = 4096;
-  testing::WeightSpec spec;
-  spec.hidden_size = p.hidden;
-  spec.intermediate_size = p.intermediate;
-  spec.format = WeightFormat::kMXFP4;
-  spec.seed = 2027;
-  spec.num_slots = p.num_experts;
-  const testing::HostWeights weights = testing::make_weights(spec);
+  const Problem p = preset_problem("deepseek-v4-flash", "mxfp4", 4096);
+  const testing::HostWeights weights = preset_weights(p, WeightFormat::kMXFP4, 2027);
 
   struct Case {
     std::string name;
@@ -754,11 +704,11 @@ TEST(Sm90WgmmaLayer, FlashMatchesCpuAndIsBitwiseDeterministic) {
   for (int64_t T : {1, 7, 300, 4096}) {
     testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, 0.05, preset.routed_scaling_factor,
                           static_cast<uint64_t>(900 + T), 0};
-    cases.push_back({fmt::format("random T={}", T), from_synthetic(testing::make_inputs(is), p.top_k), row_subset(T, T), {}});
+    cases.push_back({fmt::format("random T={}", T), from_synthetic(testing::make_inputs(is), p.top_k), row_subset(T, T, 40), {}});
   }
   {
     testing::InputSpec is{1024, p.hidden, p.num_experts, p.top_k, 0.0, preset.routed_scaling_factor, 1999, 0};
-    Case c{"one expert, all rows", from_synthetic(testing::make_inputs(is), p.top_k), row_subset(1024, 3), {}};
+    Case c{"one expert, all rows", from_synthetic(testing::make_inputs(is), p.top_k), row_subset(1024, 3, 40), {}};
     for (int64_t t = 0; t < c.in.tokens; ++t)
       for (int64_t k = 0; k < p.top_k; ++k) c.in.set_id(t, k, k == 0 ? 11 : -1);
     cases.push_back(std::move(c));
@@ -771,7 +721,7 @@ TEST(Sm90WgmmaLayer, FlashMatchesCpuAndIsBitwiseDeterministic) {
     int64_t nan = 0;
     for (uint16_t v : y) nan += std::isnan(bf16_to_float(v));
     EXPECT_EQ(nan, 0) << c.name << ": unwritten (NaN-poisoned) outputs";
-    EXPECT_LE(err, same_recipe_tolerance(p.family)) << c.name << ": " << p.str();
+    EXPECT_LE(err, wgmma_recipe_tolerance()) << c.name << ": " << p.str();
     fmt::print("[ wgmma   ] layer flash {:<24} rows checked={:<5} rel_err={:.3e}\n", c.name,
                c.rows.empty() ? c.in.tokens : static_cast<int64_t>(c.rows.size()), err);
   }

@@ -21,13 +21,15 @@ KernelConfig Problem::config() const {
   c.top_k = top_k;
   c.activation_clamp = clamp;
   c.quantize_input = quantize_input;
+  c.exact_accumulation = exact_accumulation;
   return c;
 }
 
 std::string Problem::str() const {
-  return fmt::format("family={} E={} H={} I={} K={} max_tokens={} clamp={} quantize_input={}",
+  return fmt::format("family={} E={} H={} I={} K={} max_tokens={} clamp={} quantize_input={} exact_accumulation={}",
                      family, num_experts, hidden, intermediate, top_k, max_tokens,
-                     clamp ? fmt::format("{}", *clamp) : std::string("none"), quantize_input);
+                     clamp ? fmt::format("{}", *clamp) : std::string("none"), quantize_input,
+                     exact_accumulation);
 }
 
 Problem tiny_problem(const std::string& family) {

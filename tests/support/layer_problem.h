@@ -18,6 +18,9 @@ struct Problem {
   int64_t num_experts = 16, hidden = 256, intermediate = 128, top_k = 4, max_tokens = 64;
   std::optional<float> clamp = 10.0f;
   bool quantize_input = true;
+  // Tests default to the exact mxfp4 path (bitwise comparisons with the CPU layer); the wgmma
+  // tests take the default product path (KernelConfig::exact_accumulation = false).
+  bool exact_accumulation = true;
 
   FleetParams fleet() const { return {num_experts, max_tokens, hidden}; }
   KernelConfig config() const;

@@ -32,12 +32,11 @@ __device__ __forceinline__ int acc_row(const WarpPosition& wp, int mi, int h) {
 }
 
 // Folded mxfp4 weights: the factor of kernel column `col` (1 when not folded).
-__device__ __forceinline__ float col_scale(const GroupedGemmOperands& op, const TileCoord& t, int col) {
-  return op.w_col_scale ? op.w_col_scale[static_cast<int64_t>(t.expert) * op.n + col] : 1.0f;
+__device__ __forceinline__ float col_scale(const GroupedGemmOperands& op, int expert, int col) {
+  return op.w_col_scale ? op.w_col_scale[static_cast<int64_t>(expert) * op.n + col] : 1.0f;
 }
-
-__device__ __forceinline__ int a_source_row(const GroupedGemmOperands& op, int row) {
-  return op.a_row_index ? op.a_row_index[row] : row;
+__device__ __forceinline__ float col_scale(const GroupedGemmOperands& op, const TileCoord& t, int col) {
+  return col_scale(op, t.expert, col);
 }
 
 // GEMM 1 of the mxfp4 recipe: SwiGLU of each (gate, up) column pair, then Q8 of h over I

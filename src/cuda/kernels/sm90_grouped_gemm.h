@@ -122,4 +122,18 @@ cudaError_t launch_sm90_mxfp4_wgmma_grouped_gemm1(WgmmaTile tile, const Gemm1Par
 cudaError_t launch_sm90_mxfp4_wgmma_grouped_gemm2(WgmmaTile tile, const Gemm2Params& params, int grid,
                                                   cudaStream_t stream, WgmmaDecode decode = WgmmaDecode::kQuad);
 
+// Decode (small-batch) mxfp4 grouped GEMMs (sm90_mxfp4_decode_mainloop.cuh): mma.sync with the
+// weights on the m16 side, 16-row m tiles (the routing must list tiles of kDecodeBlockM rows),
+// n a multiple of kDecodeBlockN; E8M0 block scales or folded weights; outputs bitwise those of
+// the kernels above. Not persistent: m_tile_bound x n / kDecodeBlockN blocks, the ones past the
+// routing's tile count return at once. configure_* take the reduction size k (shared memory
+// holds the tile's 16 rows of A).
+inline constexpr int kDecodeBlockM = 16;
+inline constexpr int kDecodeBlockN = 128;
+inline constexpr int kDecodeThreads = 256;
+cudaError_t configure_sm90_mxfp4_decode_gemm1(int k, int* blocks_per_sm);
+cudaError_t configure_sm90_mxfp4_decode_gemm2(int k, int* blocks_per_sm);
+cudaError_t launch_sm90_mxfp4_decode_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
+cudaError_t launch_sm90_mxfp4_decode_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
+
 }  // namespace moe_ep::cuda

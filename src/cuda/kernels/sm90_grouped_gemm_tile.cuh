@@ -50,6 +50,11 @@ __device__ __forceinline__ TileCoord tile_coord(const GroupedGemmSchedule& s, in
   return t;
 }
 
+// The A row that GEMM row `row` reads (op.a_row_index, identity when null).
+__device__ __forceinline__ int a_source_row(const GroupedGemmOperands& op, int row) {
+  return op.a_row_index ? op.a_row_index[row] : row;
+}
+
 // The persistent walk: block b takes tiles b, b + grid, ... of num_m_tiles * n_tiles.
 template <class Mainloop, class Epilogue, class Params>
 __device__ __forceinline__ void run_grouped_gemm(const Params& p, uint8_t* smem) {

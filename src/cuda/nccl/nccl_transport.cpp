@@ -102,16 +102,22 @@ NcclTransport::NcclTransport(const Bootstrap& b)
 NcclTransport::~NcclTransport() {
   cudaSetDevice(device_);
   if (comm_ && broken_.empty()) {
-    if (has_dev_comm_) api_->DevCommDestroy(comm_, &dev_comm_);
-    if (window_) api_->CommWindowDeregister(comm_, window_);
-    if (owns_comm_) api_->CommFinalize(comm_);
-    // Bounded: a peer that left early must not hang this destructor.
+    // A non-blocking communicator may still run each call when it returns: the next one waits
+    // for it. Bounded: a peer that left early must not hang this destructor.
     const auto deadline = Clock::now() + timeout_;
-    ncclResult_t state = ncclInProgress;
-    while (Clock::now() < deadline && api_->CommGetAsyncError(comm_, &state) == ncclSuccess &&
-           state == ncclInProgress)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (state != ncclSuccess && owns_comm_) broken_ = "teardown did not complete";
+    auto settled = [&] {
+      ncclResult_t state = ncclInProgress;
+      while (Clock::now() < deadline && api_->CommGetAsyncError(comm_, &state) == ncclSuccess &&
+             state == ncclInProgress)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return state == ncclSuccess;
+    };
+    auto done = [&](ncclResult_t r) { return (r == ncclSuccess || r == ncclInProgress) && settled(); };
+    bool ok = true;
+    if (has_dev_comm_) ok = done(api_->DevCommDestroy(comm_, &dev_comm_));
+    if (ok && window_) ok = done(api_->CommWindowDeregister(comm_, window_));
+    if (ok && owns_comm_) ok = done(api_->CommFinalize(comm_));
+    if (!ok && owns_comm_) broken_ = "teardown did not complete";
   }
   if (base_) api_->MemFree(base_);
   if (owns_comm_ && comm_) {
@@ -242,6 +248,8 @@ std::byte* NcclTransport::allocate_window(int64_t bytes) {
                     size, api_->error_str(r, comm_));
   MOE_EP_CUDA_CHECK(cudaMemset(base_, 0, size));
   MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+  // A non-blocking communicator (the one made here) may return ncclSuccess while the call still
+  // runs in the background: every call is followed by wait_ready before its result is read.
   r = api_->CommWindowRegister(comm_, base_, size, &window_, NCCL_WIN_COLL_SYMMETRIC);
   if (r != ncclSuccess && r != ncclInProgress)
     fail(ErrorCode::kDevice, fmt::format("rank {}: ncclCommWindowRegister failed: {}", rank_,
@@ -253,23 +261,25 @@ std::byte* NcclTransport::allocate_window(int64_t bytes) {
   ncclDevCommRequirements reqs{};
   reqs.lsaBarrierCount = 1;
   r = api_->DevCommCreate(comm_, &reqs, &dev_comm_);
-  if (r == ncclInProgress) wait_ready("create device communicator", deadline);
-  else if (r != ncclSuccess)
+  if (r != ncclSuccess && r != ncclInProgress)
     fail(ErrorCode::kDevice, fmt::format("rank {}: ncclDevCommCreate failed: {}", rank_,
                                          api_->error_str(r, comm_)));
+  wait_ready("create device communicator", deadline);
   has_dev_comm_ = true;
   if (!lsa_covers_world()) {
+    const int lsa_size = dev_comm_.lsaSize;
     api_->DevCommDestroy(comm_, &dev_comm_);
+    wait_ready("destroy device communicator", deadline);
     has_dev_comm_ = false;
     reqs.ginForceEnable = true;
     reqs.ginContextCount = 1;
     reqs.ginSignalCount = 1;
     r = api_->DevCommCreate(comm_, &reqs, &dev_comm_);
-    if (r == ncclInProgress) wait_ready("create device communicator (gin)", deadline);
-    else if (r != ncclSuccess)
+    if (r != ncclSuccess && r != ncclInProgress)
       fail(ErrorCode::kDevice, fmt::format("rank {}: ncclDevCommCreate with GIN failed (the world "
                                            "spans {} ranks, the LSA team {}): {}", rank_,
-                                           world_size_, dev_comm_.lsaSize, api_->error_str(r, comm_)));
+                                           world_size_, lsa_size, api_->error_str(r, comm_)));
+    wait_ready("create device communicator (gin)", deadline);
     has_dev_comm_ = true;
   }
   window_bytes_ = bytes;

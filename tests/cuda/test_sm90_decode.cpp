@@ -1,0 +1,118 @@
+// The decode (small-batch) mxfp4 GEMMs, forced with MOE_EP_SM90_GEMM=decode: against the CPU
+// layer and bit for bit against the 64 x 128 mma.sync kernels (same products, same per-k32
+// fp32 promotion), on routings that exercise the 16-row tiles: one row per expert, experts
+// with 16, 17 and hundreds of rows (many tiles of one expert), holes, tokens without slots,
+// folded weights and E8M0 block scales; then the flash shape at decode sizes.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cuda_test_util.h"
+#include "moe_ep/formats.h"
+#include "testing/presets.h"
+#include "testing/synthetic.h"
+
+namespace moe_ep::cudatest {
+namespace {
+
+using testsupport::Inputs;
+using testsupport::Problem;
+using testsupport::WeightSet;
+
+struct Outputs {
+  std::vector<uint16_t> decode, mma;
+};
+
+// The layer's output with the decode kernels and with the mma.sync kernels.
+Outputs run_both(const Problem& p, const WeightPack& w, const Inputs& in) {
+  Outputs o;
+  {
+    const ScopedEnv env("MOE_EP_SM90_GEMM", "decode");
+    auto layer = make_gpu_layer(p, w);
+    EXPECT_NE(layer->info().notes.find("decode (16-row tiles)"), std::string::npos) << layer->info().notes;
+    o.decode = run_on_gpu(*layer, to_device(p, in));
+    EXPECT_EQ(layer->read_error_flags(), 0u);
+  }
+  {
+    const ScopedEnv env("MOE_EP_SM90_GEMM", "mma");
+    auto layer = make_gpu_layer(p, w);
+    o.mma = run_on_gpu(*layer, to_device(p, in));
+  }
+  return o;
+}
+
+void check(const Problem& p, const WeightSet& w, const Inputs& in, const std::string& what) {
+  const std::vector<double> ref = cpu_reference(p, w.pack(), in);
+  const Outputs o = run_both(p, w.pack(), in);
+  const double err = relative_error_rows(o.decode, ref, p.hidden);
+  int64_t same_mma = 0, same_cpu = 0;
+  for (size_t i = 0; i < o.decode.size(); ++i) {
+    same_mma += o.decode[i] == o.mma[i];
+    same_cpu += bf16_to_float(o.decode[i]) == ref[i];
+  }
+  EXPECT_LE(err, same_recipe_tolerance(p.family)) << what << ": " << p.str() << " T=" << in.tokens;
+  EXPECT_EQ(same_mma, static_cast<int64_t>(o.decode.size())) << what << ": decode and mma.sync kernels differ";
+  const double n = o.decode.empty() ? 1.0 : static_cast<double>(o.decode.size());
+  fmt::print("[ decode  ] {:<36} T={:<5} rel_err={:.3e} bitwise-equal: cpu {:.4f} mma {:.4f}\n", what, in.tokens,
+             err, same_cpu / n, same_mma / n);
+}
+
+class Sm90Decode : public ::testing::TestWithParam<bool> {  // param: weights folded
+ protected:
+  void SetUp() override { MOE_EP_REQUIRE_CUDA(); }
+};
+
+TEST_P(Sm90Decode, TinyMatchesCpuAndTheMmaKernels) {
+  const ScopedEnv fold("MOE_EP_SM90_FOLD", GetParam() ? nullptr : "0");
+  const std::string kind = GetParam() ? "folded" : "E8M0";
+  Problem p = testsupport::tiny_problem("mxfp4");
+  p.max_tokens = 400;
+  const WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 31);
+  for (int64_t T : {0, 1, 2, 7, 64, 128, 400})
+    check(p, w, testsupport::random_inputs(p, T, 500 + T, {.skip_fraction = 0.1}), kind + " random, 10% holes");
+  // Experts 2, 3, 4 get exactly 16, 17 and 8 rows (one full tile, a full and a one-row tile, a
+  // half tile); the rest of the slots are holes.
+  Inputs in = testsupport::random_inputs(p, 41, 77);
+  for (int64_t t = 0; t < in.tokens; ++t)
+    for (int64_t k = 0; k < p.top_k; ++k) in.set_id(t, k, k == 0 ? (t < 16 ? 2 : t < 33 ? 3 : 4) : -1);
+  check(p, w, in, kind + " tiles of 16, 16+1 and 8 rows");
+  // One expert takes every slot: 1600 rows, 100 tiles of the same weights.
+  Inputs all = testsupport::random_inputs(p, 400, 78);
+  for (int64_t t = 0; t < all.tokens; ++t)
+    for (int64_t k = 0; k < p.top_k; ++k) all.set_id(t, k, 9);
+  check(p, w, all, kind + " one expert in every slot");
+  // Every ninth token has no valid slot: its output row must be zeros.
+  Inputs holes = testsupport::random_inputs(p, 90, 79, {.skip_fraction = 0.5, .ids_i32 = true});
+  for (int64_t t = 0; t < holes.tokens; t += 9)
+    for (int64_t k = 0; k < p.top_k; ++k) holes.set_id(t, k, -1);
+  check(p, w, holes, kind + " 50% holes, int32 ids");
+}
+
+INSTANTIATE_TEST_SUITE_P(Weights, Sm90Decode, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Folded" : "BlockScales"; });
+
+// deepseek-v4-flash (H = 4096, I = 2048, E = 256, K = 6) at decode sizes, default (folded) weights.
+TEST(Sm90DecodeFlash, MatchesCpuAndTheMmaKernels) {
+  MOE_EP_REQUIRE_CUDA();
+  const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
+  const Problem p = preset_problem("deepseek-v4-flash", "mxfp4", 256);
+  const testing::HostWeights weights = preset_weights(p, WeightFormat::kMXFP4, 2028);
+  for (int64_t T : {1, 5, 64, 256}) {
+    const testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, 0.05, preset.routed_scaling_factor,
+                                static_cast<uint64_t>(1100 + T), 0};
+    const Inputs in = from_synthetic(testing::make_inputs(is), p.top_k);
+    const std::vector<int64_t> rows = row_subset(T, 16);
+    const std::vector<double> ref = cpu_reference(p, weights.pack(), in, rows);
+    const Outputs o = run_both(p, weights.pack(), in);
+    const double err = relative_error_rows(o.decode, ref, p.hidden, rows);
+    int64_t same_mma = 0;
+    for (size_t i = 0; i < o.decode.size(); ++i) same_mma += o.decode[i] == o.mma[i];
+    EXPECT_LE(err, same_recipe_tolerance(p.family)) << "T=" << T << ": " << p.str();
+    EXPECT_EQ(same_mma, static_cast<int64_t>(o.decode.size())) << "T=" << T << ": decode and mma.sync kernels differ";
+    fmt::print("[ decode  ] flash random T={:<5} rows checked={:<3} rel_err={:.3e} bitwise-equal mma {:.4f}\n", T,
+               static_cast<int64_t>(rows.empty() ? T : rows.size()), err,
+               o.decode.empty() ? 1.0 : static_cast<double>(same_mma) / o.decode.size());
+  }
+}
+
+}  // namespace
+}  // namespace moe_ep::cudatest
