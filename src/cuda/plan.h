@@ -68,7 +68,7 @@ enum class Sm90GemmKernels { kDecode, kMma, kWgmma };
 enum class Sm90GemmChoice { kAuto, kDecode, kMma, kWgmma };
 // Auto: the decode kernels up to this many tokens (MOE_EP_SM90_DECODE_MAX_TOKENS overrides), where
 // experts hold a few rows each and the weight stream is the cost.
-inline constexpr int64_t kDecodeMaxTokens = 128;
+inline constexpr int64_t kDecodeMaxTokens = 512;
 // Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles), unless the
 // layer asks for exact accumulation (KernelConfig::exact_accumulation: wgmma's FP8 accumulator
 // is not fp32-exact).

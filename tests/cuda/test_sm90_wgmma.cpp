@@ -431,8 +431,10 @@ TEST(Sm90WgmmaHost, KernelChoiceFollowsTheTokenThresholdAndAvailability) {
   EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, true, kDecodeMaxTokens + 1), K::kMma);
   EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, 64, 32), K::kMma);
   EXPECT_EQ(select_sm90_gemm_kernels(C::kDecode, true, false, 1 << 20), K::kDecode);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, kWgmmaMinTokens - 1), K::kMma);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, kWgmmaMinTokens), K::kWgmma);
+  // With the decode limit below the wgmma threshold, the mma.sync kernels fill the gap.
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, kWgmmaMinTokens - 1, 16), K::kMma);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, kWgmmaMinTokens, 16), K::kWgmma);
+  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, kDecodeMaxTokens + 1), K::kWgmma);
   EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, true, 1 << 20), K::kMma);
   EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, false, false, 1 << 20), K::kMma);
   EXPECT_EQ(select_sm90_gemm_kernels(C::kWgmma, true, true, 1), K::kWgmma);
