@@ -2,7 +2,8 @@
 # One device call after scripts/device_pack.sh: the GPU test groups, then the benchmark of the
 # default kernel choice next to the forced variants, the tiny and pro presets and the PyTorch
 # peers. Run on the device from the repository root with .device-bin carried; logs go to $OUT.
-#   MOE_EP_QUICK_STEPS="tests bench peers" (default all three)
+#   MOE_EP_QUICK_STEPS="tests bench peers ncu ep" (default: tests bench peers)
+#   MOE_EP_QUICK_BENCH: override the bench step with one line of bench calls (see bench()).
 set -u
 export LD_LIBRARY_PATH=$PWD/.device-bin:$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')/lib:${LD_LIBRARY_PATH:-}
 B=.device-bin; T=$B/moe_ep_cuda_tests
@@ -25,8 +26,10 @@ if [[ " $STEPS " == *" tests "* ]]; then
   grep -h "^\[ \(sm90\|decode\|wgmma\)" $OUT/tests_sm90.log | sort | uniq > $OUT/errors.txt
   grep -h "^\[ decode" $OUT/tests_sm90.log | head -40
 fi
-if [[ " $STEPS " == *" bench "* ]]; then
-  F="--preset deepseek-v4-flash"
+F="--preset deepseek-v4-flash"
+if [[ " $STEPS " == *" bench "* && -n "${MOE_EP_QUICK_BENCH:-}" ]]; then
+  eval "$MOE_EP_QUICK_BENCH"
+elif [[ " $STEPS " == *" bench "* ]]; then
   bench auto 120 X=1 -- $F --tokens 1,8,32,64,128,256,512,1024,2048,8192
   bench decode 90 MOE_EP_SM90_GEMM=decode -- $F --tokens 64,128,256,512
   bench exact 100 X=1 -- $F --exact-accumulation --tokens 1,128,2048,8192
@@ -37,4 +40,31 @@ fi
 if [[ " $STEPS " == *" peers "* ]]; then
   PYTHONUNBUFFERED=1 timeout 100 python3 bench/torch_peer.py --preset deepseek-v4-flash --tokens 1,128,2048,8192 --fp8-rate --csv $OUT/torch.csv > $OUT/torch.log 2>&1
   echo "torch rc=$?"; tail -8 $OUT/torch.log
+fi
+if [[ " $STEPS " == *" ncu "* ]]; then  # device time per kernel, eager forwards, clocks left alone
+  for T in ${MOE_EP_QUICK_NCU_TOKENS:-1 128 2048}; do
+    timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+      --csv $B/moe_ep run --device cuda $F -T $T --no-check --eager --iters 2 --warmup 0 > $OUT/ncu_T$T.csv 2> $OUT/ncu_T$T.log
+    echo "ncu T=$T rc=$?"
+    python3 - $OUT/ncu_T$T.csv <<'PY'
+import csv, sys, collections, re
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+if rows:
+    h = rows[0]; n, m, u, v = (h.index(k) for k in ("Kernel Name", "Metric Name", "Metric Unit", "Metric Value"))
+    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}
+    acc = collections.defaultdict(list)
+    for r in rows[1:]:
+        k = re.search(r"sm90_\w+?_kernel|ep_\w+?_kernel|\w+_kernel", r[n]); k = k.group(0) if k else r[n][:40]
+        val = float(r[v].replace(",", "")) * (scale.get(r[u], 1.0) if "duration" in r[m] else 1.0)
+        acc[(k, "us" if "duration" in r[m] else "dram%")].append(val)
+    print("  " + "  ".join(f"{k}[{w}]={sum(x)/len(x):.1f}" for (k, w), x in acc.items()))
+PY
+  done
+fi
+if [[ " $STEPS " == *" ep "* ]]; then  # expert parallelism simulated on the one GPU
+  for spec in "8 1,128,4096 200" "2 1,128 80"; do
+    set -- $spec
+    timeout $3 $B/moe_ep bench --device cuda $F --ranks $1 --simulate-ranks-on-one-gpu --tokens $2 --csv $OUT/ep_R$1.csv > $OUT/ep_R$1.log 2>&1
+    echo "ep bench R=$1 rc=$?"; grep -vE "^$" $OUT/ep_R$1.log | tail -8
+  done
 fi
