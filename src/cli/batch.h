@@ -20,4 +20,7 @@ DeviceBatch upload_batch(Driver& driver, const testing::HostInputs& inputs);
 void poison_y(Driver& driver, const DeviceBatch& batch);
 std::vector<uint16_t> download_y(Driver& driver, const DeviceBatch& batch);
 
+// Experts [first, first + count) of a pack, as views into it (a rank's share of the experts).
+WeightPack slice_pack(const WeightPack& all, int64_t first, int64_t count);
+
 }  // namespace moe_ep::cli

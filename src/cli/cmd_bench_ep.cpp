@@ -30,19 +30,6 @@
 namespace moe_ep::cli {
 namespace {
 
-[[maybe_unused]] WeightPack slice_pack(const WeightPack& all, int64_t first, int64_t count) {
-  auto slice = [&](TensorView t) {
-    if (!t.defined()) return t;
-    const int64_t per = t.numel() / t.shape[0];
-    t.data = static_cast<uint8_t*>(t.data) + first * per * dtype_size(t.dtype);
-    t.shape[0] = count;
-    return t;
-  };
-  WeightPack p = all;
-  for (TensorView* t : {&p.w13, &p.w13_scale, &p.w13_global, &p.w2, &p.w2_scale, &p.w2_global}) *t = slice(*t);
-  return p;
-}
-
 struct Row {
   int64_t tokens = 0, valid_slots = 0;
   double time_us = NAN, dispatch_us = NAN, combine_us = NAN, local_us = NAN, quantize_us = NAN,

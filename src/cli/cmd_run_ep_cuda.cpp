@@ -35,25 +35,6 @@
 namespace moe_ep::cli {
 namespace {
 
-// Experts [first, first + count) of a pack (views).
-[[maybe_unused]] WeightPack slice_pack(const WeightPack& all, int64_t first, int64_t count) {
-  auto slice = [&](TensorView t) {
-    if (!t.defined()) return t;
-    const int64_t per = t.numel() / t.shape[0];
-    t.data = static_cast<uint8_t*>(t.data) + first * per * dtype_size(t.dtype);
-    t.shape[0] = count;
-    return t;
-  };
-  WeightPack p = all;
-  p.w13 = slice(all.w13);
-  p.w13_scale = slice(all.w13_scale);
-  p.w13_global = slice(all.w13_global);
-  p.w2 = slice(all.w2);
-  p.w2_scale = slice(all.w2_scale);
-  p.w2_global = slice(all.w2_global);
-  return p;
-}
-
 [[maybe_unused]] testing::HostInputs concat(const std::vector<testing::HostInputs>& parts) {
   testing::HostInputs g = parts.at(0);
   g.num_tokens = 0;

@@ -76,14 +76,16 @@ uint32_t get_u32(const uint8_t* p) {
   return ntohl(n);
 }
 
-// false on timeout or a closed peer (then *error says which).
-bool send_all(int fd, const uint8_t* data, size_t n, Clock::time_point deadline, std::string* error) {
+// Moves n bytes through fd, each wait bounded by the deadline; false on timeout or a closed
+// peer (then *error says which).
+bool transfer_all(int fd, uint8_t* data, size_t n, bool sending, Clock::time_point deadline, std::string* error) {
+  const char* what = sending ? "send" : "recv";
   size_t done = 0;
   while (done < n) {
-    pollfd p{fd, POLLOUT, 0};
+    pollfd p{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
     const int r = ::poll(&p, 1, ms_left(deadline));
     if (r == 0) {
-      *error = "timed out while sending";
+      *error = sending ? "timed out while sending" : "timed out while receiving";
       return false;
     }
     if (r < 0) {
@@ -91,44 +93,27 @@ bool send_all(int fd, const uint8_t* data, size_t n, Clock::time_point deadline,
       *error = "poll failed: " + errno_str(errno);
       return false;
     }
-    const ssize_t w = ::send(fd, data + done, n - done, MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      *error = "send failed: " + errno_str(errno);
+    const ssize_t moved = sending ? ::send(fd, data + done, n - done, MSG_NOSIGNAL) : ::recv(fd, data + done, n - done, 0);
+    if (moved == 0 && !sending) {
+      *error = "the peer closed the connection";
       return false;
     }
-    done += static_cast<size_t>(w);
+    if (moved < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      *error = std::string(what) + " failed: " + errno_str(errno);
+      return false;
+    }
+    done += static_cast<size_t>(moved);
   }
   return true;
 }
 
+bool send_all(int fd, const uint8_t* data, size_t n, Clock::time_point deadline, std::string* error) {
+  return transfer_all(fd, const_cast<uint8_t*>(data), n, true, deadline, error);  // send only reads it
+}
+
 bool recv_all(int fd, uint8_t* data, size_t n, Clock::time_point deadline, std::string* error) {
-  size_t done = 0;
-  while (done < n) {
-    pollfd p{fd, POLLIN, 0};
-    const int r = ::poll(&p, 1, ms_left(deadline));
-    if (r == 0) {
-      *error = "timed out while receiving";
-      return false;
-    }
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      *error = "poll failed: " + errno_str(errno);
-      return false;
-    }
-    const ssize_t got = ::recv(fd, data + done, n - done, 0);
-    if (got == 0) {
-      *error = "the peer closed the connection";
-      return false;
-    }
-    if (got < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      *error = "recv failed: " + errno_str(errno);
-      return false;
-    }
-    done += static_cast<size_t>(got);
-  }
-  return true;
+  return transfer_all(fd, data, n, false, deadline, error);
 }
 
 struct AddrInfoFree {
