@@ -23,6 +23,7 @@ bench() {  # name timeout env... -- args...
 if [[ " $STEPS " == *" tests "* ]]; then
   run_group 240 'Sm90*:*/Sm90*' sm90
   run_group 90 '*Ep*:*Nccl*' ep
+  grep -h "^\[ ep" $OUT/tests_ep.log | head -40
   grep -h "^\[ \(sm90\|decode\|wgmma\)" $OUT/tests_sm90.log | sort | uniq > $OUT/errors.txt
   grep -h "^\[ decode" $OUT/tests_sm90.log | head -40
 fi
@@ -68,3 +69,5 @@ if [[ " $STEPS " == *" ep "* ]]; then  # expert parallelism simulated on the one
     echo "ep bench R=$1 rc=$?"; grep -vE "^$" $OUT/ep_R$1.log | tail -8
   done
 fi
+# One archive comes back whole (the device returns only a few files per call).
+(cd $OUT && tar czf quick.tar.gz --remove-files $(ls | grep -v '^quick.tar.gz$'))
