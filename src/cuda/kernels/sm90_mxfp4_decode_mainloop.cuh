@@ -10,10 +10,7 @@
 //
 // Block: kDecodeThreads (8 warps) = kDecodeBlockN weight rows (16 per warp) x one m tile of
 // kDecodeBlockM rows (routing block_m); block b = m_tile * (N / kDecodeBlockN) + n chunk.
-// Weights stream from global memory into registers kPrefetch k steps ahead of the MMAs (read
-// once, L1 bypassed), and are bulk-prefetched into L2 kL2Ahead steps ahead, kPrefetch steps at
-// a time (a micro-tile column is contiguous along k), so the HBM stream does not wait on the
-// register depth.
+// Weights stream from global memory kPrefetch k steps ahead of the MMAs (read once, L1 bypassed).
 //
 // Shared memory (decode_shared_bytes(K)):
 //   A   16 rows x K bytes e4m3; 16-byte chunk c of row r at r*K + (c & ~7)*16 + ((c ^ r) & 7)*16
@@ -52,7 +49,6 @@ using DecodeAccumulators = float[2][4];
 template <bool kFolded>
 struct Mxfp4DecodeMainloop {
   static constexpr int kPrefetch = 4;  // k steps of weights in registers ahead of the MMAs
-  static constexpr int kL2Ahead = 8;   // first k step of the L2 prefetch, relative to the current
 
   static __device__ __forceinline__ void load_a(const GroupedGemmOperands& op, const DecodeTile& t,
                                                 uint8_t* smem) {
@@ -98,21 +94,6 @@ struct Mxfp4DecodeMainloop {
       s_ptr[j] = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + n) * 4;
     }
     const int64_t s_step = static_cast<int64_t>(op.n) * 4;
-    // Lane j < 2 of the warp prefetches micro-tile column j (contiguous along k: one prefetch
-    // for all steps), lane 2 of warp 0 the block's scale rows (128 x 4 B per k step; g = 0 there),
-    // for k steps [from, from + kPrefetch).
-    auto prefetch_l2 = [&](int from) {
-      if (from >= k_steps || (lane >= 2 && !(lane == 2 && warp == 0))) return;
-      const int count = min(kPrefetch, k_steps - from);
-      if (lane < 2) {
-        ptx::prefetch_l2_bulk(w_ptr[0] + lane * (static_cast<int64_t>(k_steps) * kWeightMicroTileBytes - 16) +
-                                  static_cast<int64_t>(from) * kWeightMicroTileBytes,
-                              count * kWeightMicroTileBytes);
-      } else {
-        for (int i = 0; i < count; ++i) ptx::prefetch_l2_bulk(s_ptr[0] + (from + i) * s_step, kDecodeBlockN * 4);
-      }
-    };
-    prefetch_l2(kPrefetch);
     uint4 wbuf[kPrefetch][2];
     uint32_t sbuf[kPrefetch][2];
     auto fetch = [&](int slot, int ks) {
@@ -136,7 +117,6 @@ struct Mxfp4DecodeMainloop {
     const uint32_t a_base = ptx::smem_addr(smem);
     const uint8_t* sa_smem = smem + kDecodeBlockM * k;
     for (int ks0 = 0; ks0 < k_steps; ks0 += kPrefetch) {
-      prefetch_l2(ks0 + kL2Ahead);
 #pragma unroll
       for (int s = 0; s < kPrefetch; ++s) {
         const int ks = ks0 + s;

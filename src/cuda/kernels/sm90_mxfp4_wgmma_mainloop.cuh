@@ -35,7 +35,6 @@
 
 #include "cuda/kernels/sm90_grouped_gemm.h"
 #include "cuda/ptx/cp_async.cuh"
-#include "cuda/ptx/ld_global.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/tile/fp4_codec.h"
@@ -51,7 +50,6 @@ struct WgmmaTileConfig {
   static constexpr int kBlockK = 128;
   static constexpr int kStages = kStages_;
   static constexpr int kLookahead = 2;  // k steps between a raw copy and its decode
-  static constexpr int kL2Ahead = 6;    // k steps between the L2 prefetch of raw FP4 and its copy
   static constexpr int kRawSlots = kLookahead + 1;
   static constexpr int kWgM = kBlockM / 64, kWgN = kBlockN / 128;
   static constexpr int kConsumers = kWgM * kWgN;
@@ -186,11 +184,6 @@ struct WgmmaProducer {
       if constexpr (!Cfg::kQuadDecode)
         ptx::cp_async_4(shift_dst + chunk * 4, shift_tile + (static_cast<int64_t>(ks) * op.n + 32 * j) * 4);
     }
-    // Lane j of each warp bulk-prefetches its micro-tile j of step ks + kL2Ahead into L2, so the
-    // HBM stream runs ahead of the cp.async depth (no registers or shared memory held).
-    if (const int lane = tid % 32; lane < Cfg::kChunksPerThread && ks + Cfg::kL2Ahead < k_steps)
-      ptx::prefetch_l2_bulk(w_tile - lane * 16 + lane * micro_stride + (ks + Cfg::kL2Ahead) * kWeightMicroTileBytes,
-                            kWeightMicroTileBytes);
     if constexpr (Cfg::kQuadDecode) {
       const int warp = tid / 32, lane = tid % 32;  // lane 2j + h: rows 4h..4h+3 of micro-tile warp + 4j
       if (lane < 2 * Cfg::kChunksPerThread)
