@@ -16,7 +16,8 @@
 //   A   16 rows x K bytes e4m3; 16-byte chunk c of row r at r*K + (c & ~7)*16 + ((c ^ r) & 7)*16
 //       (XOR inside each 128-byte k step, so the ldmatrix rows of 8 tokens hit 8 bank groups)
 //   SA  16 rows x K/32 E8M0 bytes
-//   tables (folded): 15 x 8 B, then the epilogue's 8 warps x 16 floats
+//   tables (folded): 15 x 8 B, then the epilogue's 8 warps x 16 floats (before the main loop:
+//   the tile's 16 source rows)
 #pragma once
 
 #include <cstdint>
@@ -53,12 +54,17 @@ struct Mxfp4DecodeMainloop {
   static __device__ __forceinline__ void load_a(const GroupedGemmOperands& op, const DecodeTile& t,
                                                 uint8_t* smem) {
     const int k = op.k, chunks_per_row = k / 16, rows = t.num_rows > 8 ? 16 : 8;
+    // The tile's source rows once, in the epilogue's (not yet used) shared memory: one global
+    // round trip instead of one per copy loop iteration.
+    int32_t* source = reinterpret_cast<int32_t*>(smem + decode_tables_offset(k) + 128);
+    if (threadIdx.x < kDecodeBlockM)
+      source[threadIdx.x] = static_cast<int>(threadIdx.x) < t.num_rows ? a_source_row(op, t.row_begin + threadIdx.x) : 0;
+    __syncthreads();
     const uint32_t a_base = ptx::smem_addr(smem);
     for (int i = threadIdx.x; i < rows * chunks_per_row; i += kDecodeThreads) {
       const int r = i / chunks_per_row, c = i % chunks_per_row;
       const bool valid = r < t.num_rows;
-      const uint8_t* src = valid ? op.a + static_cast<int64_t>(a_source_row(op, t.row_begin + r)) * op.a_row_bytes + c * 16
-                                 : op.a;
+      const uint8_t* src = valid ? op.a + static_cast<int64_t>(source[r]) * op.a_row_bytes + c * 16 : op.a;
       ptx::cp_async_16(a_base + r * k + (c & ~7) * 16 + ((c ^ r) & 7) * 16, src, valid ? 16 : 0);
     }
     const uint32_t sa_base = a_base + kDecodeBlockM * k;
@@ -66,8 +72,7 @@ struct Mxfp4DecodeMainloop {
     for (int i = threadIdx.x; i < rows * words_per_row; i += kDecodeThreads) {
       const int r = i / words_per_row, c = i % words_per_row;
       const bool valid = r < t.num_rows;
-      const uint8_t* src = valid ? op.a_scale + static_cast<int64_t>(a_source_row(op, t.row_begin + r)) * op.a_scale_row_bytes + c * 4
-                                 : op.a_scale;
+      const uint8_t* src = valid ? op.a_scale + static_cast<int64_t>(source[r]) * op.a_scale_row_bytes + c * 4 : op.a_scale;
       ptx::cp_async_4(sa_base + r * (k / 32) + c * 4, src, valid ? 4 : 0);
     }
     ptx::cp_async_commit();
