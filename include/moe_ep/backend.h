@@ -1,61 +1,51 @@
-// The backend table: a backend name picks a kernel family, the device picks the
-// implementation. Every request is answered ("can you do this?") before any allocation.
+// The implementations registered in this build: each backend folder registers itself (name,
+// device kind, recipes, `can_implement`, factory); a build without CUDA simply has one entry
+// fewer. Every request is answered ("can you do this?") before any allocation.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
-#include "moe_ep/config.h"
+#include "moe_ep/desc.h"
 #include "moe_ep/tensor.h"
 #include "moe_ep/weights.h"
 
 namespace moe_ep {
 
-// Runtime parts a family needs; Runtime::acquire provides them.
-enum RuntimePart : uint32_t {
-  kRuntimeSymmetricWorkspace = 1u << 0,  // one workspace shared by all layers
-  kRuntimePeerTransport = 1u << 1,       // dispatch/combine across ranks
-  kRuntimeDeviceErrorFlag = 1u << 2,     // sticky device-side error flag
-};
-
-struct Implementation {
+struct BackendInfo {
   std::string_view name;  // "cpu", "cuda-sm90"
-  DeviceType device;
-  int min_compute_capability;  // major*10+minor; 0 for the CPU
-  int max_compute_capability;
-  bool compiled;               // built into this library
-};
-
-struct FamilyProperties {
-  std::string_view name;         // what users type: "mxfp4", "nvfp4"
   std::string_view description;
-  uint32_t runtime_parts;        // RuntimePart bits
-  std::span<const Implementation> implementations;
-  std::span<const WeightFormat> weight_formats;  // accepted WeightPack formats
-  int64_t hidden_align;          // H % hidden_align == 0
-  int64_t intermediate_align;    // I % intermediate_align == 0
+  DeviceType device;
+  int min_compute_capability = 0;  // CUDA: major*10+minor; 0 on the CPU
+  int max_compute_capability = 0;
+  std::span<const Recipe> recipes;
 };
 
-std::span<const FamilyProperties> backend_table();
-std::string backend_names();  // "mxfp4, nvfp4"
+// In registration order (the CPU first).
+std::vector<BackendInfo> registered_backends();
 
-// Throws kInvalidArgument naming `option` (the flag or field the user typed) and the allowed
-// names when `name` is unknown.
-const FamilyProperties& find_family(std::string_view name, std::string_view option = "family");
+// major*10+minor of a CUDA device as its backend reads it (90 for H100/H200); 0 for the CPU,
+// for a device this build has no backend for, or when it cannot be read.
+int device_compute_capability(Device device);
 
-// The implementation of `family` for `device`; compute_capability is read from the device
-// by the caller (0 for the CPU). Returns nullptr and fills `reason` when none fits.
-const Implementation* find_implementation(const FamilyProperties& family, Device device,
-                                          int compute_capability, std::string* reason);
+// The communicator sources registered in this build ("simulated", "nccl", ...) with their
+// status lines (e.g. the NCCL library found at run time), for `moe_ep info`.
+struct TransportInfo {
+  std::string name;
+  std::string status;
+};
+std::vector<TransportInfo> registered_transports();
 
-// Full configuration check, before any allocation. Throws kInvalidArgument / kUnsupported
-// with a message naming the field, the value and what was expected.
-void validate_config(const FleetParams& fleet, const KernelConfig& config, int world_size);
+// "" when a registered implementation can run `desc` on `device` in a world of `world_size`
+// ranks with weights of `format`; else the reason, naming the option and the allowed values.
+std::string can_implement(const MoeDesc& desc, int world_size, Device device, WeightFormat format);
 
-// Problem check: "" when the family can run this problem, else the reason.
-std::string can_implement(const FleetParams& fleet, const KernelConfig& config, int world_size,
-                          Device device, int compute_capability, WeightFormat format);
+// The name of the implementation that runs `desc` on `device`; throws kUnsupported with the
+// reason of can_implement (kInvalidArgument for a descriptor that is invalid on any device).
+std::string_view select_implementation(const MoeDesc& desc, int world_size, Device device,
+                                       WeightFormat format);
 
 }  // namespace moe_ep

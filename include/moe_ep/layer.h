@@ -7,7 +7,8 @@
 #include <string>
 
 #include "moe_ep/backend.h"
-#include "moe_ep/config.h"
+#include "moe_ep/desc.h"
+#include "moe_ep/kernel_config.h"
 #include "moe_ep/runtime.h"
 #include "moe_ep/tensor.h"
 #include "moe_ep/weights.h"
@@ -15,7 +16,7 @@
 namespace moe_ep {
 
 // Per-call tensors on the calling rank. T may be 0.
-//   x             bf16 [T, H]                       when config.quantize_input
+//   x             bf16 [T, H]                       when desc.quantize_input
 //   a, a_scale    mxfp4: e4m3 [T, H], u8|e8m0 [T, H/32]            when !quantize_input
 //                 nvfp4: u8 [T, H/2] packed e2m1, u8|e4m3 [T, H/16],
 //   a_global      nvfp4: f32 [T] per-token global encode factor g (dequant = q * s / g)
@@ -37,21 +38,24 @@ enum ErrorFlag : uint32_t {
 };
 
 struct LayerInfo {
-  std::string family;
+  MoeDesc desc;
   std::string implementation;  // "cpu", "cuda-sm90"
   Device device;
-  int64_t num_experts = 0, num_local_experts = 0, hidden_size = 0, intermediate_size = 0,
-          top_k = 0, max_tokens_per_rank = 0;
-  std::string notes;  // load-time findings, e.g. the MXFP4 -> FP8 exactness window
+  int64_t num_local_experts = 0;
+  SelectedConfig config;  // what the implementation selected and its launch plan
+  std::string notes;      // load-time findings, e.g. the MXFP4 -> FP8 exactness window
 };
 
 class Layer {
  public:
   class Impl;
 
-  // Validates everything before allocating; weights are copied/converted at load.
-  static std::unique_ptr<Layer> create(std::shared_ptr<Runtime> runtime, const FleetParams& fleet,
-                                       const KernelConfig& config, const WeightPack& weights);
+  // Validates everything before allocating; weights are copied/converted at load. The
+  // implementation selects its kernel configuration once, here (Layer::info().config), taking
+  // what `overrides` pins. MOE_EP_PRINT_CONFIG=1 prints it to stderr.
+  static std::unique_ptr<Layer> create(std::shared_ptr<Runtime> runtime, const MoeDesc& desc,
+                                       const WeightPack& weights,
+                                       const KernelOverrides& overrides = {});
   ~Layer();
   Layer(const Layer&) = delete;
   Layer& operator=(const Layer&) = delete;
@@ -74,8 +78,7 @@ class Layer {
   void check_error_flags();
 
   const LayerInfo& info() const;
-  const FleetParams& fleet() const;
-  const KernelConfig& config() const;
+  const MoeDesc& desc() const { return info().desc; }
   Runtime& runtime() const;
 
  private:

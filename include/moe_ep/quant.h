@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "moe_ep/recipe.h"
+
 namespace moe_ep {
 
 inline constexpr int64_t kMxBlock = 32;  // elements per UE8M0 scale (MXFP4 weights, Q8)
@@ -50,6 +52,12 @@ void dequantize_nvfp4(const uint8_t* packed, const uint8_t* scales, float global
 // global_encode[r]; the row is then quantized as above.
 void quantize_nvfp4_rows(const float* v, int64_t rows, int64_t k, uint8_t* packed,
                          uint8_t* scales, float* global_encode);
+
+// ---- The activation quantizer of a recipe (Q8 for mxfp4, NVFP4 per token for nvfp4) ----
+// One row of k elements: codes [traits.code_bytes(k)], scales [traits.scale_count(k)], and for
+// recipes with global scales its per-row encode factor in *global (unused otherwise).
+void quantize_activation_row(Recipe recipe, const float* v, int64_t k, uint8_t* codes,
+                             uint8_t* scales, float* global);
 
 // max |v[i]|, 0 for n == 0; NaN elements are ignored (std::fmax).
 float max_abs(const float* v, int64_t n);

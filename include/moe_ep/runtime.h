@@ -44,6 +44,13 @@ enum class CommSource {
 
 std::string_view comm_source_name(CommSource source);  // "single-process", "simulated", ...
 
+// Runtime parts a layer may need; Runtime::parts() says which this runtime provides.
+enum RuntimePart : uint32_t {
+  kRuntimeSymmetricWorkspace = 1u << 0,  // one workspace shared by all layers
+  kRuntimePeerTransport = 1u << 1,       // dispatch/combine across ranks
+  kRuntimeDeviceErrorFlag = 1u << 2,     // sticky device-side error flag
+};
+
 struct Bootstrap {
   int world_size = 1;
   int rank = 0;
@@ -59,7 +66,6 @@ struct Bootstrap {
 class Runtime;
 namespace detail {
 class RuntimeState;  // src/core/runtime_state.h
-std::shared_ptr<Runtime> make_local_runtime(Device device);  // src/core/device_transport.h
 }
 
 class Runtime {
@@ -76,8 +82,7 @@ class Runtime {
   int rank() const { return bootstrap_.rank; }
   Device device() const { return bootstrap_.device; }
 
-  // RuntimePart bits (backend.h) this runtime provides. Layer::create checks that they cover
-  // its family's runtime_parts.
+  // RuntimePart bits this runtime provides.
   uint32_t parts() const;
 
   // The process's symmetric workspace. The first call creates it, sized workspace_bytes(shape)
@@ -93,7 +98,6 @@ class Runtime {
 
  private:
   Runtime(const Bootstrap& bootstrap, std::unique_ptr<detail::RuntimeState> state);
-  friend std::shared_ptr<Runtime> detail::make_local_runtime(Device device);
   Bootstrap bootstrap_;
   std::unique_ptr<detail::RuntimeState> state_;
 };

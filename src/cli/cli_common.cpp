@@ -9,6 +9,7 @@
 
 #include "cli/device_driver.h"
 #include "core/check.h"
+#include "moe_ep/backend.h"
 #include "moe_ep/error.h"
 
 namespace moe_ep::cli {
@@ -71,19 +72,10 @@ ResolvedDevice resolve_device(const std::string& spec) {
   return r;
 }
 
-ScopedEnv::ScopedEnv(const char* name, const std::string& value) : name_(name) {
-  if (const char* old = std::getenv(name)) {
-    had_old_ = true;
-    old_ = old;
-  }
-  setenv(name, value.c_str(), 1);
-}
-
-ScopedEnv::~ScopedEnv() {
-  if (had_old_)
-    setenv(name_.c_str(), old_.c_str(), 1);
-  else
-    unsetenv(name_.c_str());
+std::string transport_status(const std::string& name) {
+  for (const TransportInfo& t : registered_transports())
+    if (t.name == name) return t.status;
+  return fmt::format("not in this build (no {} transport registered)", name);
 }
 
 CLI::Validator integer_at_least(int64_t min) {

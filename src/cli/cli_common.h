@@ -36,19 +36,8 @@ struct ResolvedDevice {
 // --device for malformed values, kUnsupported when CUDA is asked for but unavailable.
 ResolvedDevice resolve_device(const std::string& spec);
 
-// Sets an environment variable for the lifetime of the object (restores the old value).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value);
-  ~ScopedEnv();
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  bool had_old_ = false;
-  std::string old_;
-};
+// The status line of a registered transport ("nccl 2.28.9 (...)"), or why it is not in this build.
+std::string transport_status(const std::string& name);
 
 // Flag validators with short messages ("'abc' is not an integer; expected an integer >= 1").
 CLI::Validator integer_at_least(int64_t min);

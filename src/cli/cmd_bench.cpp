@@ -88,12 +88,7 @@ int bench_command(BenchOptions o) {
   boot.device = s.device.device;
   auto runtime = Runtime::acquire(boot);
   std::unique_ptr<Layer> layer;
-  {
-    std::unique_ptr<ScopedEnv> env;
-    if (o.problem.threads > 0)
-      env = std::make_unique<ScopedEnv>("MOE_EP_NUM_THREADS", std::to_string(o.problem.threads));
-    layer = Layer::create(runtime, s.fleet, s.config, weights.pack());
-  }
+  layer = Layer::create(runtime, s.desc, weights.pack(), s.overrides);
 
   RooflineRates rates;
   rates.bandwidth_bytes_per_s =
@@ -102,12 +97,12 @@ int bench_command(BenchOptions o) {
       o.compute_tflops > 0 ? o.compute_tflops * 1e12 : driver->measure_compute_rate();
   const std::string rate_kind = o.compute_tflops > 0 ? "given" : driver->compute_rate_kind();
   const int64_t expert_bytes =
-      expert_weight_bytes(s.weight_format, s.fleet.hidden_size, s.config.intermediate_size);
+      expert_weight_bytes(s.weight_format, s.desc.fleet.hidden_size, s.desc.intermediate_size);
 
   if (!o.json) {
     fmt::print("moe_ep bench: preset {} (H={} I={} E={} K={}), backend {} on {} ({}), {} weights\n",
-               s.preset->name, s.fleet.hidden_size, s.config.intermediate_size, s.fleet.num_experts,
-               s.config.top_k, s.config.family, s.device.device.str(), s.device.name,
+               s.preset->name, s.desc.fleet.hidden_size, s.desc.intermediate_size, s.desc.fleet.num_experts,
+               s.desc.top_k, s.desc.traits().name, s.device.device.str(), s.device.name,
                weight_format_name(s.weight_format));
     fmt::print("  floor = max(unique expert weight bytes / {:.1f} GB/s, FLOPs / {:.2f} TFLOP/s "
                "[{}]); {} per T, median of {} after {} warm-up\n",
@@ -130,8 +125,8 @@ int bench_command(BenchOptions o) {
     r.unique_experts = testing::count_unique_experts(in);
     r.time_us = median(times);
     r.min_us = *std::min_element(times.begin(), times.end());
-    r.floor = roofline(r.unique_experts, expert_bytes, r.valid_slots, s.fleet.hidden_size,
-                       s.config.intermediate_size, rates);
+    r.floor = roofline(r.unique_experts, expert_bytes, r.valid_slots, s.desc.fleet.hidden_size,
+                       s.desc.intermediate_size, rates);
     rows.push_back(r);
     if (!o.json)
       fmt::print("  {:>6} {:>7} {:>5} {:>12.1f} {:>12.1f} {:>8.1f}% {:>9.3f}\n", T, r.valid_slots,
@@ -150,7 +145,7 @@ int bench_command(BenchOptions o) {
     for (const BenchRow& r : rows)
       csv << fmt::format("{},{},{},{},{},{},{},{},{:.3f},{:.3f},{},{:.6g},{:.3f},{:.3f},{:.3f},{:.5f},"
                          "{:.5f},{:.2f},{:.4f},{}\n",
-                         s.preset->name, s.config.family, s.implementation, s.device.device.str(),
+                         s.preset->name, s.desc.traits().name, s.implementation, s.device.device.str(),
                          weight_format_name(s.weight_format), r.tokens, r.valid_slots,
                          r.unique_experts, r.time_us, r.min_us, r.floor.weight_bytes, r.floor.flops,
                          r.floor.memory_floor_us, r.floor.compute_floor_us, r.floor.floor_us,

@@ -18,7 +18,6 @@
 #include "cli/bench_ep.h"
 #include "cli/rank_launcher.h"
 #include "core/check.h"
-#include "core/device_transport.h"
 #include "moe_ep/layer.h"
 #include "moe_ep/quant.h"
 #include "moe_ep/runtime.h"
@@ -49,9 +48,9 @@ struct Row {
 std::vector<Row> bench_simulated(const BenchEpOptions& o, const ProblemSetup& first, std::string* notes) {
   const int R = o.ranks;
   const testing::HostWeights weights = generate_weights(first, o.problem.seed);
-  const int64_t E_loc = first.fleet.num_experts / R, H = first.fleet.hidden_size;
-  const bool nv = first.config.family == "nvfp4";
-  const int64_t row_bytes = (nv ? H / 2 : H) + (nv ? H / kNvBlock + 4 : H / kMxBlock) + 8;
+  const int64_t E_loc = first.desc.fleet.num_experts / R, H = first.desc.fleet.hidden_size;
+  const RecipeTraits& recipe = first.desc.traits();
+  const int64_t row_bytes = recipe.code_bytes(H) + recipe.scale_count(H) + (recipe.global_scales ? 4 : 0) + 8;
   std::vector<WeightPack> packs;
   for (int r = 0; r < R; ++r) packs.push_back(slice_pack(weights.pack(), r * E_loc, E_loc));
   auto driver = make_driver(first.device.device);
@@ -60,7 +59,7 @@ std::vector<Row> bench_simulated(const BenchEpOptions& o, const ProblemSetup& fi
   for (int64_t T : o.tokens) {
     const ProblemOptions po = options_for(o, T);
     const ProblemSetup s = plan_problem(po, T, R);
-    cuda::ep::SimGroupOptions go{R, s.device.device, s.fleet, s.config, o.timeout_ms};
+    cuda::ep::SimGroupOptions go{R, s.device.device, s.desc, s.overrides, o.timeout_ms};
     cuda::ep::SimEpGroup group(go, packs);
     if (notes->empty()) *notes = group.notes();
     std::vector<DeviceBatch> batches;
@@ -116,7 +115,7 @@ int bench_rank(const BenchEpOptions& o) {
     const ProblemOptions po = options_for(o, T);
     const ProblemSetup s = plan_problem(po, T, R);
     const testing::HostWeights weights = generate_weights(s, o.problem.seed);
-    const int64_t E_loc = s.fleet.num_experts / R;
+    const int64_t E_loc = s.desc.fleet.num_experts / R;
     auto driver = make_driver(s.device.device);
     Bootstrap b;
     b.world_size = R;
@@ -126,7 +125,7 @@ int bench_rank(const BenchEpOptions& o) {
     b.rendezvous = fmt::format("{}.T{}", o.ep_rendezvous, T);
     b.timeout_ms = o.timeout_ms;
     auto rt = Runtime::acquire(b);
-    auto layer = Layer::create(rt, s.fleet, s.config, slice_pack(weights.pack(), r * E_loc, E_loc));
+    auto layer = Layer::create(rt, s.desc, slice_pack(weights.pack(), r * E_loc, E_loc), s.overrides);
     const testing::HostInputs in = generate_inputs(s, po, T, r);
     DeviceBatch batch = upload_batch(*driver, in);
     const std::vector<double> times = driver->time_forward([&](void* stream) {
@@ -142,7 +141,7 @@ int bench_rank(const BenchEpOptions& o) {
 
 std::vector<Row> bench_launched(const BenchEpOptions& o) {
   require_gpus_for_ranks(o.ranks, "moe_ep bench");
-  const std::string nccl = detail::nccl_status();
+  const std::string nccl = transport_status("nccl");
   MOE_EP_CHECK_CODE(nccl.rfind("nccl ", 0) == 0, ErrorCode::kUnsupported,
                     "moe_ep bench --ranks {} --device cuda needs NCCL: {}", o.ranks, nccl);
   const RankProcesses folder = make_rank_folder();
@@ -201,9 +200,9 @@ int bench_expert_parallel(const BenchEpOptions& o) {
   const bool sim = o.simulate_ranks_on_one_gpu;
   if (!o.json) {
     fmt::print("moe_ep bench: preset {} (H={} I={} E={} K={}), backend {}, {} ranks {} ({}); "
-               "max_tokens_per_rank = T per row\n", first.preset->name, first.fleet.hidden_size,
-               first.config.intermediate_size, first.fleet.num_experts, first.config.top_k,
-               first.config.family, o.ranks, sim ? "simulated on " + first.device.device.str()
+               "max_tokens_per_rank = T per row\n", first.preset->name, first.desc.fleet.hidden_size,
+               first.desc.intermediate_size, first.desc.fleet.num_experts, first.desc.top_k,
+               first.desc.traits().name, o.ranks, sim ? "simulated on " + first.device.device.str()
                                                  : std::string("one process per GPU"), first.device.name);
     fmt::print("  {:>6} {:>7} {:>11} {:>11} {:>9} {:>11} {:>9} {:>11}\n", "T/rank", "slots", "layer_us",
                "dispatch_us", "disp_GB/s", "combine_us", "comb_GB/s", "experts_us");
@@ -217,7 +216,7 @@ int bench_expert_parallel(const BenchEpOptions& o) {
            "dispatch_bytes,dispatch_gbps,local_experts_us,combine_us,combine_bytes,combine_gbps,reduce_us\n";
     for (const Row& r : rows)
       csv << fmt::format("{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{},{:.2f},{:.3f},{:.3f},{},{:.2f},{:.3f}\n",
-                         first.preset->name, first.config.family, o.ranks,
+                         first.preset->name, first.desc.traits().name, o.ranks,
                          sim ? "simulate-ranks-on-one-gpu" : "nccl-process-per-gpu", r.tokens,
                          r.valid_slots, r.time_us, r.quantize_us, r.dispatch_us, r.dispatch_bytes,
                          r.gbps(r.dispatch_bytes, r.dispatch_us), r.local_us, r.combine_us,

@@ -1,77 +1,82 @@
-// `moe_ep info`: build features, the backend table, presets and devices.
+// `moe_ep info`: build features, the recipes and the registered backends and transports,
+// presets and devices.
 #include <fmt/format.h>
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/device_driver.h"
 #include "cli/workspace_report.h"
-#include "core/device_transport.h"
 #include "moe_ep/backend.h"
+#include "moe_ep/recipe.h"
 #include "testing/presets.h"
 
 namespace moe_ep::cli {
 namespace {
 
-#ifdef MOE_EP_WITH_CUDA
-constexpr bool kCudaCompiled = true;
-#else
-constexpr bool kCudaCompiled = false;
-#endif
 #ifdef MOE_EP_CLI_HAS_CUDA_DRIVER
 constexpr bool kCudaDriver = true;
 #else
 constexpr bool kCudaDriver = false;
 #endif
-#ifdef MOE_EP_WITH_NCCL
-constexpr bool kNcclCompiled = true;
-#else
-constexpr bool kNcclCompiled = false;
-#endif
-
-Json runtime_parts_json(uint32_t parts) {
-  Json j = Json::array();
-  if (parts & kRuntimeSymmetricWorkspace) j.push_back("symmetric-workspace");
-  if (parts & kRuntimePeerTransport) j.push_back("peer-transport");
-  if (parts & kRuntimeDeviceErrorFlag) j.push_back("device-error-flag");
-  return j;
-}
 
 std::string cc_str(int cc) { return fmt::format("{}.{}", cc / 10, cc % 10); }
+
+bool has_backend(DeviceType device) {
+  for (const BackendInfo& b : registered_backends())
+    if (b.device == device) return true;
+  return false;
+}
+
+bool has_transport(const std::string& name) {
+  for (const TransportInfo& t : registered_transports())
+    if (t.name == name) return true;
+  return false;
+}
+
+std::string join_formats(std::span<const WeightFormat> formats) {
+  std::string s;
+  for (WeightFormat w : formats) s += fmt::format("{}{}", s.empty() ? "" : ", ", weight_format_name(w));
+  return s;
+}
 
 Json info_json() {
   Json j;
   j["version"] = MOE_EP_VERSION;
-  j["build"] = {{"cuda_compiled", kCudaCompiled},
+  j["build"] = {{"cuda_compiled", has_backend(DeviceType::kCUDA)},
                 {"cuda_cli_driver", kCudaDriver},
-                {"nccl_compiled", kNcclCompiled},
-                {"nccl", detail::nccl_status()}};
-  Json backends = Json::array();
-  for (const FamilyProperties& f : backend_table()) {
-    Json b;
-    b["name"] = f.name;
-    b["description"] = f.description;
-    Json impls = Json::array();
-    for (const Implementation& impl : f.implementations) {
-      Json i;
-      i["name"] = impl.name;
-      i["device"] = impl.device == DeviceType::kCPU ? "cpu" : "cuda";
-      if (impl.device == DeviceType::kCUDA) {
-        i["min_compute_capability"] = impl.min_compute_capability;
-        i["max_compute_capability"] = impl.max_compute_capability;
-      }
-      i["compiled"] = impl.compiled;
-      impls.push_back(i);
-    }
-    b["implementations"] = impls;
+                {"nccl_compiled", has_transport("nccl")},
+                {"nccl", transport_status("nccl")}};
+  Json recipes = Json::array();
+  for (const RecipeTraits& r : recipe_table()) {
     Json formats = Json::array();
-    for (WeightFormat w : f.weight_formats) formats.push_back(weight_format_name(w));
-    b["weight_formats"] = formats;
-    b["hidden_align"] = f.hidden_align;
-    b["intermediate_align"] = f.intermediate_align;
-    b["runtime_parts"] = runtime_parts_json(f.runtime_parts);
-    backends.push_back(b);
+    for (WeightFormat w : r.weight_formats) formats.push_back(weight_format_name(w));
+    Json impls = Json::array();
+    for (const BackendInfo& b : registered_backends())
+      for (Recipe x : b.recipes)
+        if (x == r.recipe) impls.push_back(b.name);
+    recipes.push_back({{"name", r.name}, {"description", r.description}, {"block", r.block},
+                       {"weight_formats", formats}, {"hidden_align", r.hidden_align},
+                       {"intermediate_align", r.intermediate_align}, {"implementations", impls}});
+  }
+  j["recipes"] = recipes;
+  Json backends = Json::array();
+  for (const BackendInfo& b : registered_backends()) {
+    Json e{{"name", b.name}, {"description", b.description},
+           {"device", b.device == DeviceType::kCPU ? "cpu" : "cuda"}};
+    if (b.device == DeviceType::kCUDA) {
+      e["min_compute_capability"] = b.min_compute_capability;
+      e["max_compute_capability"] = b.max_compute_capability;
+    }
+    Json rs = Json::array();
+    for (Recipe r : b.recipes) rs.push_back(recipe_name(r));
+    e["recipes"] = rs;
+    backends.push_back(e);
   }
   j["backends"] = backends;
+  Json transports = Json::array();
+  for (const TransportInfo& t : registered_transports())
+    transports.push_back({{"name", t.name}, {"status", t.status}});
+  j["transports"] = transports;
   Json presets = Json::array();
   for (const testing::Preset& p : testing::presets())
     presets.push_back({{"name", p.name}, {"H", p.hidden_size}, {"I", p.intermediate_size},
@@ -98,31 +103,26 @@ Json info_json() {
 void print_info(const Json& j) {
   fmt::print("moe_ep {}\n", j["version"].get<std::string>());
   fmt::print("build: cuda {}, cuda cli driver {}, nccl {}\n",
-             kCudaCompiled ? "compiled" : "not compiled", kCudaDriver ? "yes" : "no",
-             kNcclCompiled ? "compiled" : "not compiled");
+             j["build"]["cuda_compiled"].get<bool>() ? "compiled" : "not compiled",
+             kCudaDriver ? "yes" : "no", j["build"]["nccl_compiled"].get<bool>() ? "compiled" : "not compiled");
   fmt::print("nccl: {}\n", j["build"]["nccl"].get<std::string>());
-  fmt::print("\nbackends:\n");
-  for (const FamilyProperties& f : backend_table()) {
-    fmt::print("  {:<6} {}\n", f.name, f.description);
-    std::string impls, formats;
-    for (const Implementation& impl : f.implementations) {
-      const std::string where = impl.device == DeviceType::kCPU
-                                    ? "any CPU"
-                                    : fmt::format("sm {}..{}", cc_str(impl.min_compute_capability),
-                                                  cc_str(impl.max_compute_capability));
-      impls += fmt::format("{}{} ({}, {})", impls.empty() ? "" : ", ", impl.name, where,
-                           impl.compiled ? "compiled" : "not compiled");
-    }
-    for (WeightFormat w : f.weight_formats)
-      formats += fmt::format("{}{}", formats.empty() ? "" : ", ", weight_format_name(w));
-    std::string parts;
-    for (const auto& p : runtime_parts_json(f.runtime_parts))
-      parts += fmt::format("{}{}", parts.empty() ? "" : ", ", p.get<std::string>());
-    fmt::print("         implementations: {}\n", impls);
-    fmt::print("         weights: {}; H % {} == 0, I % {} == 0\n", formats, f.hidden_align,
-               f.intermediate_align);
-    fmt::print("         runtime parts: {}\n", parts);
+  fmt::print("\nrecipes (--backend):\n");
+  for (const RecipeTraits& r : recipe_table()) {
+    std::string impls;
+    for (const auto& i : j["recipes"][static_cast<int>(r.recipe)]["implementations"])
+      impls += fmt::format("{}{}", impls.empty() ? "" : ", ", i.get<std::string>());
+    fmt::print("  {:<6} {}\n", r.name, r.description);
+    fmt::print("         weights: {}; H % {} == 0, I % {} == 0; implementations: {}\n",
+               join_formats(r.weight_formats), r.hidden_align, r.intermediate_align, impls);
   }
+  fmt::print("\nbackends (registered in this build):\n");
+  for (const BackendInfo& b : registered_backends())
+    fmt::print("  {:<10} {} ({})\n", b.name, b.description,
+               b.device == DeviceType::kCPU ? std::string("any CPU")
+                                            : fmt::format("compute capability {}..{}", cc_str(b.min_compute_capability),
+                                                          cc_str(b.max_compute_capability)));
+  fmt::print("\ntransports (Bootstrap.comm):\n");
+  for (const TransportInfo& t : registered_transports()) fmt::print("  {:<15} {}\n", t.name, t.status);
   fmt::print("\npresets:\n");
   for (const testing::Preset& p : testing::presets())
     fmt::print("  {:<18} H={:<5} I={:<5} E={:<4} K={} clamp={} layers={} routed_scale={} "

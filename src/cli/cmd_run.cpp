@@ -70,12 +70,7 @@ ForwardResult run_forward(const ProblemSetup& s, const RunOptions& o, const test
 
   const auto load_start = Clock::now();
   std::unique_ptr<Layer> layer;
-  {
-    std::unique_ptr<ScopedEnv> env;
-    if (o.problem.threads > 0)
-      env = std::make_unique<ScopedEnv>("MOE_EP_NUM_THREADS", std::to_string(o.problem.threads));
-    layer = Layer::create(runtime, s.fleet, s.config, weights.pack());
-  }
+  layer = Layer::create(runtime, s.desc, weights.pack(), s.overrides);
   r.load_ms = ms_since(load_start);
   r.layer_notes = layer->info().notes;
 
@@ -104,7 +99,7 @@ CheckResult check_output(const ProblemSetup& s, const RunOptions& o, const testi
                          const testing::HostInputs& inputs, const ForwardResult& fwd) {
   CheckResult c;
   c.enabled = true;
-  const int64_t H = s.fleet.hidden_size;
+  const int64_t H = s.desc.fleet.hidden_size;
   const std::vector<int64_t> rows = sample_rows(inputs.num_tokens, o.check_rows);
   c.checked_rows = static_cast<int64_t>(rows.size());
   const bool cpu = s.device.device.type == DeviceType::kCPU;
@@ -121,7 +116,7 @@ CheckResult check_output(const ProblemSetup& s, const RunOptions& o, const testi
                                                     : std::string("default-thread"));
     c.reference_ok = bitwise_equal_rows(fwd.y, ref, H, rows);
   } else {
-    c.threshold = testing::device_rel_err_threshold(s.config.family, s.config.exact_accumulation);
+    c.threshold = testing::device_rel_err_threshold(s.desc.recipe, s.desc.numerics.exact_accumulation);
     c.reference = fmt::format("cpu backend forward_rows on {} of {} rows; relative error "
                               "||y-ref||/||ref|| (float64) <= {:g}",
                               rows.size(), inputs.num_tokens, c.threshold);
@@ -135,13 +130,13 @@ CheckResult check_output(const ProblemSetup& s, const RunOptions& o, const testi
 void print_summary(const ProblemSetup& s, const RunOptions& o, const testing::HostInputs& in,
                    double generate_ms, const ForwardResult& f, const CheckResult& c) {
   fmt::print("moe_ep run: preset {} (H={} I={} E={} K={} clamp={}), backend {} on {} ({}, {})\n",
-             s.preset->name, s.fleet.hidden_size, s.config.intermediate_size, s.fleet.num_experts,
-             s.config.top_k, s.config.activation_clamp.value_or(INFINITY), s.config.family,
+             s.preset->name, s.desc.fleet.hidden_size, s.desc.intermediate_size, s.desc.fleet.num_experts,
+             s.desc.top_k, s.desc.activation_clamp.value_or(INFINITY), s.desc.traits().name,
              s.device.device.str(), s.implementation, s.device.name);
   fmt::print("  tokens {} ({} valid slots, {} experts hit), ranks {}, max_tokens_per_rank {}, "
              "{} weights, seed {}\n",
              in.num_tokens, in.num_valid_slots(), testing::count_unique_experts(in), s.world_size,
-             s.fleet.max_tokens_per_rank, weight_format_name(s.weight_format), o.problem.seed);
+             s.desc.fleet.max_tokens_per_rank, weight_format_name(s.weight_format), o.problem.seed);
   fmt::print("  weights generated in {:.1f} ms, layer loaded in {:.1f} ms\n", generate_ms, f.load_ms);
   if (!f.layer_notes.empty()) {
     std::string notes = f.layer_notes;
@@ -172,8 +167,8 @@ Json result_json(const ProblemSetup& s, const RunOptions& o, const testing::Host
   j["layers"] = o.layers;
   j["valid_slots"] = in.num_valid_slots();
   j["unique_experts"] = testing::count_unique_experts(in);
-  j["weight_bytes"] = expert_weight_bytes(s.weight_format, s.fleet.hidden_size, s.config.intermediate_size) *
-                      s.fleet.num_experts;
+  j["weight_bytes"] = expert_weight_bytes(s.weight_format, s.desc.fleet.hidden_size, s.desc.intermediate_size) *
+                      s.desc.fleet.num_experts;
   j["generate_ms"] = json_number(generate_ms);
   j["load_ms"] = json_number(f.load_ms);
   j["time_us"] = json_number(median(f.times_us));
@@ -209,7 +204,7 @@ int run_command(const RunOptions& o) {
     MOE_EP_CHECK(o.corrupt_row < o.tokens, "--corrupt-row {} is outside [0, T = {})", o.corrupt_row,
                  o.tokens);
     // One element moved by ~1/8 of the row's scale: the smallest kind of bug the check must see.
-    uint16_t& v = fwd.y[o.corrupt_row * setup.fleet.hidden_size];
+    uint16_t& v = fwd.y[o.corrupt_row * setup.desc.fleet.hidden_size];
     v = float_to_bf16(bf16_to_float(v) * 1.125f + 0.125f);
   }
   CheckResult check;

@@ -74,7 +74,7 @@ struct Route {
 
 struct Plan {
   ProblemSetup setup;  // the logical problem (fleet.num_experts = L)
-  FleetParams fleet;   // the physical fleet of the ranks
+  MoeDesc desc;        // the problem of the ranks: the physical fleet (E = L + redundant)
   int R = 1, N = 1;
   int64_t T = 0, L = 0, E = 0;
   std::vector<testing::HostInputs> inputs;  // [rank]: x and the generated routing
@@ -107,18 +107,18 @@ Plan make_plan(const RunOptions& o) {
   p.R = o.ranks;
   p.N = o.layers;
   p.T = o.tokens;
-  p.L = p.setup.fleet.num_experts;
+  p.L = p.setup.desc.fleet.num_experts;
   p.E = p.L + o.eplb_redundant;
   p.setup.world_size = p.R;
-  p.fleet = p.setup.fleet;
-  p.fleet.num_experts = p.E;
+  p.desc = p.setup.desc;
+  p.desc.fleet.num_experts = p.E;
   MOE_EP_CHECK(p.E % p.R == 0,
                "--eplb-redundant {} with --ranks {}: the {} logical + {} redundant = {} physical "
                "experts must split evenly over the ranks (E % R == 0)",
                o.eplb_redundant, p.R, p.L, o.eplb_redundant, p.E);
-  validate_config(p.fleet, p.setup.config, p.R);
+  validate_desc(p.desc, p.R);
 
-  const int64_t K = p.setup.config.top_k;
+  const int64_t K = p.setup.desc.top_k;
   for (int r = 0; r < p.R; ++r) p.inputs.push_back(generate_inputs(p.setup, opts, p.T, r));
 
   p.router = {p.L, K, p.setup.preset->routed_scaling_factor, 0};
@@ -190,7 +190,7 @@ bool counts_clean(const Workspace& ws, int rank) {
 
 void run_rank(const Plan& p, const RunOptions& o, const testing::HostWeights& logical, int r,
               RankResult& out) {
-  const int64_t H = p.fleet.hidden_size, K = p.setup.config.top_k, E_loc = p.E / p.R;
+  const int64_t H = p.desc.fleet.hidden_size, K = p.setup.desc.top_k, E_loc = p.E / p.R;
   const std::span<const int32_t> slots(p.physical_to_logical.data() + r * E_loc, E_loc);
   const testing::HostWeights mine = gather_slots(logical, slots);
 
@@ -202,7 +202,7 @@ void run_rank(const Plan& p, const RunOptions& o, const testing::HostWeights& lo
   auto rt = Runtime::acquire(boot);
   std::vector<std::unique_ptr<Layer>> layers;
   for (int l = 0; l < p.N; ++l)
-    layers.push_back(Layer::create(rt, p.fleet, p.setup.config, mine.pack()));
+    layers.push_back(Layer::create(rt, p.desc, mine.pack(), p.setup.overrides));
   out.workspace_bytes = rt->workspace()->bytes();
   out.workspace_shape = rt->workspace()->shape().str();
   if (r == 0) out.notes = layers[0]->info().notes;
@@ -241,9 +241,6 @@ void run_rank(const Plan& p, const RunOptions& o, const testing::HostWeights& lo
 
 std::vector<RankResult> run_ranks(const Plan& p, const RunOptions& o, const testing::HostWeights& logical) {
   std::vector<RankResult> results(p.R);
-  std::unique_ptr<ScopedEnv> env;
-  if (o.problem.threads > 0)
-    env = std::make_unique<ScopedEnv>("MOE_EP_NUM_THREADS", std::to_string(o.problem.threads));
   std::vector<std::thread> threads;
   for (int r = 0; r < p.R; ++r)
     threads.emplace_back([&, r] {
@@ -277,11 +274,11 @@ Check check_against_single_rank(const Plan& p, const RunOptions& o, const testin
                                 const std::vector<RankResult>& ranks) {
   Check c;
   c.enabled = true;
-  const int64_t H = p.fleet.hidden_size, K = p.setup.config.top_k, G = p.T * p.R;
-  FleetParams fleet = p.setup.fleet;
-  fleet.max_tokens_per_rank = std::max<int64_t>(G, 1);
+  const int64_t H = p.desc.fleet.hidden_size, K = p.setup.desc.top_k, G = p.T * p.R;
+  MoeDesc single = p.setup.desc;
+  single.fleet.max_tokens_per_rank = std::max<int64_t>(G, 1);
   auto rt = Runtime::acquire(Bootstrap{});
-  auto layer = Layer::create(rt, fleet, p.setup.config, logical.pack());
+  auto layer = Layer::create(rt, single, logical.pack(), p.setup.overrides);
   std::vector<uint16_t> x(G * H), y(G * H);
   for (int r = 0; r < p.R; ++r) std::copy(p.inputs[r].x.begin(), p.inputs[r].x.end(), x.begin() + r * p.T * H);
   const std::vector<int64_t> rows = sample_rows(G, o.check_rows);
@@ -372,8 +369,8 @@ int report(const Plan& p, const RunOptions& o, const std::vector<RankResult>& ra
   }
   const bool passed = (!c.enabled || c.passed) && rerun_equal && clean;
   const WorkspaceLayout layout = workspace_layout(
-      {p.R, p.E, p.fleet.max_tokens_per_rank, p.fleet.hidden_size, p.setup.config.intermediate_size,
-       p.setup.config.top_k});
+      {p.R, p.E, p.desc.fleet.max_tokens_per_rank, p.desc.fleet.hidden_size, p.setup.desc.intermediate_size,
+       p.setup.desc.top_k});
   if (o.json) {
     Json j;
     j["command"] = "run";
@@ -416,10 +413,10 @@ int report(const Plan& p, const RunOptions& o, const std::vector<RankResult>& ra
     const auto& s = p.setup;
     fmt::print("moe_ep run: preset {} (H={} I={} L={} logical / E={} physical experts, K={}), "
                "backend {}, {} simulated ranks on the cpu\n",
-               s.preset->name, p.fleet.hidden_size, s.config.intermediate_size, p.L, p.E,
-               s.config.top_k, s.config.family, p.R);
+               s.preset->name, p.desc.fleet.hidden_size, s.desc.intermediate_size, p.L, p.E,
+               s.desc.top_k, s.desc.traits().name, p.R);
     fmt::print("  tokens {} per rank, {} layer(s) back to back, max_tokens_per_rank {}, seed {}{}\n",
-               p.T, p.N, p.fleet.max_tokens_per_rank, o.problem.seed,
+               p.T, p.N, p.desc.fleet.max_tokens_per_rank, o.problem.seed,
                o.router ? ", routing by the DeepSeek V4 router on synthetic logits" : "");
     fmt::print("  workspace: {} bytes per rank ({:.2f} MiB) for {}, shared by the {} layer(s); "
                "clean after each forward: {}\n",
@@ -468,7 +465,7 @@ int run_expert_parallel(const RunOptions& o) {
     MOE_EP_CHECK(o.corrupt_row < o.tokens, "--corrupt-row {} is outside [0, T = {})", o.corrupt_row,
                  o.tokens);
     // One element of rank 0's y moved by ~1/8: the smallest kind of bug the check must see.
-    uint16_t& v = ranks[0].y[o.corrupt_row * plan.fleet.hidden_size];
+    uint16_t& v = ranks[0].y[o.corrupt_row * plan.desc.fleet.hidden_size];
     v = float_to_bf16(bf16_to_float(v) * 1.125f + 0.125f);
   }
   Check check;

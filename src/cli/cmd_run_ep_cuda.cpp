@@ -23,7 +23,6 @@
 #include "cli/rank_launcher.h"
 #include "cli/run_ep.h"
 #include "core/check.h"
-#include "core/device_transport.h"
 #include "moe_ep/layer.h"
 #include "moe_ep/runtime.h"
 #include "testing/tolerances.h"
@@ -63,16 +62,16 @@ struct EpCheck {
   EpCheck c;
   ProblemSetup one = s;
   one.world_size = 1;
-  one.fleet.max_tokens_per_rank = std::max<int64_t>(in.num_tokens, 1);
+  one.desc.fleet.max_tokens_per_rank = std::max<int64_t>(in.num_tokens, 1);
   const std::vector<int64_t> rows = sample_rows(in.num_tokens, o.check_rows);
   c.checked_rows = static_cast<int64_t>(rows.size());
   const std::vector<uint16_t> ref = cpu_reference_rows(one, w, in, rows, o.problem.threads);
-  c.rel_err = rows.empty() ? 0.0 : rel_err_rows(y, ref, s.fleet.hidden_size, rows);
-  c.threshold = testing::device_rel_err_threshold(s.config.family, s.config.exact_accumulation);
+  c.rel_err = rows.empty() ? 0.0 : rel_err_rows(y, ref, s.desc.fleet.hidden_size, rows);
+  c.threshold = testing::device_rel_err_threshold(s.desc.recipe, s.desc.numerics.exact_accumulation);
   c.sanity_ok = sanity_check(y, in, &c.sanity);
   c.passed = c.rel_err <= c.threshold && c.sanity_ok && rerun_equal;
   c.reference = fmt::format("cpu single-rank layer (all {} experts) forward_rows on {} of {} rows; "
-                            "relative error (float64) <= {:g}", s.fleet.num_experts, rows.size(),
+                            "relative error (float64) <= {:g}", s.desc.fleet.num_experts, rows.size(),
                             in.num_tokens, c.threshold);
   return c;
 }
@@ -124,13 +123,13 @@ int run_simulated(const RunOptions& o) {
   const testing::HostWeights weights = generate_weights(s, o.problem.seed);
   std::vector<testing::HostInputs> inputs;
   for (int r = 0; r < R; ++r) inputs.push_back(generate_inputs(s, o.problem, o.tokens, r));
-  const int64_t E_loc = s.fleet.num_experts / R, H = s.fleet.hidden_size;
+  const int64_t E_loc = s.desc.fleet.num_experts / R, H = s.desc.fleet.hidden_size;
 
   cuda::ep::SimGroupOptions go;
   go.world_size = R;
   go.device = s.device.device;
-  go.fleet = s.fleet;
-  go.config = s.config;
+  go.desc = s.desc;
+  go.overrides = s.overrides;
   go.timeout_ms = o.timeout_ms;
   std::vector<WeightPack> packs;
   for (int r = 0; r < R; ++r) packs.push_back(slice_pack(weights.pack(), r * E_loc, E_loc));
@@ -201,8 +200,8 @@ int run_simulated(const RunOptions& o) {
       "{:.1f}, local experts {:.1f}, combine {:.1f}, reduce {:.1f}\n"
       "  rerun: y {} the first forward's bitwise\n  check: {}\n         rel_err {:.3e} (threshold "
       "{:g}); sanity: {}\n  result: {}\n",
-      s.preset->name, H, s.config.intermediate_size, s.fleet.num_experts, s.config.top_k,
-      s.config.family, R, s.device.device.str(), s.device.name, o.tokens, s.fleet.max_tokens_per_rank,
+      s.preset->name, H, s.desc.intermediate_size, s.desc.fleet.num_experts, s.desc.top_k,
+      s.desc.traits().name, R, s.device.device.str(), s.device.name, o.tokens, s.desc.fleet.max_tokens_per_rank,
       group.layout().total_bytes, median(times), j["timing"].get<std::string>(), steps.quantize_us,
       steps.dispatch_us, steps.local_experts_us, steps.combine_us, steps.reduce_us,
       rerun_equal ? "equals" : "DIFFERS FROM", o.check ? c.reference : "off", c.rel_err, c.threshold,
@@ -218,7 +217,7 @@ int run_nccl_rank(const RunOptions& o) {
   const ProblemSetup s = plan_problem(o.problem, o.tokens, R);
   const testing::HostWeights weights = generate_weights(s, o.problem.seed);
   const testing::HostInputs in = generate_inputs(s, o.problem, o.tokens, r);
-  const int64_t E_loc = s.fleet.num_experts / R;
+  const int64_t E_loc = s.desc.fleet.num_experts / R;
 
   std::vector<uint16_t> y;
   std::vector<double> times;
@@ -235,7 +234,7 @@ int run_nccl_rank(const RunOptions& o) {
     b.rendezvous = o.ep_rendezvous;
     b.timeout_ms = o.timeout_ms;
     auto rt = Runtime::acquire(b);
-    auto layer = Layer::create(rt, s.fleet, s.config, slice_pack(weights.pack(), r * E_loc, E_loc));
+    auto layer = Layer::create(rt, s.desc, slice_pack(weights.pack(), r * E_loc, E_loc), s.overrides);
     workspace_bytes = rt->workspace()->bytes();
     notes = layer->info().notes;
     DeviceBatch batch = upload_batch(*driver, in);
@@ -291,7 +290,7 @@ std::vector<std::string> rank_args(const RunOptions& o, int r, const std::string
 
 int launch_ranks(const RunOptions& o) {
   require_gpus_for_ranks(o.ranks, "moe_ep run");
-  const std::string nccl = detail::nccl_status();
+  const std::string nccl = transport_status("nccl");
   MOE_EP_CHECK_CODE(nccl.rfind("nccl ", 0) == 0, ErrorCode::kUnsupported,
                     "moe_ep run --ranks {} --device cuda needs NCCL: {}", o.ranks, nccl);
   const RankProcesses folder = make_rank_folder();

@@ -82,13 +82,9 @@ std::vector<uint16_t> cpu_reference_rows(const ProblemSetup& s, const testing::H
   Bootstrap boot;
   boot.device = Device::cpu();
   auto runtime = Runtime::acquire(boot);
-  std::unique_ptr<Layer> layer;
-  {
-    // The CPU backend sizes its thread pool from MOE_EP_NUM_THREADS when the layer is created.
-    std::unique_ptr<ScopedEnv> env;
-    if (num_threads > 0) env = std::make_unique<ScopedEnv>("MOE_EP_NUM_THREADS", std::to_string(num_threads));
-    layer = Layer::create(runtime, s.fleet, s.config, weights.pack());
-  }
+  KernelOverrides overrides;
+  overrides.num_threads = num_threads;
+  auto layer = Layer::create(runtime, s.desc, weights.pack(), overrides);
   DeviceBatch batch = upload_batch(*driver, in);
   poison_y(*driver, batch);
   layer->forward_rows(batch.args, rows);

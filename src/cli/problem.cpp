@@ -1,6 +1,7 @@
 #include "cli/problem.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -13,12 +14,12 @@ namespace moe_ep::cli {
 void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& default_preset_note) {
   cmd.add_option("--preset", o.preset,
                  fmt::format("model preset: {} ({})", testing::preset_names(), default_preset_note));
-  cmd.add_option("--backend", o.backend,
-                 fmt::format("kernel family: {}", backend_names()))->capture_default_str();
+  cmd.add_option("--backend", o.backend, fmt::format("recipe (kernel family): {}", recipe_names()))
+      ->capture_default_str();
   cmd.add_option("--device", o.device, "auto, cpu, cuda or cuda:N (auto: cuda:0 when present)")
       ->capture_default_str();
   cmd.add_option("--weights", o.weights,
-                 "weight format handed to the layer: native (the backend's own), mxfp4, nvfp4, bf16")
+                 "weight format handed to the layer: native (the recipe's own), mxfp4, nvfp4, bf16")
       ->capture_default_str();
   cmd.add_option("--seed", o.seed, "seed of the synthetic weights and inputs")
       ->check(integer_at_least(0))->capture_default_str();
@@ -27,16 +28,26 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
       ->check(integer_at_least(1));
   cmd.add_option("--holes", o.holes, "fraction of topk_ids slots set to -1")
       ->check(number_in_range(0.0, 1.0))->capture_default_str();
-  cmd.add_option("--threads", o.threads, "CPU threads of the CPU backend (default: all)")
-      ->check(integer_at_least(1));
+  cmd.add_option("--activation-clamp", o.activation_clamp,
+                 "SwiGLU clamp c (a value >= 0, or none for +inf; default: the preset's)");
   cmd.add_flag("--exact-accumulation", o.exact_accumulation,
                "mxfp4 on the GPU: fp32-exact k32 sums (mma.sync) instead of FP8 wgmma at large T");
+  cmd.add_flag("--fast-math", o.fast_math, "GPU: approximate exp / reciprocal in SiLU");
+  auto* knobs = "Kernel overrides (default: the implementation selects; `moe_ep run --json` prints it)";
+  cmd.add_option("--threads", o.threads, "CPU threads of the CPU backend (default: all)")
+      ->check(integer_at_least(1))->group(knobs);
+  cmd.add_option("--kernel", o.kernel, "GEMM kernels: auto, decode, mma, wgmma")->group(knobs);
+  cmd.add_option("--tile", o.tile, "wgmma output tile MxN (SM90: 64x256, 128x128)")->group(knobs);
+  cmd.add_option("--decode-max-tokens", o.decode_max_tokens, "auto: decode GEMMs up to this T")
+      ->check(integer_at_least(0))->group(knobs);
+  cmd.add_flag("--no-fold", o.no_fold, "mxfp4 on the GPU: keep E8M0 block scales (no FP8 folding)")
+      ->group(knobs);
 }
 
 namespace {
 
-WeightFormat parse_weight_format(const std::string& name, const FamilyProperties& family) {
-  if (name == "native") return family.name == "nvfp4" ? WeightFormat::kNVFP4 : WeightFormat::kMXFP4;
+WeightFormat parse_weight_format(const std::string& name, const RecipeTraits& recipe) {
+  if (name == "native") return recipe.native_format;
   if (name == "mxfp4") return WeightFormat::kMXFP4;
   if (name == "nvfp4") return WeightFormat::kNVFP4;
   if (name == "bf16") return WeightFormat::kBF16;
@@ -44,53 +55,85 @@ WeightFormat parse_weight_format(const std::string& name, const FamilyProperties
               "--weights '{}' is not a weight format; allowed: native, mxfp4, nvfp4, bf16", name);
 }
 
+std::optional<float> parse_clamp(const std::string& text, std::optional<float> preset_clamp) {
+  if (text.empty()) return preset_clamp;
+  if (text == "none") return std::nullopt;
+  float c = 0.0f;
+  size_t used = 0;
+  bool ok = true;
+  try {
+    c = std::stof(text, &used);
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  MOE_EP_CHECK(ok && used == text.size(), "--activation-clamp '{}' is not a number; expected a "
+               "finite value >= 0 or none", text);
+  return c;  // range checked by validate_desc
+}
+
+KernelOverrides parse_overrides(const ProblemOptions& o) {
+  KernelOverrides k;
+  k.num_threads = o.threads;
+  if (!o.kernel.empty()) k.gemm = parse_gemm_kernel(o.kernel, "--kernel");
+  if (!o.tile.empty()) k.tile = parse_tile_shape(o.tile, "--tile");
+  if (o.decode_max_tokens >= 0) k.decode_max_tokens = o.decode_max_tokens;
+  if (o.no_fold) k.fold_fp8 = false;
+  return k;
+}
+
 }  // namespace
 
 ProblemSetup plan_problem(const ProblemOptions& o, int64_t max_num_tokens, int world_size) {
   ProblemSetup s;
   s.preset = &testing::find_preset(o.preset, "--preset");
-  const FamilyProperties& family = find_family(o.backend, "--backend");
+  const Recipe recipe = parse_recipe(o.backend, "--backend");
+  const RecipeTraits& traits = recipe_traits(recipe);
   s.world_size = world_size;
-  s.weight_format = parse_weight_format(o.weights, family);
+  s.weight_format = parse_weight_format(o.weights, traits);
 
-  s.fleet.num_experts = s.preset->num_experts;
-  s.fleet.hidden_size = s.preset->hidden_size;
-  s.fleet.max_tokens_per_rank = o.max_tokens_per_rank > 0
+  MoeDesc& d = s.desc;
+  d.recipe = recipe;
+  d.fleet.num_experts = s.preset->num_experts;
+  d.fleet.hidden_size = s.preset->hidden_size;
+  d.fleet.max_tokens_per_rank = o.max_tokens_per_rank > 0
                                     ? o.max_tokens_per_rank
                                     : std::max(max_num_tokens, s.preset->max_tokens_per_rank);
   // Checked here rather than by the first forward, so a long weight generation is not wasted.
-  MOE_EP_CHECK(max_num_tokens <= s.fleet.max_tokens_per_rank,
+  MOE_EP_CHECK(max_num_tokens <= d.fleet.max_tokens_per_rank,
                "--tokens {} is above max_tokens_per_rank = {} (--max-tokens-per-rank); expected "
-               "T <= max_tokens_per_rank", max_num_tokens, s.fleet.max_tokens_per_rank);
-  s.config.family = std::string(family.name);
-  s.config.intermediate_size = s.preset->intermediate_size;
-  s.config.top_k = s.preset->top_k;
-  s.config.activation_clamp = s.preset->activation_clamp;
-  s.config.exact_accumulation = o.exact_accumulation;
-  validate_config(s.fleet, s.config, world_size);
+               "T <= max_tokens_per_rank", max_num_tokens, d.fleet.max_tokens_per_rank);
+  d.intermediate_size = s.preset->intermediate_size;
+  d.top_k = s.preset->top_k;
+  d.activation_clamp = parse_clamp(o.activation_clamp, s.preset->activation_clamp);
+  d.numerics.exact_accumulation = o.exact_accumulation;
+  d.numerics.fast_math = o.fast_math;
+  try {
+    validate_desc(d, world_size);
+  } catch (const Error& e) {  // name the flag where one drives the field
+    if (e.message().rfind("activation_clamp", 0) == 0)
+      MOE_EP_FAIL(ErrorCode::kInvalidArgument, "--activation-clamp {}: {}", o.activation_clamp, e.message());
+    throw;
+  }
+  s.overrides = parse_overrides(o);
 
-  bool format_ok = false;
-  for (WeightFormat f : family.weight_formats) format_ok |= (f == s.weight_format);
-  MOE_EP_CHECK(format_ok, "--weights {} is not accepted by backend '{}'", weight_format_name(s.weight_format),
-               family.name);
+  MOE_EP_CHECK(traits.accepts(s.weight_format), "--weights {} is not accepted by recipe '{}'",
+               weight_format_name(s.weight_format), traits.name);
 
   s.device = resolve_device(o.device);
-  std::string reason;
-  const Implementation* impl =
-      find_implementation(family, s.device.device, s.device.compute_capability, &reason);
-  MOE_EP_CHECK_CODE(impl != nullptr, ErrorCode::kUnsupported, "--device {} with --backend {}: {}",
+  const std::string reason = can_implement(d, world_size, s.device.device, s.weight_format);
+  MOE_EP_CHECK_CODE(reason.empty(), ErrorCode::kUnsupported, "--device {} with --backend {}: {}",
                     o.device, o.backend, reason);
-  s.implementation = std::string(impl->name);
+  s.implementation = std::string(select_implementation(d, world_size, s.device.device, s.weight_format));
   return s;
 }
 
 testing::HostWeights generate_weights(const ProblemSetup& s, uint64_t seed) {
   testing::WeightSpec spec;
-  spec.hidden_size = s.fleet.hidden_size;
-  spec.intermediate_size = s.config.intermediate_size;
+  spec.hidden_size = s.desc.fleet.hidden_size;
+  spec.intermediate_size = s.desc.intermediate_size;
   spec.format = s.weight_format;
   spec.seed = seed;
-  spec.num_slots = s.fleet.num_experts;
+  spec.num_slots = s.desc.fleet.num_experts;
   ProgressBar bar(fmt::format("weights {} x{} ({})", s.preset->name, spec.num_slots,
                               weight_format_name(s.weight_format)),
                   spec.num_slots);
@@ -103,9 +146,9 @@ testing::HostInputs generate_inputs(const ProblemSetup& s, const ProblemOptions&
                                     int64_t stream_idx) {
   testing::InputSpec spec;
   spec.num_tokens = num_tokens;
-  spec.hidden_size = s.fleet.hidden_size;
-  spec.num_experts = s.fleet.num_experts;
-  spec.top_k = s.config.top_k;
+  spec.hidden_size = s.desc.fleet.hidden_size;
+  spec.num_experts = s.desc.fleet.num_experts;
+  spec.top_k = s.desc.top_k;
   spec.hole_fraction = o.holes;
   spec.routed_scaling_factor = s.preset->routed_scaling_factor;
   spec.seed = o.seed;
@@ -126,7 +169,7 @@ int64_t expert_weight_bytes(WeightFormat format, int64_t H, int64_t I) {
 Json problem_json(const ProblemSetup& s, const ProblemOptions& o) {
   Json j;
   j["preset"] = s.preset->name;
-  j["backend"] = s.config.family;
+  j["backend"] = s.desc.traits().name;
   j["implementation"] = s.implementation;
   j["device"] = s.device.device.str();
   j["device_name"] = s.device.name;
@@ -134,14 +177,16 @@ Json problem_json(const ProblemSetup& s, const ProblemOptions& o) {
   j["weight_format"] = weight_format_name(s.weight_format);
   j["ranks"] = s.world_size;
   j["seed"] = o.seed;
-  j["H"] = s.fleet.hidden_size;
-  j["I"] = s.config.intermediate_size;
-  j["E"] = s.fleet.num_experts;
-  j["K"] = s.config.top_k;
-  j["activation_clamp"] = json_number(s.config.activation_clamp.value_or(INFINITY));
-  j["max_tokens_per_rank"] = s.fleet.max_tokens_per_rank;
+  j["H"] = s.desc.fleet.hidden_size;
+  j["I"] = s.desc.intermediate_size;
+  j["E"] = s.desc.fleet.num_experts;
+  j["K"] = s.desc.top_k;
+  j["activation_clamp"] = json_number(s.desc.activation_clamp.value_or(INFINITY));
+  j["max_tokens_per_rank"] = s.desc.fleet.max_tokens_per_rank;
   j["hole_fraction"] = o.holes;
-  j["exact_accumulation"] = s.config.exact_accumulation;
+  j["exact_accumulation"] = s.desc.numerics.exact_accumulation;
+  j["fast_math"] = s.desc.numerics.fast_math;
+  j["overrides"] = s.overrides.str();
   return j;
 }
 

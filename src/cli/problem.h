@@ -9,7 +9,8 @@
 
 #include "cli/cli_common.h"
 #include "moe_ep/backend.h"
-#include "moe_ep/config.h"
+#include "moe_ep/desc.h"
+#include "moe_ep/kernel_config.h"
 #include "moe_ep/weights.h"
 #include "testing/presets.h"
 #include "testing/synthetic.h"
@@ -18,25 +19,31 @@ namespace moe_ep::cli {
 
 struct ProblemOptions {
   std::string preset = "tiny";
-  std::string backend = "mxfp4";
+  std::string backend = "mxfp4";   // the recipe (SPEC.md: a backend name picks a kernel family)
   std::string device = "auto";
   std::string weights = "native";  // native (the backend's own format), mxfp4, nvfp4, bf16
   uint64_t seed = 1;
   int64_t max_tokens_per_rank = 0;  // 0: max(largest T, the preset's default)
   double holes = 0.0;               // fraction of -1 slots in topk_ids
-  int threads = 0;                  // CPU threads (MOE_EP_NUM_THREADS); 0: the library's default
-  bool exact_accumulation = false;  // KernelConfig::exact_accumulation
+  int threads = 0;                  // KernelOverrides::num_threads; 0: the library's default
+  bool exact_accumulation = false;  // NumericsPolicy::exact_accumulation
+  bool fast_math = false;           // NumericsPolicy::fast_math
+  std::string activation_clamp;     // "" (the preset's), a value >= 0, or "none" (+inf)
+  // kernel overrides (KernelOverrides): "" leaves the implementation's choice
+  std::string kernel, tile;
+  int64_t decode_max_tokens = -1;
+  bool no_fold = false;
 };
 
 // Registers --preset --backend --device --weights --seed --max-tokens-per-rank --holes --threads
-// --exact-accumulation.
+// --exact-accumulation --fast-math --activation-clamp --kernel --tile --decode-max-tokens --no-fold.
 void add_problem_options(CLI::App& cmd, ProblemOptions& options, const std::string& default_preset_note);
 
 // Everything a run needs to know before allocating, validated by the library's own checks.
 struct ProblemSetup {
   const testing::Preset* preset = nullptr;
-  FleetParams fleet;
-  KernelConfig config;
+  MoeDesc desc;
+  KernelOverrides overrides;
   WeightFormat weight_format = WeightFormat::kMXFP4;
   ResolvedDevice device;
   std::string implementation;  // "cpu", "cuda-sm90"

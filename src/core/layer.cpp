@@ -6,23 +6,16 @@
 #include <string>
 #include <vector>
 
+#include <cstdlib>
+
 #include "check.h"
+#include "core/registry.h"
 #include "layer_impl.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/quant.h"
 #include "weight_prep.h"
 
-#if defined(MOE_EP_WITH_CUDA) && __has_include("cuda/cuda_layer.h")
-#include "cuda/cuda_layer.h"
-#define MOE_EP_HAS_CUDA_LAYER 1
-#endif
-
 namespace moe_ep {
-
-#ifndef MOE_EP_HAS_CUDA_LAYER
-int device_compute_capability(Device) { return 0; }
-#endif
-
 namespace {
 
 // One expected dimension: its value and its name in messages ("T", "2I", "H/32").
@@ -81,14 +74,14 @@ void check_absent(const TensorView& t, std::string_view name, std::string_view w
 
 // ---- weights ----
 
-void check_weight_layout(const WeightPack& w, const FleetParams& fleet, const KernelConfig& config,
-                         int64_t num_local, Device layer_device) {
+void check_weight_layout(const WeightPack& w, const MoeDesc& desc, int64_t num_local,
+                         Device layer_device) {
   const Device dev = w.w13.device;
   const bool dev_ok = dev.type == DeviceType::kCPU || dev == layer_device;
   const std::string rule = layer_device.type == DeviceType::kCPU
                                ? std::string("cpu (the layer runs on cpu)")
                                : fmt::format("cpu or {} (the layer's device)", layer_device.str());
-  const int64_t H = fleet.hidden_size, I = config.intermediate_size;
+  const int64_t H = desc.fleet.hidden_size, I = desc.intermediate_size;
   const Dim e{num_local, "E_loc"}, i2{2 * I, "2I"}, h{H, "H"}, i{I, "I"};
   auto same_dev = [&](const TensorView& t) { return dev_ok && t.device == dev; };
   const std::string fmt_name(weight_format_name(w.format));
@@ -98,8 +91,9 @@ void check_weight_layout(const WeightPack& w, const FleetParams& fleet, const Ke
     case WeightFormat::kMXFP4:
     case WeightFormat::kNVFP4: {
       const bool mx = w.format == WeightFormat::kMXFP4;
-      const int64_t block = mx ? kMxBlock : kNvBlock;
-      const DType scale_dtype = mx ? DType::kE8M0 : DType::kE4M3;
+      const RecipeTraits& traits = recipe_traits(mx ? Recipe::kMxfp4 : Recipe::kNvfp4);
+      const int64_t block = traits.block;
+      const DType scale_dtype = traits.scale_dtype;
       const char* h_blocks = mx ? "H/32" : "H/16";
       const char* i_blocks = mx ? "I/32" : "I/16";
       check_tensor(w.w13, "w13", {DType::kU8}, {e, i2, {H / 2, "H/2"}}, rule, dev_ok);
@@ -134,13 +128,12 @@ void check_weight_layout(const WeightPack& w, const FleetParams& fleet, const Ke
 
 bool pack_on_host(const WeightPack& w) { return w.w13.device.type == DeviceType::kCPU; }
 
-void check_weight_format(const FamilyProperties& family, WeightFormat format) {
-  bool format_ok = false;
-  for (WeightFormat f : family.weight_formats) format_ok |= (f == format);
-  MOE_EP_CHECK(format_ok, "weights.format = {} is not accepted by backend '{}'; expected one of {}",
-               weight_format_name(format), family.name, [&] {
+void check_weight_format(const RecipeTraits& recipe, WeightFormat format) {
+  MOE_EP_CHECK(recipe.accepts(format),
+               "weights.format = {} is not accepted by recipe '{}'; expected one of {}",
+               weight_format_name(format), recipe.name, [&] {
                  std::string s;
-                 for (WeightFormat f : family.weight_formats)
+                 for (WeightFormat f : recipe.weight_formats)
                    s += fmt::format("{}{}", s.empty() ? "" : ", ", weight_format_name(f));
                  return s;
                }());
@@ -149,7 +142,8 @@ void check_weight_format(const FamilyProperties& family, WeightFormat format) {
 // ---- forward arguments ----
 
 // Checks a caller-quantized activation in host memory (a device copy is the kernel's concern).
-void check_activation_values(const ForwardArgs& args, bool mxfp4) {
+void check_activation_values(const ForwardArgs& args, const RecipeTraits& recipe) {
+  const bool mxfp4 = !recipe.fp4_activations;
   const auto* scales = args.a_scale.ptr<const uint8_t>();
   for (int64_t i = 0; i < args.a_scale.numel(); ++i) {
     const bool bad = mxfp4 ? scales[i] == kE8M0NaN : (scales[i] & 0x7F) == 0x7F;
@@ -182,45 +176,47 @@ void check_host_ids(const TensorView& ids, int64_t num_experts) {
                  i / ids.shape[1], i % ids.shape[1], static_cast<int64_t>(p[i]), num_experts);
 }
 
-void check_forward_args(const ForwardArgs& args, const LayerInfo& info, const KernelConfig& config) {
+void check_forward_args(const ForwardArgs& args, const LayerInfo& info) {
+  const MoeDesc& config = info.desc;
+  const RecipeTraits& recipe = config.traits();
   const Device dev = info.device;
   const std::string rule = fmt::format("{} (the layer's device)", dev.str());
   auto on = [&](const TensorView& t) { return t.device == dev; };
-  const int64_t H = info.hidden_size, K = info.top_k;
-  const bool mxfp4 = info.family == "mxfp4";
+  const int64_t H = config.fleet.hidden_size, K = config.top_k;
 
   // T comes from the activation; every other tensor must agree with it.
   const TensorView& act = config.quantize_input ? args.x : args.a;
   const char* act_name = config.quantize_input ? "x" : "a";
   if (config.quantize_input) {
-    MOE_EP_CHECK(args.x.defined(), "x is missing; config.quantize_input = true needs x bf16 [T, H]");
-    check_absent(args.a, "a", "when config.quantize_input = true (the layer quantizes x)");
-    check_absent(args.a_scale, "a_scale", "when config.quantize_input = true (the layer quantizes x)");
-    check_absent(args.a_global, "a_global", "when config.quantize_input = true (the layer quantizes x)");
+    MOE_EP_CHECK(args.x.defined(), "x is missing; desc.quantize_input = true needs x bf16 [T, H]");
+    check_absent(args.a, "a", "when desc.quantize_input = true (the layer quantizes x)");
+    check_absent(args.a_scale, "a_scale", "when desc.quantize_input = true (the layer quantizes x)");
+    check_absent(args.a_global, "a_global", "when desc.quantize_input = true (the layer quantizes x)");
   } else {
-    check_absent(args.x, "x", "when config.quantize_input = false (pass a and a_scale)");
-    MOE_EP_CHECK(args.a.defined(), "a is missing; config.quantize_input = false needs the "
+    check_absent(args.x, "x", "when desc.quantize_input = false (pass a and a_scale)");
+    MOE_EP_CHECK(args.a.defined(), "a is missing; desc.quantize_input = false needs the "
                  "quantized activation a and a_scale");
   }
   MOE_EP_CHECK(act.ndim == 2, "{} has shape {}; expected [T, H] with H = {}", act_name,
                act.shape_str(), H);
   const int64_t T = act.shape[0];
-  MOE_EP_CHECK(T >= 0 && T <= info.max_tokens_per_rank,
+  MOE_EP_CHECK(T >= 0 && T <= config.fleet.max_tokens_per_rank,
                "{} has T = {} tokens; expected 0..max_tokens_per_rank = {} (FleetParams."
-               "max_tokens_per_rank)", act_name, T, info.max_tokens_per_rank);
+               "max_tokens_per_rank)", act_name, T, config.fleet.max_tokens_per_rank);
   const Dim t{T, "T"}, h{H, "H"}, k{K, "K"};
 
   if (config.quantize_input) {
     check_tensor(args.x, "x", {DType::kBF16}, {t, h}, rule, on(args.x));
-  } else if (mxfp4) {
+  } else if (!recipe.fp4_activations) {
     check_tensor(args.a, "a", {DType::kE4M3, DType::kU8}, {t, h}, rule, on(args.a));
-    check_tensor(args.a_scale, "a_scale", {DType::kU8, DType::kE8M0}, {t, {H / kMxBlock, "H/32"}},
-                 rule, on(args.a_scale));
-    check_absent(args.a_global, "a_global", "by backend 'mxfp4' (Q8 activations have no global scale)");
+    check_tensor(args.a_scale, "a_scale", {DType::kU8, recipe.scale_dtype},
+                 {t, {recipe.scale_count(H), "H/32"}}, rule, on(args.a_scale));
+    check_absent(args.a_global, "a_global", fmt::format("by recipe '{}' (Q8 activations have no "
+                                                        "global scale)", recipe.name));
   } else {
-    check_tensor(args.a, "a", {DType::kU8}, {t, {H / 2, "H/2"}}, rule, on(args.a));
-    check_tensor(args.a_scale, "a_scale", {DType::kU8, DType::kE4M3}, {t, {H / kNvBlock, "H/16"}},
-                 rule, on(args.a_scale));
+    check_tensor(args.a, "a", {DType::kU8}, {t, {recipe.code_bytes(H), "H/2"}}, rule, on(args.a));
+    check_tensor(args.a_scale, "a_scale", {DType::kU8, recipe.scale_dtype},
+                 {t, {recipe.scale_count(H), "H/16"}}, rule, on(args.a_scale));
     check_tensor(args.a_global, "a_global", {DType::kF32}, {t}, rule, on(args.a_global));
   }
   check_tensor(args.topk_ids, "topk_ids", {DType::kI32, DType::kI64}, {t, k}, rule,
@@ -233,10 +229,10 @@ void check_forward_args(const ForwardArgs& args, const LayerInfo& info, const Ke
   // skipped and raise kErrorExpertIdOutOfRange (read with Layer::read_error_flags).
   if (dev.type == DeviceType::kCPU) {
     if (args.topk_ids.dtype == DType::kI32)
-      check_host_ids<int32_t>(args.topk_ids, info.num_experts);
+      check_host_ids<int32_t>(args.topk_ids, config.fleet.num_experts);
     else
-      check_host_ids<int64_t>(args.topk_ids, info.num_experts);
-    if (!config.quantize_input) check_activation_values(args, mxfp4);
+      check_host_ids<int64_t>(args.topk_ids, config.fleet.num_experts);
+    if (!config.quantize_input) check_activation_values(args, recipe);
   }
 }
 
@@ -250,69 +246,45 @@ void Layer::Impl::forward_rows(const ForwardArgs&, std::span<const int64_t>) {
 Layer::Layer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Layer::~Layer() = default;
 
-std::unique_ptr<Layer> Layer::create(std::shared_ptr<Runtime> runtime, const FleetParams& fleet,
-                                     const KernelConfig& config, const WeightPack& weights) {
+std::unique_ptr<Layer> Layer::create(std::shared_ptr<Runtime> runtime, const MoeDesc& desc,
+                                     const WeightPack& weights, const KernelOverrides& overrides) {
   MOE_EP_CHECK_CODE(runtime != nullptr, ErrorCode::kRuntime,
                     "Layer::create: runtime is null: layer built on a released runtime; acquire "
                     "a Runtime first");
-  validate_config(fleet, config, runtime->world_size());
-  LayerRequest req;
-  req.family = &find_family(config.family);
-  check_weight_format(*req.family, weights.format);
-
+  validate_desc(desc, runtime->world_size());
+  check_weight_format(desc.traits(), weights.format);
   const Device device = runtime->device();
-  std::string reason;
-  req.implementation = find_implementation(*req.family, device, device_compute_capability(device),
-                                           &reason);
-  MOE_EP_CHECK_CODE(req.implementation != nullptr, ErrorCode::kUnsupported, "{}", reason);
+  const std::string_view implementation =
+      select_implementation(desc, runtime->world_size(), device, weights.format);
+  const detail::BackendEntry* backend = detail::find_backend(device.type);
+  MOE_EP_ASSERT(backend != nullptr && backend->info.name == implementation);
 
-  const int64_t num_local = fleet.num_experts / runtime->world_size();
-  check_weight_layout(weights, fleet, config, num_local, device);
+  const int64_t num_local = desc.fleet.num_experts / runtime->world_size();
+  check_weight_layout(weights, desc, num_local, device);
   if (pack_on_host(weights)) check_weight_values(weights);
 
+  LayerRequest req;
   req.runtime = runtime;
-  req.fleet = fleet;
-  req.config = config;
+  req.desc = desc;
+  req.overrides = overrides;
   req.weights = weights;
-
-  std::unique_ptr<Impl> impl;
-  if (device.type == DeviceType::kCPU) {
-    impl = runtime->bootstrap().comm == CommSource::kSimulated ? make_cpu_ep_layer(req)
-                                                                : make_cpu_layer(req);
-  } else {
-#ifdef MOE_EP_HAS_CUDA_LAYER
-    const CommSource comm = runtime->bootstrap().comm;
-    const bool nccl = comm == CommSource::kNcclComm || comm == CommSource::kUniqueIdFile ||
-                      comm == CommSource::kTcpStore;
-#ifdef MOE_EP_WITH_NCCL
-    impl = nccl ? make_cuda_ep_layer(req) : make_cuda_layer(req);
-#else
-    MOE_EP_ASSERT(!nccl);  // Runtime::acquire refuses NCCL sources without NCCL
-    impl = make_cuda_layer(req);
-#endif
-#else
-    MOE_EP_FAIL(ErrorCode::kUnsupported, "the CUDA layer is not part of this build; use device cpu");
-#endif
-  }
+  req.compute_capability = device_compute_capability(device);
+  std::unique_ptr<Impl> impl = backend->create(req);
   LayerInfo& info = impl->info;
-  info.family = std::string(req.family->name);
-  info.implementation = std::string(req.implementation->name);
+  info.desc = desc;
+  info.implementation = std::string(implementation);
   info.device = device;
-  info.num_experts = fleet.num_experts;
   info.num_local_experts = num_local;
-  info.hidden_size = fleet.hidden_size;
-  info.intermediate_size = config.intermediate_size;
-  info.top_k = config.top_k;
-  info.max_tokens_per_rank = fleet.max_tokens_per_rank;
-  impl->fleet = fleet;
-  impl->config = config;
   impl->runtime = std::move(runtime);
+  if (const char* print = std::getenv("MOE_EP_PRINT_CONFIG"); print && *print && *print != '0')
+    fmt::print(stderr, "moe_ep: layer {} on {} ({}):\n{}", info.implementation, device.str(),
+               desc.str(), info.config.str());
   return std::unique_ptr<Layer>(new Layer(std::move(impl)));
 }
 
 void Layer::forward(const ForwardArgs& args) {
   try {
-    check_forward_args(args, impl_->info, impl_->config);
+    check_forward_args(args, impl_->info);
   } catch (const Error& e) {
     impl_->fail_forward(e.message());  // multi-rank layers: the other ranks fail too
     throw;
@@ -328,8 +300,8 @@ void Layer::replace_expert_weights(int64_t physical_expert, const WeightPack& on
                "[r*E_loc, (r+1)*E_loc) with E_loc = {})", physical_expert,
                impl_->runtime->rank(), first, first + info.num_local_experts - 1,
                info.num_local_experts);
-  check_weight_format(find_family(impl_->config.family), one_expert.format);
-  check_weight_layout(one_expert, impl_->fleet, impl_->config, 1, info.device);
+  check_weight_format(info.desc.traits(), one_expert.format);
+  check_weight_layout(one_expert, info.desc, 1, info.device);
   if (pack_on_host(one_expert)) check_weight_values(one_expert);
   impl_->replace_expert_weights(physical_expert - first, one_expert);
 }
@@ -340,8 +312,8 @@ void Layer::Impl::replace_expert_weights(int64_t, const WeightPack&) {
 }
 
 void Layer::forward_rows(const ForwardArgs& args, std::span<const int64_t> rows) {
-  check_forward_args(args, impl_->info, impl_->config);
-  const int64_t T = impl_->config.quantize_input ? args.x.shape[0] : args.a.shape[0];
+  check_forward_args(args, impl_->info);
+  const int64_t T = impl_->info.desc.quantize_input ? args.x.shape[0] : args.a.shape[0];
   for (size_t i = 0; i < rows.size(); ++i)
     MOE_EP_CHECK(rows[i] >= 0 && rows[i] < T, "rows[{}] = {} is outside [0, T = {})", i, rows[i], T);
   impl_->forward_rows(args, rows);
@@ -355,8 +327,6 @@ void Layer::check_error_flags() {
                     "was treated as skipped)", flags);
 }
 const LayerInfo& Layer::info() const { return impl_->info; }
-const FleetParams& Layer::fleet() const { return impl_->fleet; }
-const KernelConfig& Layer::config() const { return impl_->config; }
 Runtime& Layer::runtime() const { return *impl_->runtime; }
 
 }  // namespace moe_ep

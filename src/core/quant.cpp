@@ -136,4 +136,14 @@ void quantize_nvfp4_rows(const float* v, int64_t rows, int64_t k, uint8_t* packe
   }
 }
 
+void quantize_activation_row(Recipe recipe, const float* v, int64_t k, uint8_t* codes,
+                             uint8_t* scales, float* global) {
+  switch (recipe) {
+    case Recipe::kMxfp4: quantize_q8(v, k, codes, scales); return;
+    case Recipe::kNvfp4: quantize_nvfp4_rows(v, 1, k, codes, scales, global); return;
+  }
+  MOE_EP_FAIL(ErrorCode::kInvalidArgument, "recipe = {} is not a known recipe",
+              static_cast<int>(recipe));
+}
+
 }  // namespace moe_ep

@@ -8,8 +8,7 @@
 #include <fmt/format.h>
 
 #include "check.h"
-#include "core/device_transport.h"
-#include "cpu/sim_transport.h"
+#include "core/registry.h"
 #include "moe_ep/backend.h"
 #include "runtime_state.h"
 
@@ -93,9 +92,6 @@ void check_bootstrap(const Bootstrap& b) {
                    b.world_size);
       return;
     case CommSource::kSimulated:
-      MOE_EP_CHECK_CODE(b.device.type == DeviceType::kCPU, ErrorCode::kUnsupported,
-                        "Bootstrap.comm = simulated runs its ranks on the CPU; got device = {} "
-                        "(expected cpu)", b.device.str());
       return;
     case CommSource::kNcclComm:
       MOE_EP_CHECK(b.nccl_comm != nullptr,
@@ -122,12 +118,14 @@ void check_bootstrap(const Bootstrap& b) {
                     "Bootstrap.comm = {} needs a CUDA device (one process per GPU); got device = "
                     "{} (use comm = simulated for in-process ranks on the CPU)",
                     comm_source_name(b.comm), b.device.str());
-#ifndef MOE_EP_WITH_NCCL
-  MOE_EP_FAIL(ErrorCode::kUnsupported,
-              "Bootstrap.comm = {}: this build has no NCCL ({}); supported here: single-process, "
-              "simulated (in-process ranks on the CPU)", comm_source_name(b.comm),
-              detail::nccl_status());
-#endif
+}
+
+// The registered transport of the bootstrap's source and device (kUnsupported otherwise).
+const detail::TransportEntry& transport_for(const Bootstrap& b) {
+  std::string reason;
+  const detail::TransportEntry* t = detail::find_transport(b.comm, b.device.type, &reason);
+  MOE_EP_CHECK_CODE(t != nullptr, ErrorCode::kUnsupported, "{}", reason);
+  return *t;
 }
 
 // The one world of this process: its bootstrap and its live ranks (weak: a runtime lives as
@@ -135,7 +133,7 @@ void check_bootstrap(const Bootstrap& b) {
 struct Registry {
   std::mutex mutex;
   Bootstrap world;
-  std::weak_ptr<cpu::SimWorld> sim_world;
+  std::weak_ptr<void> shared;  // what the transport's ranks share (TransportEntry::create)
   std::vector<std::weak_ptr<Runtime>> ranks;
 
   bool alive() const {
@@ -150,20 +148,6 @@ Registry& registry() {
   return r;
 }
 
-uint32_t parts_for(const Bootstrap& b) {
-  if (b.device.type == DeviceType::kCPU || is_nccl_source(b.comm))
-    return kRuntimeSymmetricWorkspace | kRuntimePeerTransport | kRuntimeDeviceErrorFlag;
-  return 0;  // a single-process CUDA runtime: the world-size-1 CUDA layer keeps its own scratch
-}
-
-std::shared_ptr<detail::Transport> make_transport(const Bootstrap& b,
-                                                  const std::shared_ptr<cpu::SimWorld>& world) {
-#ifdef MOE_EP_WITH_NCCL
-  if (is_nccl_source(b.comm)) return detail::make_nccl_transport(b);
-#endif
-  return std::make_shared<cpu::SimTransport>(world, b.rank, std::chrono::milliseconds(b.timeout_ms));
-}
-
 }  // namespace
 
 Runtime::Runtime(const Bootstrap& bootstrap, std::unique_ptr<detail::RuntimeState> state)
@@ -173,17 +157,16 @@ Runtime::~Runtime() = default;
 
 std::shared_ptr<Runtime> Runtime::acquire(const Bootstrap& b) {
   check_bootstrap(b);
+  const detail::TransportEntry& transport = transport_for(b);
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mutex);
-  std::shared_ptr<cpu::SimWorld> world;
+  std::shared_ptr<void> shared;
   if (reg.alive()) {
     MOE_EP_CHECK_CODE(same_world(reg.world, b), ErrorCode::kRuntime,
                       "Runtime::acquire: this process holds the world [{}]; requested [{}]: one "
                       "world per process: release every reference to the first world before "
                       "acquiring another", world_str(reg.world), world_str(b));
     if (auto existing = reg.ranks[b.rank].lock()) return existing;
-    world = reg.sim_world.lock();
-    MOE_EP_ASSERT(world != nullptr || is_nccl_source(b.comm));
     MOE_EP_CHECK_CODE(!is_nccl_source(b.comm), ErrorCode::kRuntime,
                       "Runtime::acquire: this process holds rank {} of the NCCL world [{}]; an "
                       "NCCL world has one rank per process (requested rank {})",
@@ -192,43 +175,20 @@ std::shared_ptr<Runtime> Runtime::acquire(const Bootstrap& b) {
                           if (!reg.ranks[q].expired()) return static_cast<int>(q);
                         return -1;
                       }(), world_str(reg.world), b.rank);
+    shared = reg.shared.lock();
   } else {
-    if (!is_nccl_source(b.comm)) world = std::make_shared<cpu::SimWorld>(b.world_size);
     reg.world = b;
-    reg.sim_world = world;
     reg.ranks.assign(b.world_size, {});
   }
-  auto state = std::make_unique<detail::RuntimeState>(make_transport(b, world), parts_for(b));
+  auto state = std::make_unique<detail::RuntimeState>(transport.create(b, shared),
+                                                      transport.parts(b));
+  reg.shared = shared;
   auto rt = std::shared_ptr<Runtime>(new Runtime(b, std::move(state)));
   reg.ranks[b.rank] = rt;
   return rt;
 }
 
 uint32_t Runtime::parts() const { return state_->parts(); }
-
-namespace detail {
-
-std::shared_ptr<Runtime> make_local_runtime(Device device) {
-  Bootstrap b;
-  b.device = device;
-  check_bootstrap(b);
-  auto transport = std::make_shared<cpu::SimTransport>(std::make_shared<cpu::SimWorld>(1), 0,
-                                                       std::chrono::milliseconds(b.timeout_ms));
-  auto state = std::make_unique<RuntimeState>(std::move(transport), parts_for(b));
-  return std::shared_ptr<Runtime>(new Runtime(b, std::move(state)));
-}
-
-#ifndef MOE_EP_WITH_NCCL
-std::string nccl_status() {
-#ifdef MOE_EP_WITH_CUDA
-  return "not compiled: nccl.h / nccl_device.h were not found in the CUDA toolkit at configure time";
-#else
-  return "not compiled: the build has no CUDA";
-#endif
-}
-#endif
-
-}  // namespace detail
 
 const Workspace& Runtime::reserve_workspace(const WorkspaceShape& shape) {
   const bool on_device = device().type == DeviceType::kCUDA;

@@ -210,19 +210,13 @@ void check_weight_values(const WeightPack& pack) {
   }
 }
 
-HostExpertWeights prepare_host_weights(const FamilyProperties& family, const WeightPack& pack,
+HostExpertWeights prepare_host_weights(Recipe recipe, const WeightPack& pack,
                                        const ExpertShape& shape, const ParallelFor& parallel_for) {
   check_weight_values(pack);
+  const RecipeTraits& traits = recipe_traits(recipe);
   HostExpertWeights w;
   w.shape = shape;
-  if (family.name == "mxfp4") {
-    w.format = WeightFormat::kMXFP4;
-  } else if (family.name == "nvfp4") {
-    w.format = WeightFormat::kNVFP4;
-  } else {
-    MOE_EP_FAIL(ErrorCode::kInternal, "prepare_host_weights: no canonical format for family '{}'",
-                family.name);
-  }
+  w.format = traits.native_format;
 
   if (pack.format == w.format) {
     w.w13 = copy_bytes(pack.w13);
@@ -241,8 +235,8 @@ HostExpertWeights prepare_host_weights(const FamilyProperties& family, const Wei
 
   MOE_EP_CHECK_CODE(pack.format == WeightFormat::kBF16 ||
                         (pack.format == WeightFormat::kMXFP4 && w.format == WeightFormat::kNVFP4),
-                    ErrorCode::kUnsupported, "backend '{}' cannot convert {} weights",
-                    family.name, weight_format_name(pack.format));
+                    ErrorCode::kUnsupported, "recipe '{}' cannot convert {} weights",
+                    traits.name, weight_format_name(pack.format));
   allocate(w);
   quantize_from_values(w, pack, parallel_for);
   if (w.format == WeightFormat::kNVFP4 && pack.format == WeightFormat::kMXFP4) {

@@ -1,10 +1,10 @@
 // Canonical host weights of one layer's local experts, shared by the CPU and CUDA backends.
 //
 // Layer::create checks the WeightPack layout (dtypes, shapes, strides, devices). This file turns
-// a pack that lives in host memory into the one format its family computes with:
+// a pack that lives in host memory into the one format its recipe computes with:
 //
-//   family mxfp4:  MXFP4 as given, or BF16 quantized with quantize_mxfp4.
-//   family nvfp4:  NVFP4 as given (gate/up global scales folded into one per expert, see
+//   recipe mxfp4:  MXFP4 as given, or BF16 quantized with quantize_mxfp4.
+//   recipe nvfp4:  NVFP4 as given (gate/up global scales folded into one per expert, see
 //                  below), or MXFP4/BF16 dequantized to bf16 and requantized to NVFP4 with one
 //                  global scale per (expert, tensor) from that tensor's amax.
 //
@@ -17,7 +17,8 @@
 #include <memory>
 #include <string>
 
-#include "moe_ep/backend.h"
+#include "core/thread_pool.h"
+#include "moe_ep/recipe.h"
 #include "moe_ep/weights.h"
 
 namespace moe_ep {
@@ -29,7 +30,6 @@ struct ExpertShape {
 };
 
 // Runs task(0..num_tasks-1), possibly in parallel; each task touches disjoint data.
-using ParallelFor = std::function<void(int64_t num_tasks, const std::function<void(int64_t)>& task)>;
 void serial_for(int64_t num_tasks, const std::function<void(int64_t)>& task);
 
 // Rejects NaN/0xFF E8M0 scales, NaN e4m3 scales and non-finite or non-positive global scales,
@@ -64,9 +64,9 @@ struct HostExpertWeights {
   float w2_weight_scale_2(int64_t e) const { return format == WeightFormat::kNVFP4 ? w2_global[e] : 1.0f; }
 };
 
-// Converts a host pack (layout already checked) for `family`; checks values first.
+// Converts a host pack (layout already checked) for `recipe`; checks values first.
 // Throws kInvalidArgument when NVFP4 gate/up global scales cannot be folded exactly.
-HostExpertWeights prepare_host_weights(const FamilyProperties& family, const WeightPack& pack,
+HostExpertWeights prepare_host_weights(Recipe recipe, const WeightPack& pack,
                                        const ExpertShape& shape,
                                        const ParallelFor& parallel_for = serial_for);
 

@@ -8,10 +8,11 @@
 
 #include "core/check.h"
 #include "core/layer_impl.h"
+#include "cpu/cpu_layers.h"
 #include "core/weight_prep.h"
 #include "cpu/ep_expert_weights.h"
 #include "cpu/expert_compute.h"
-#include "cpu/thread_pool.h"
+#include "core/thread_pool.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/quant.h"
 
@@ -22,19 +23,9 @@ using cpu::ExpertEntry;
 using cpu::QuantizedRows;
 
 // Upper bound on the per-batch buffers (h in fp32 and o in bf16 per entry, quantized x);
-// longer inputs are processed in batches of tokens. MOE_EP_CPU_BATCH_TOKENS overrides the
+// longer inputs are processed in batches of tokens. KernelOverrides::cpu_batch_tokens pins the
 // batch length (a knob for tests of the batching).
 constexpr int64_t kBatchBytes = int64_t{256} << 20;
-
-int64_t batch_tokens_override() {
-  const char* env = std::getenv("MOE_EP_CPU_BATCH_TOKENS");
-  if (!env) return 0;
-  char* end = nullptr;
-  const long long n = std::strtoll(env, &end, 10);
-  MOE_EP_CHECK(end != env && *end == '\0' && n >= 1,
-               "MOE_EP_CPU_BATCH_TOKENS = '{}' is invalid; expected an integer >= 1", env);
-  return n;
-}
 
 // Owned quantized activations of a batch of tokens (when the layer quantizes x).
 struct QuantizedBatch {
@@ -48,17 +39,17 @@ struct QuantizedBatch {
 class CpuLayer final : public Layer::Impl {
  public:
   explicit CpuLayer(const LayerRequest& req)
-      : family_(req.family), pool_(cpu::shared_thread_pool(cpu::default_num_threads())) {
+      : desc_(req.desc), pool_(shared_thread_pool(resolve_num_threads(req.overrides.num_threads))) {
     MOE_EP_CHECK_CODE(req.runtime->world_size() == 1, ErrorCode::kUnsupported,
                       "the CPU layer runs with world_size 1 only so far; got world_size = {}",
                       req.runtime->world_size());
-    const ExpertShape shape{req.fleet.num_experts, req.fleet.hidden_size,
-                            req.config.intermediate_size};
-    cpu::ThreadPool* pool = pool_.get();
-    auto parallel = [pool](int64_t n, const std::function<void(int64_t)>& task) {
-      pool->parallel_for(n, task);
-    };
-    weights_ = prepare_host_weights(*req.family, req.weights, shape, parallel);
+    MOE_EP_CHECK(req.overrides.cpu_batch_tokens >= 0,
+                 "overrides.cpu_batch_tokens = {} is invalid; expected >= 1 (or 0: from a {} MiB "
+                 "budget)", req.overrides.cpu_batch_tokens, kBatchBytes >> 20);
+    const ExpertShape shape{req.desc.fleet.num_experts, req.desc.fleet.hidden_size,
+                            req.desc.intermediate_size};
+    const ParallelFor parallel = parallel_for_of(*pool_);
+    weights_ = prepare_host_weights(req.desc.recipe, req.weights, shape, parallel);
     info.notes = weights_.notes;
     if (weights_.format == WeightFormat::kMXFP4) {
       info.notes += '\n';
@@ -67,10 +58,13 @@ class CpuLayer final : public Layer::Impl {
           "the CPU reference converts no weights to FP8: it decodes e2m1 * 2^k to fp32, exact "
           "for every row");
     }
-    batch_override_ = batch_tokens_override();
+    batch_override_ = req.overrides.cpu_batch_tokens;
     problem_.weights = &weights_;
-    problem_.activation_clamp = req.config.activation_clamp.value_or(
+    problem_.activation_clamp = req.desc.activation_clamp.value_or(
         std::numeric_limits<float>::infinity());
+    info.config.add("threads", std::to_string(pool_->num_threads()));
+    info.config.add("batch_tokens", batch_override_ > 0 ? std::to_string(batch_override_)
+                                                        : fmt::format("{} (256 MiB budget)", batch_tokens()));
   }
 
   void forward(const ForwardArgs& args) override {
@@ -84,11 +78,8 @@ class CpuLayer final : public Layer::Impl {
   }
 
   void replace_expert_weights(int64_t local_expert, const WeightPack& one_expert) override {
-    cpu::ThreadPool* pool = pool_.get();
-    cpu::replace_host_expert(*family_, weights_, local_expert, one_expert,
-                             [pool](int64_t n, const std::function<void(int64_t)>& task) {
-                               pool->parallel_for(n, task);
-                             });
+    cpu::replace_host_expert(desc_.recipe, weights_, local_expert, one_expert,
+                             parallel_for_of(*pool_));
   }
 
   // Host topk ids are checked in Layer::forward before any computation; nothing is deferred.
@@ -96,43 +87,42 @@ class CpuLayer final : public Layer::Impl {
 
  private:
   int64_t num_tokens(const ForwardArgs& args) const {
-    return config.quantize_input ? args.x.shape[0] : args.a.shape[0];
+    return desc_.quantize_input ? args.x.shape[0] : args.a.shape[0];
   }
 
   int64_t batch_tokens() const {
     if (batch_override_ > 0) return batch_override_;
-    const int64_t H = info.hidden_size, I = info.intermediate_size, K = info.top_k;
+    const int64_t H = desc_.fleet.hidden_size, I = desc_.intermediate_size, K = desc_.top_k;
     const int64_t per_token = K * (I * 4 + H * 2) + H * 2 + 16;
     return std::max<int64_t>(1, kBatchBytes / per_token);
   }
 
   int64_t topk_id(const TensorView& ids, int64_t t, int64_t k) const {
-    const int64_t i = t * info.top_k + k;
+    const int64_t i = t * desc_.top_k + k;
     return ids.dtype == DType::kI32 ? ids.ptr<const int32_t>()[i] : ids.ptr<const int64_t>()[i];
   }
 
   // Quantizes x rows rows[0..n) into batch (row i of the batch = token rows[i]).
   void quantize_x(const TensorView& x, std::span<const int64_t> rows, QuantizedBatch& batch) {
-    const int64_t H = info.hidden_size, n = static_cast<int64_t>(rows.size());
-    const bool nvfp4 = weights_.format == WeightFormat::kNVFP4;
-    batch.codes.resize(n * (nvfp4 ? H / 2 : H));
-    batch.scales.resize(n * H / (nvfp4 ? kNvBlock : kMxBlock));
-    batch.global.resize(nvfp4 ? n : 0);
+    const int64_t H = desc_.fleet.hidden_size, n = static_cast<int64_t>(rows.size());
+    const RecipeTraits& recipe = desc_.traits();
+    const int64_t code_bytes = recipe.code_bytes(H), scale_count = recipe.scale_count(H);
+    batch.codes.resize(n * code_bytes);
+    batch.scales.resize(n * scale_count);
+    batch.global.resize(recipe.global_scales ? n : 0);
     pool_->parallel_for(n, [&](int64_t i) {
       thread_local std::vector<float> v;
       v.resize(H);
       const uint16_t* src = x.ptr<const uint16_t>() + rows[i] * H;
       for (int64_t j = 0; j < H; ++j) v[j] = bf16_to_float(src[j]);
-      if (nvfp4)
-        quantize_nvfp4_rows(v.data(), 1, H, batch.codes.data() + i * H / 2,
-                            batch.scales.data() + i * H / kNvBlock, batch.global.data() + i);
-      else
-        quantize_q8(v.data(), H, batch.codes.data() + i * H, batch.scales.data() + i * H / kMxBlock);
+      quantize_activation_row(recipe.recipe, v.data(), H, batch.codes.data() + i * code_bytes,
+                              batch.scales.data() + i * scale_count,
+                              recipe.global_scales ? batch.global.data() + i : nullptr);
     });
   }
 
   void run(const ForwardArgs& args, std::span<const int64_t> rows) {
-    const int64_t H = info.hidden_size, K = info.top_k;
+    const int64_t H = desc_.fleet.hidden_size, K = desc_.top_k;
     const int64_t step = batch_tokens();
     QuantizedBatch batch;
     std::vector<ExpertEntry> entries;
@@ -142,7 +132,7 @@ class CpuLayer final : public Layer::Impl {
       const auto batch_rows = rows.subspan(b0, std::min<size_t>(step, rows.size() - b0));
       const int64_t n = static_cast<int64_t>(batch_rows.size());
       QuantizedRows act;
-      if (config.quantize_input) {
+      if (desc_.quantize_input) {
         quantize_x(args.x, batch_rows, batch);
         act = batch.view(n);
       } else {
@@ -159,7 +149,7 @@ class CpuLayer final : public Layer::Impl {
           const int64_t id = topk_id(args.topk_ids, t, k);
           if (id < 0) continue;
           slot_entry[i * K + k] = static_cast<int64_t>(entries.size());
-          entries.push_back({config.quantize_input ? i : t, id, weights[t * K + k]});
+          entries.push_back({desc_.quantize_input ? i : t, id, weights[t * K + k]});
         }
       }
       outputs.resize(entries.size() * H);
@@ -180,8 +170,8 @@ class CpuLayer final : public Layer::Impl {
     }
   }
 
-  const FamilyProperties* family_;
-  std::shared_ptr<cpu::ThreadPool> pool_;
+  MoeDesc desc_;
+  std::shared_ptr<ThreadPool> pool_;
   HostExpertWeights weights_;
   cpu::ExpertProblem problem_;
   int64_t batch_override_ = 0;
@@ -189,7 +179,7 @@ class CpuLayer final : public Layer::Impl {
 
 }  // namespace
 
-std::unique_ptr<Layer::Impl> make_cpu_layer(const LayerRequest& request) {
+std::unique_ptr<Layer::Impl> cpu::make_cpu_layer(const LayerRequest& request) {
   return std::make_unique<CpuLayer>(request);
 }
 

@@ -6,12 +6,12 @@
 
 namespace moe_ep::cpu {
 
-void replace_host_expert(const FamilyProperties& family, HostExpertWeights& weights,
+void replace_host_expert(Recipe recipe, HostExpertWeights& weights,
                          int64_t local_expert, const WeightPack& one_expert,
                          const ParallelFor& parallel_for) {
   MOE_EP_ASSERT(local_expert >= 0 && local_expert < weights.shape.num_experts);
   const ExpertShape one_shape{1, weights.shape.hidden, weights.shape.intermediate};
-  const HostExpertWeights one = prepare_host_weights(family, one_expert, one_shape, parallel_for);
+  const HostExpertWeights one = prepare_host_weights(recipe, one_expert, one_shape, parallel_for);
   MOE_EP_ASSERT(one.format == weights.format);
   const int64_t e = local_expert;
   std::memcpy(weights.w13.get() + e * weights.w13_packed_per_expert(), one.w13.get(),

@@ -14,11 +14,12 @@
 
 #include "core/check.h"
 #include "core/layer_impl.h"
+#include "cpu/cpu_layers.h"
 #include "core/runtime_state.h"
 #include "core/weight_prep.h"
 #include "cpu/ep_expert_weights.h"
 #include "cpu/expert_compute.h"
-#include "cpu/thread_pool.h"
+#include "core/thread_pool.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/quant.h"
 
@@ -49,14 +50,10 @@ class CpuEpLayer final : public Layer::Impl {
   uint32_t read_error_flags(bool) override { return 0; }  // host ids are checked before forward
   void fail_forward(const std::string& message) override;
   void replace_expert_weights(int64_t local_expert, const WeightPack& one_expert) override {
-    cpu::replace_host_expert(*family_, weights_, local_expert, one_expert, parallel());
+    cpu::replace_host_expert(desc_.recipe, weights_, local_expert, one_expert, parallel_for_of(*pool_));
   }
 
  private:
-  ParallelFor parallel() {
-    cpu::ThreadPool* pool = pool_.get();
-    return [pool](int64_t n, const std::function<void(int64_t)>& task) { pool->parallel_for(n, task); };
-  }
   template <class T>
   T* region(int rank, Region id) const {
     return reinterpret_cast<T*>(workspace_->region(rank, id));
@@ -65,7 +62,7 @@ class CpuEpLayer final : public Layer::Impl {
     return ids.dtype == DType::kI32 ? ids.ptr<const int32_t>()[i] : ids.ptr<const int64_t>()[i];
   }
   int64_t num_tokens(const ForwardArgs& args) const {
-    return config.quantize_input ? args.x.shape[0] : args.a.shape[0];
+    return desc_.quantize_input ? args.x.shape[0] : args.a.shape[0];
   }
 
   void dispatch(const ForwardArgs& args, int64_t T);
@@ -77,15 +74,15 @@ class CpuEpLayer final : public Layer::Impl {
   void finish_step(const std::string& phase, std::exception_ptr local, const std::string& message,
                    bool after_dispatch);
 
-  const FamilyProperties* family_ = nullptr;
-  std::shared_ptr<cpu::ThreadPool> pool_;
+  MoeDesc desc_;
+  std::shared_ptr<ThreadPool> pool_;
   detail::Transport* transport_ = nullptr;
   const Workspace* workspace_ = nullptr;
   HostExpertWeights weights_;
   cpu::ExpertProblem problem_;
   int R_ = 1, rank_ = 0;
   int64_t E_loc_ = 0, T_max_ = 0, H_ = 0, K_ = 0;
-  bool nvfp4_ = false;
+  bool global_scales_ = false;  // the recipe's activations carry a per-row global scale
   int64_t code_bytes_ = 0, scale_bytes_ = 0;  // one quantized activation row
   int64_t layer_index_ = 0, forward_index_ = 0;
 
@@ -99,19 +96,20 @@ class CpuEpLayer final : public Layer::Impl {
 };
 
 CpuEpLayer::CpuEpLayer(const LayerRequest& req)
-    : family_(req.family), pool_(cpu::shared_thread_pool(cpu::default_num_threads())) {
+    : desc_(req.desc), pool_(shared_thread_pool(resolve_num_threads(req.overrides.num_threads))) {
   Runtime& rt = *req.runtime;
   detail::RuntimeState& state = rt.state();
   transport_ = &state.transport();
   R_ = rt.world_size();
   rank_ = rt.rank();
-  E_loc_ = req.fleet.num_experts / R_;
-  T_max_ = req.fleet.max_tokens_per_rank;
-  H_ = req.fleet.hidden_size;
-  K_ = req.config.top_k;
-  nvfp4_ = req.family->name == "nvfp4";
-  code_bytes_ = nvfp4_ ? H_ / 2 : H_;
-  scale_bytes_ = nvfp4_ ? H_ / kNvBlock : H_ / kMxBlock;
+  E_loc_ = desc_.fleet.num_experts / R_;
+  T_max_ = desc_.fleet.max_tokens_per_rank;
+  H_ = desc_.fleet.hidden_size;
+  K_ = desc_.top_k;
+  const RecipeTraits& recipe = desc_.traits();
+  global_scales_ = recipe.global_scales;
+  code_bytes_ = recipe.code_bytes(H_);
+  scale_bytes_ = recipe.scale_count(H_);
   layer_index_ = state.next_layer_index();
   send_rows_.resize(R_);
 
@@ -119,12 +117,12 @@ CpuEpLayer::CpuEpLayer(const LayerRequest& req)
   std::string error;
   std::exception_ptr local;
   try {
-    MOE_EP_CHECK_CODE((rt.parts() & req.family->runtime_parts) == req.family->runtime_parts,
-                      ErrorCode::kUnsupported,
-                      "backend '{}' needs runtime parts 0x{:x}; the runtime on {} provides 0x{:x}",
-                      req.family->name, req.family->runtime_parts, rt.device().str(), rt.parts());
-    weights_ = prepare_host_weights(*req.family, req.weights,
-                                    {E_loc_, H_, req.config.intermediate_size}, parallel());
+    constexpr uint32_t kNeeds = kRuntimeSymmetricWorkspace | kRuntimePeerTransport;
+    MOE_EP_CHECK_CODE((rt.parts() & kNeeds) == kNeeds, ErrorCode::kUnsupported,
+                      "the CPU expert-parallel layer needs runtime parts 0x{:x}; the runtime on {} "
+                      "provides 0x{:x}", kNeeds, rt.device().str(), rt.parts());
+    weights_ = prepare_host_weights(desc_.recipe, req.weights, {E_loc_, H_, desc_.intermediate_size},
+                                    parallel_for_of(*pool_));
   } catch (const Error& e) {
     local = std::current_exception();
     error = e.message();
@@ -135,8 +133,8 @@ CpuEpLayer::CpuEpLayer(const LayerRequest& req)
     if (local) std::rethrow_exception(local);
     throw;
   }
-  workspace_ = &rt.reserve_workspace({R_, req.fleet.num_experts, T_max_, H_,
-                                      req.config.intermediate_size, K_});
+  workspace_ = &rt.reserve_workspace({R_, desc_.fleet.num_experts, T_max_, H_,
+                                      desc_.intermediate_size, K_});
   info.notes = weights_.notes;
   info.notes += fmt::format("{}rank {} of {} simulated ranks owns experts [{}, {}); workspace {} "
                             "bytes shared by every layer of the rank",
@@ -144,7 +142,8 @@ CpuEpLayer::CpuEpLayer(const LayerRequest& req)
                             (rank_ + 1) * E_loc_, workspace_->bytes());
   problem_.weights = &weights_;
   problem_.activation_clamp =
-      req.config.activation_clamp.value_or(std::numeric_limits<float>::infinity());
+      desc_.activation_clamp.value_or(std::numeric_limits<float>::infinity());
+  info.config.add("threads", std::to_string(pool_->num_threads()));
 }
 
 void CpuEpLayer::finish_step(const std::string& phase, std::exception_ptr local,
@@ -201,28 +200,26 @@ void CpuEpLayer::forward(const ForwardArgs& args) {
 void CpuEpLayer::dispatch(const ForwardArgs& args, int64_t T) {
   const uint8_t *codes, *scales;
   const float* global = nullptr;
-  if (config.quantize_input) {
+  if (desc_.quantize_input) {
     codes_.resize(T * code_bytes_);
     scales_.resize(T * scale_bytes_);
-    global_.resize(nvfp4_ ? T : 0);
+    global_.resize(global_scales_ ? T : 0);
     pool_->parallel_for(T, [&](int64_t t) {
       thread_local std::vector<float> v;
       v.resize(H_);
       const uint16_t* src = args.x.ptr<const uint16_t>() + t * H_;
       for (int64_t j = 0; j < H_; ++j) v[j] = bf16_to_float(src[j]);
-      if (nvfp4_)
-        quantize_nvfp4_rows(v.data(), 1, H_, codes_.data() + t * code_bytes_,
-                            scales_.data() + t * scale_bytes_, global_.data() + t);
-      else
-        quantize_q8(v.data(), H_, codes_.data() + t * code_bytes_, scales_.data() + t * scale_bytes_);
+      quantize_activation_row(desc_.recipe, v.data(), H_, codes_.data() + t * code_bytes_,
+                              scales_.data() + t * scale_bytes_,
+                              global_scales_ ? global_.data() + t : nullptr);
     });
     codes = codes_.data();
     scales = scales_.data();
-    global = nvfp4_ ? global_.data() : nullptr;
+    global = global_scales_ ? global_.data() : nullptr;
   } else {
     codes = args.a.ptr<const uint8_t>();
     scales = args.a_scale.ptr<const uint8_t>();
-    global = nvfp4_ ? args.a_global.ptr<const float>() : nullptr;
+    global = global_scales_ ? args.a_global.ptr<const float>() : nullptr;
   }
 
   for (auto& rows : send_rows_) rows.clear();
@@ -257,7 +254,7 @@ void CpuEpLayer::dispatch(const ForwardArgs& args, int64_t T) {
       }
       std::memcpy(dst_codes + i * code_bytes_, codes + t * code_bytes_, code_bytes_);
       std::memcpy(dst_scales + i * scale_bytes_, scales + t * scale_bytes_, scale_bytes_);
-      if (nvfp4_) dst_global[i] = global[t];
+      if (global_scales_) dst_global[i] = global[t];
     });
     region<int32_t>(d, Region::kRecvCounts)[rank_] = static_cast<int32_t>(rows.size());
   }
@@ -309,7 +306,7 @@ void CpuEpLayer::compute_and_return() {
 
   const QuantizedRows rows{R_ * T_max_, region<const uint8_t>(rank_, Region::kRecvCodes),
                            region<const uint8_t>(rank_, Region::kRecvScales),
-                           nvfp4_ ? region<const float>(rank_, Region::kRecvGlobal) : nullptr};
+                           global_scales_ ? region<const float>(rank_, Region::kRecvGlobal) : nullptr};
   auto* out = region<uint16_t>(rank_, Region::kExpertOut);
   cpu::compute_expert_outputs(problem_, rows, entries_, out, *pool_);
 
@@ -338,7 +335,7 @@ void CpuEpLayer::reduce(const ForwardArgs& args, int64_t T) {
 
 }  // namespace
 
-std::unique_ptr<Layer::Impl> make_cpu_ep_layer(const LayerRequest& request) {
+std::unique_ptr<Layer::Impl> cpu::make_cpu_ep_layer(const LayerRequest& request) {
   return std::make_unique<CpuEpLayer>(request);
 }
 

@@ -8,7 +8,7 @@
 #include <span>
 
 #include "core/weight_prep.h"
-#include "cpu/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace moe_ep::cpu {
 

@@ -3,11 +3,11 @@
 #include <cuda_runtime.h>
 
 #include "core/check.h"
-#include "core/layer_impl.h"
+#include "moe_ep/tensor.h"
 
 namespace moe_ep {
 
-int device_compute_capability(Device device) {
+int cuda::read_compute_capability(Device device) {
   if (device.type != DeviceType::kCUDA) return 0;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || device.index < 0 || device.index >= count) {

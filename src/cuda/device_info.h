@@ -5,7 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "moe_ep/tensor.h"
+
 namespace moe_ep::cuda {
+
+// major*10+minor of a CUDA device; 0 when it does not exist or cannot be read (never throws).
+int read_compute_capability(Device device);
 
 struct CudaDeviceInfo {
   int index = 0;

@@ -1,5 +1,5 @@
-// The plan of one CUDA layer, made once at creation: tile configuration, persistent grid sizes
-// and the workspace layout. Forward only launches with it.
+// The shape side of an SM90 layer's plan, made once at creation: the workspace layout and the
+// m-tile bounds the launch grids derive from (sm90_pipeline.h holds the launches).
 //
 // Workspace (one device allocation, every region 256-byte aligned; R = max_tokens_per_rank,
 // M = R * K the most expert rows, B = 32 for mxfp4 / 16 for nvfp4):
@@ -22,11 +22,13 @@
 #include <cstdint>
 #include <string>
 
+#include "moe_ep/recipe.h"
+
 namespace moe_ep::cuda {
 
 struct LayerShape {
   int64_t num_experts = 0, hidden = 0, intermediate = 0, top_k = 0, max_tokens = 0;
-  bool nvfp4 = false;
+  Recipe recipe = Recipe::kMxfp4;
 };
 
 struct WorkspaceLayout {
@@ -38,15 +40,8 @@ struct WorkspaceLayout {
   size_t total_bytes = 0;
 };
 
-struct DeviceLimits {
-  int sm_count = 0;
-  int gemm1_blocks_per_sm = 0;
-  int gemm2_blocks_per_sm = 0;
-};
-
 struct Plan {
   LayerShape shape;
-  DeviceLimits limits;
   int64_t max_rows = 0;     // M
   int64_t max_m_tiles = 0;
   WorkspaceLayout workspace;
@@ -54,34 +49,20 @@ struct Plan {
   // Upper bound of the m-tiles of block_m rows of a forward with T tokens (the routing writes
   // the exact count).
   int64_t m_tile_bound(int64_t num_tokens, int block_m = 64) const;
-  // Persistent grid of GEMM 1 / GEMM 2 for T tokens.
-  int gemm1_grid(int64_t num_tokens) const;
-  int gemm2_grid(int64_t num_tokens) const;
-  std::string describe() const;  // one line: tiles, grids, workspace bytes
 };
 
-// GEMM kernels of an mxfp4 forward on SM90: decode (mma.sync, weights on the m16 side, 16-row
-// tiles), mma.sync (any weights, 64 x 128 tiles) or wgmma (folded weights only,
-// kernels/sm90_grouped_gemm.h: WgmmaTile). MOE_EP_SM90_GEMM=decode|mma|wgmma|auto forces a
-// choice (auto: by T, below).
-enum class Sm90GemmKernels { kDecode, kMma, kWgmma };
-enum class Sm90GemmChoice { kAuto, kDecode, kMma, kWgmma };
-// Auto: the decode kernels up to this many tokens (MOE_EP_SM90_DECODE_MAX_TOKENS overrides), where
-// experts hold a few rows each and the weight stream is the cost.
-inline constexpr int64_t kDecodeMaxTokens = 512;
-// Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles), unless the
-// layer asks for exact accumulation (KernelConfig::exact_accumulation: wgmma's FP8 accumulator
-// is not fp32-exact).
-inline constexpr int64_t kWgmmaMinTokens = 256;
-Sm90GemmKernels select_sm90_gemm_kernels(Sm90GemmChoice choice, bool wgmma_available,
-                                         bool exact_accumulation, int64_t num_tokens,
-                                         int64_t decode_max_tokens = kDecodeMaxTokens);
-// Persistent grid of a wgmma GEMM with n output columns: tiles of block_n columns over the
-// m-tile bound of T (the 64-row bound also bounds larger tiles), at most blocks_per_sm per SM.
-int wgmma_gemm_grid(const Plan& plan, int64_t num_tokens, int64_t n, int block_n, int blocks_per_sm);
+// A GEMM launch's grid for T tokens: min(m_tile_bound(T, block_m) * n_tiles, cap) (cap 0: no
+// cap; a persistent kernel's cap is blocks per SM x SMs). The decode launchers take the bound
+// itself (n_tiles 1, no cap).
+struct GridRule {
+  int block_m = 64;
+  int64_t n_tiles = 1;
+  int64_t cap = 0;
+};
+int launch_grid(const Plan& plan, const GridRule& rule, int64_t num_tokens);
 
 // The workspace formula above (host arithmetic only; tests check it).
 WorkspaceLayout workspace_layout(const LayerShape& shape);
-Plan make_plan(const LayerShape& shape, const DeviceLimits& limits);
+Plan make_plan(const LayerShape& shape);
 
 }  // namespace moe_ep::cuda

@@ -3,7 +3,7 @@
 // One place for the CLI and the tests.
 #pragma once
 
-#include <string_view>
+#include "moe_ep/recipe.h"
 
 namespace moe_ep::testing {
 
@@ -16,16 +16,18 @@ inline constexpr double kMxfp4DeviceRelErr = 2e-3;
 // nvfp4: a flip can move the per-token amax of h and so requantize that slot's whole row.
 inline constexpr double kNvfp4DeviceRelErr = 3e-2;
 
-// mxfp4 with KernelConfig::exact_accumulation = false: FP8 wgmma sums each k32 block with
+// mxfp4 with NumericsPolicy::exact_accumulation = false: FP8 wgmma sums each k32 block with
 // ~2^-14 relative error instead of fp32's 2^-24. Measured on the H200 (2026-12-03): ~3% of
 // GEMM 2's bf16 outputs and ~0.25% of the e4m3 codes of Q8(h) flip by one step, layer error
 // vs the CPU layer <= 3.0e-3 (tiny and flash, T = 1..4096); 6e-3 leaves a 2x margin.
 inline constexpr double kMxfp4WgmmaDeviceRelErr = 6e-3;
 
-// The threshold for `family` ("mxfp4" or "nvfp4"); a negative value for an unknown family.
-constexpr double device_rel_err_threshold(std::string_view family, bool exact_accumulation = true) {
-  if (family == "mxfp4") return exact_accumulation ? kMxfp4DeviceRelErr : kMxfp4WgmmaDeviceRelErr;
-  if (family == "nvfp4") return kNvfp4DeviceRelErr;
+// The threshold of `recipe` (exact_accumulation: NumericsPolicy of the layer).
+constexpr double device_rel_err_threshold(Recipe recipe, bool exact_accumulation = true) {
+  switch (recipe) {
+    case Recipe::kMxfp4: return exact_accumulation ? kMxfp4DeviceRelErr : kMxfp4WgmmaDeviceRelErr;
+    case Recipe::kNvfp4: return kNvfp4DeviceRelErr;
+  }
   return -1.0;
 }
 

@@ -21,18 +21,28 @@ std::string describe(const CliResult& r) {
          "\nstdout:\n" + r.out + "\nstderr:\n" + r.err;
 }
 
-TEST(CliInfo, JsonDescribesBackendsAndDevices) {
+TEST(CliInfo, JsonDescribesRecipesBackendsTransportsAndDevices) {
   const CliResult r = run_cli("info --json");
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   const nlohmann::json j = nlohmann::json::parse(r.out);
-  std::set<std::string> names;
-  for (const auto& b : j.at("backends")) {
-    names.insert(b.at("name").get<std::string>());
+  std::set<std::string> recipes, backends, transports;
+  for (const auto& b : j.at("recipes")) {
+    recipes.insert(b.at("name").get<std::string>());
     EXPECT_FALSE(b.at("implementations").empty()) << b.dump();
     EXPECT_FALSE(b.at("weight_formats").empty()) << b.dump();
     EXPECT_GT(b.at("hidden_align").get<int>(), 0);
   }
-  EXPECT_EQ(names, (std::set<std::string>{"mxfp4", "nvfp4"}));
+  EXPECT_EQ(recipes, (std::set<std::string>{"mxfp4", "nvfp4"}));
+  for (const auto& b : j.at("backends")) {
+    backends.insert(b.at("name").get<std::string>());
+    EXPECT_FALSE(b.at("recipes").empty()) << b.dump();
+  }
+  // The CPU backend is always registered; cuda-sm90 exactly when the build compiled CUDA.
+  EXPECT_TRUE(backends.count("cpu")) << j.at("backends").dump();
+  EXPECT_EQ(backends.count("cuda-sm90") == 1, j.at("build").at("cuda_compiled").get<bool>());
+  for (const auto& t : j.at("transports")) transports.insert(t.at("name").get<std::string>());
+  EXPECT_TRUE(transports.count("single-process") && transports.count("simulated")) << j.at("transports").dump();
+  EXPECT_EQ(transports.count("nccl") == 1, j.at("build").at("nccl_compiled").get<bool>());
   ASSERT_FALSE(j.at("devices").empty());
   EXPECT_EQ(j["devices"][0].at("device"), "cpu");
   EXPECT_GE(j["devices"][0].at("threads").get<int>(), 1);

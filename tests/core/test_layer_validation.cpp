@@ -36,7 +36,7 @@ class CreateValidation : public ::testing::Test {
  protected:
   void expect_create_error(const Problem& p, const WeightPack& pack, ErrorCode code,
                            std::initializer_list<const char*> parts, const std::string& what) {
-    expect_error([&] { Layer::create(cpu_runtime(), p.fleet(), p.config(), pack); }, code, parts,
+    expect_error([&] { Layer::create(cpu_runtime(), p.desc(), pack, p.overrides); }, code, parts,
                  what + " (" + p.str() + ")");
   }
   Problem mx_ = tiny_problem("mxfp4");
@@ -46,16 +46,18 @@ class CreateValidation : public ::testing::Test {
 };
 
 TEST_F(CreateValidation, ReleasedRuntime) {
-  expect_error([&] { Layer::create(nullptr, mx_.fleet(), mx_.config(), mx_w_.pack()); },
+  expect_error([&] { Layer::create(nullptr, mx_.desc(), mx_w_.pack(), mx_.overrides); },
                ErrorCode::kRuntime, {"released runtime"}, "null runtime");
 }
 
 TEST_F(CreateValidation, Config) {
+  expect_error([] { parse_recipe("fp8", "--backend"); }, ErrorCode::kInvalidArgument,
+               {"--backend", "'fp8'", "mxfp4, nvfp4"}, "unknown recipe name");
+  MoeDesc bad = mx_.desc();
+  bad.recipe = static_cast<Recipe>(7);
+  expect_error([&] { Layer::create(cpu_runtime(), bad, mx_w_.pack()); }, ErrorCode::kInvalidArgument,
+               {"recipe = 7", "mxfp4, nvfp4"}, "recipe value out of the enum");
   Problem p = mx_;
-  p.family = "fp8";
-  expect_create_error(p, mx_w_.pack(), ErrorCode::kInvalidArgument, {"family", "'fp8'", "mxfp4, nvfp4"},
-                      "unknown family");
-  p = mx_;
   p.hidden = 200;
   expect_create_error(p, mx_w_.pack(), ErrorCode::kInvalidArgument, {"hidden_size = 200", "128"},
                       "H not aligned");
@@ -77,7 +79,7 @@ TEST_F(CreateValidation, Config) {
   expect_create_error(p, mx_w_.pack(), ErrorCode::kInvalidArgument, {"max_tokens_per_rank = 0"},
                       "no tokens");
   // E % R != 0 needs several ranks; the configuration check itself is what Layer::create runs.
-  expect_error([&] { validate_config(mx_.fleet(), mx_.config(), 3); }, ErrorCode::kInvalidArgument,
+  expect_error([&] { validate_desc(mx_.desc(), 3); }, ErrorCode::kInvalidArgument,
                {"num_experts = 16", "world_size = 3"}, "E % R");
 }
 

@@ -14,7 +14,6 @@
 namespace moe_ep::testsupport {
 namespace {
 
-const FamilyProperties& family(const char* name) { return find_family(name); }
 
 // A one-expert NVFP4 pack with constant codes and block scales per half.
 WeightSet one_expert_nvfp4(int64_t H, int64_t I, uint8_t gate_scale, uint8_t up_scale, float gate_ws2,
@@ -39,7 +38,7 @@ constexpr uint8_t kE4M3One = 0x38, kE4M3Two = 0x40, kE4M3Max = 0x7E, kE4M3Tiny =
 TEST(WeightPrep, FoldsPowerOfTwoGateUpRatioIntoUpScales) {
   const ExpertShape shape{1, 32, 32};
   const WeightSet w = one_expert_nvfp4(32, 32, kE4M3One, kE4M3One, 0.25f, 1.0f);
-  const HostExpertWeights h = prepare_host_weights(family("nvfp4"), w.pack(), shape);
+  const HostExpertWeights h = prepare_host_weights(parse_recipe("nvfp4"), w.pack(), shape);
   const int64_t half = 32 * 32 / 16;
   EXPECT_EQ(h.w13_global[0], 0.25f);
   for (int64_t i = 0; i < half; ++i) ASSERT_EQ(h.w13_scales(0)[i], kE4M3One) << i;
@@ -50,7 +49,7 @@ TEST(WeightPrep, FoldsPowerOfTwoGateUpRatioIntoUpScales) {
 TEST(WeightPrep, FoldsIntoGateScalesWhenUpScalesWouldOverflow) {
   const ExpertShape shape{1, 32, 32};
   const WeightSet w = one_expert_nvfp4(32, 32, kE4M3Two, kE4M3Max, 1.0f, 2.0f);  // 448 * 2 > 448
-  const HostExpertWeights h = prepare_host_weights(family("nvfp4"), w.pack(), shape);
+  const HostExpertWeights h = prepare_host_weights(parse_recipe("nvfp4"), w.pack(), shape);
   const int64_t half = 32 * 32 / 16;
   EXPECT_EQ(h.w13_global[0], 2.0f);
   for (int64_t i = 0; i < half; ++i) ASSERT_EQ(h.w13_scales(0)[i], kE4M3One) << i;
@@ -61,7 +60,7 @@ TEST(WeightPrep, RejectsRatiosThatCannotBeFoldedExactly) {
   const ExpertShape shape{1, 32, 32};
   const WeightSet three = one_expert_nvfp4(32, 32, kE4M3One, kE4M3One, 1.0f, 3.0f);
   try {
-    prepare_host_weights(family("nvfp4"), three.pack(), shape);
+    prepare_host_weights(parse_recipe("nvfp4"), three.pack(), shape);
     ADD_FAILURE() << "ratio 3 accepted";
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("w13_global[0]"), std::string::npos) << e.message();
@@ -70,7 +69,7 @@ TEST(WeightPrep, RejectsRatiosThatCannotBeFoldedExactly) {
   // Up scales 448 cannot double; gate scales 2^-9 (the smallest subnormal) cannot halve.
   const WeightSet range = one_expert_nvfp4(32, 32, kE4M3Tiny, kE4M3Max, 1.0f, 2.0f);
   try {
-    prepare_host_weights(family("nvfp4"), range.pack(), shape);
+    prepare_host_weights(parse_recipe("nvfp4"), range.pack(), shape);
     ADD_FAILURE() << "out-of-range fold accepted";
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("w13_global[0]"), std::string::npos) << e.message();
@@ -95,7 +94,7 @@ TEST(WeightPrep, ConversionsMatchTheLibraryQuantizers) {
   const Problem p = tiny_problem("nvfp4");
   const ExpertShape shape{p.num_experts, p.hidden, p.intermediate};
   const WeightSet mx = random_weights(p, WeightFormat::kMXFP4, 53);
-  const HostExpertWeights h = prepare_host_weights(family("nvfp4"), mx.pack(), shape);
+  const HostExpertWeights h = prepare_host_weights(parse_recipe("nvfp4"), mx.pack(), shape);
   ASSERT_EQ(h.format, WeightFormat::kNVFP4);
   // Expert 3's W2: dequantize MXFP4 (exact in bf16), one global from its amax, NVFP4.
   const int64_t n = p.hidden * p.intermediate;
@@ -111,7 +110,7 @@ TEST(WeightPrep, ConversionsMatchTheLibraryQuantizers) {
   EXPECT_NE(h.notes.find("requantized to nvfp4"), std::string::npos) << h.notes;
 
   const WeightSet bf = random_weights(p, WeightFormat::kBF16, 54);
-  const HostExpertWeights m = prepare_host_weights(family("mxfp4"), bf.pack(), shape);
+  const HostExpertWeights m = prepare_host_weights(parse_recipe("mxfp4"), bf.pack(), shape);
   ASSERT_EQ(m.format, WeightFormat::kMXFP4);
   std::vector<float> w13(2 * p.intermediate * p.hidden);
   const int64_t m13 = static_cast<int64_t>(w13.size());
@@ -142,7 +141,7 @@ TEST(WeightPrep, Fp8WindowCountsRowsAndExperts) {
   w.w2_scale[(1 * H + 9) * 2 + 0] = 120;
   w.w2_scale[(1 * H + 9) * 2 + 1] = 134;
 
-  const HostExpertWeights h = prepare_host_weights(family("mxfp4"), w.pack(), {E, H, I});
+  const HostExpertWeights h = prepare_host_weights(parse_recipe("mxfp4"), w.pack(), {E, H, I});
   const Fp8WindowStats s = analyze_fp8_window(h);
   EXPECT_EQ(s.rows, E * (2 * I + H));
   EXPECT_EQ(s.rows_inside, s.rows - 1);

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "cpu/thread_pool.h"
+#include "core/thread_pool.h"
 #include "support/layer_problem.h"
 
 namespace moe_ep::testsupport {
@@ -54,7 +54,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 TEST(DISABLED_CpuLayerPerf, DeepseekV4Flash) {
   for (const char* family : {"mxfp4", "nvfp4"}) {
     Problem p;
-    p.family = family;
+    p.recipe = parse_recipe(family);
     p.num_experts = 256;
     p.hidden = 4096;
     p.intermediate = 2048;
@@ -69,7 +69,7 @@ TEST(DISABLED_CpuLayerPerf, DeepseekV4Flash) {
     auto layer = make_layer(p, w);
     const double load_s = seconds_since(t0);
     fmt::print("[ perf ] {} threads={} weights generated {:.2f} s, Layer::create {:.2f} s\n",
-               p.str(), cpu::default_num_threads(), gen_s, load_s);
+               p.str(), resolve_num_threads(0), gen_s, load_s);
     for (int64_t T : {1, 128}) {
       const Inputs in = random_inputs(p, T, 11);
       t0 = std::chrono::steady_clock::now();

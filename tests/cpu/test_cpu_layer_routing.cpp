@@ -19,24 +19,6 @@ namespace {
 
 using Rounding = ReferenceModel::Rounding;
 
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_.empty())
-      unsetenv(name_);
-    else
-      setenv(name_, old_.c_str(), 1);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-};
 
 bool bitwise_equal(const HostTensor<uint16_t>& a, const HostTensor<uint16_t>& b) {
   return a.values() == b.values();
@@ -225,13 +207,15 @@ TEST_P(RoutingEdgeTest, BatchingThreadCountsAndRerunsAreBitwiseIdentical) {
   const Inputs in = random_inputs(p_, 64, 39, {.skip_fraction = 0.1});
   const HostTensor<uint16_t> base = run_forward(*layer_, p_, in);
   for (int threads : {1, 2, 3, 8}) {
-    ScopedEnv env("MOE_EP_NUM_THREADS", std::to_string(threads));
-    auto layer = make_layer(p_, weights_);
+    Problem p = p_;
+    p.overrides.num_threads = threads;
+    auto layer = make_layer(p, weights_);
     EXPECT_TRUE(bitwise_equal(run_forward(*layer, p_, in), base)) << p_.str() << " threads " << threads;
   }
   for (int batch : {1, 7}) {
-    ScopedEnv env("MOE_EP_CPU_BATCH_TOKENS", std::to_string(batch));
-    auto layer = make_layer(p_, weights_);
+    Problem p = p_;
+    p.overrides.cpu_batch_tokens = batch;
+    auto layer = make_layer(p, weights_);
     EXPECT_TRUE(bitwise_equal(run_forward(*layer, p_, in), base)) << p_.str() << " batch " << batch;
     HostTensor<uint16_t> y = poisoned_output(p_, 64);
     const std::vector<int64_t> rows = {63, 1, 2, 40, 41, 42, 43, 44, 5};

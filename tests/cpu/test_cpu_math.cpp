@@ -11,7 +11,7 @@
 
 #include "cpu/expert_compute.h"
 #include "cpu/reference_math.h"
-#include "cpu/thread_pool.h"
+#include "core/thread_pool.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/quant.h"
 #include "support/layer_problem.h"
@@ -119,7 +119,7 @@ TEST(ExpertCompute, EntryOrderAndThreadCountDoNotChangeAnyBit) {
     const Problem p = tiny_problem(fam);
     const WeightSet ws = random_weights(p, std::string(fam) == "mxfp4" ? WeightFormat::kMXFP4 : WeightFormat::kNVFP4, 61);
     const ExpertShape shape{p.num_experts, p.hidden, p.intermediate};
-    const HostExpertWeights w = prepare_host_weights(find_family(fam), ws.pack(), shape);
+    const HostExpertWeights w = prepare_host_weights(parse_recipe(fam), ws.pack(), shape);
     Inputs in = random_inputs(p, 10, 62);
     quantize_inputs_for_caller(p, in);
     const QuantizedRows rows{10, in.a.values().data(), in.a_scale.values().data(),

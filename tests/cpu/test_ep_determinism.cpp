@@ -28,7 +28,7 @@ TEST(EpDeterminism, TwentyRunsSameHash) {
   std::vector<HostTensor<uint16_t>> last(R);
   auto out = run_ranks(R, [&](int r) {
     auto rt = Runtime::acquire(simulated_bootstrap(R, r));
-    auto layer = Layer::create(rt, p.fleet(), p.config(), slice_experts(w.pack(), r * 4, 4));
+    auto layer = Layer::create(rt, p.desc(), slice_experts(w.pack(), r * 4, 4), p.overrides);
     for (int i = 0; i < kRuns; ++i) {
       last[r] = run_forward(*layer, p, parts[r]);
       hashes[r * kRuns + i] = hash_bytes(last[r].values().data(), last[r].size() * 2);

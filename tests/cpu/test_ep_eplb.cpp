@@ -103,7 +103,7 @@ TEST(EpEplb, ReplaceOnePhysicalSlotInPlace) {
   std::vector<std::string> wrong_rank(R);
   auto out = run_ranks(R, [&](int r) {
     auto rt = Runtime::acquire(simulated_bootstrap(R, r));
-    auto layer = Layer::create(rt, p.fleet(), p.config(), slice_experts(w.pack(), r * 8, 8));
+    auto layer = Layer::create(rt, p.desc(), slice_experts(w.pack(), r * 8, 8), p.overrides);
     y0[r] = run_forward(*layer, p, parts[r]);
     const WeightSet one = gather_experts(donor, {3});
     if (r == 1) layer->replace_expert_weights(kSlot, one.pack());

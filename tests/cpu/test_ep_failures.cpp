@@ -21,7 +21,7 @@ TEST(EpFailures, RankThatNeverArrivesTimesOutOnTheOthers) {
   const auto start = std::chrono::steady_clock::now();
   auto out = run_ranks(R, [&](int r) {
     auto rt = Runtime::acquire(simulated_bootstrap(R, r, /*timeout_ms=*/200));
-    auto layer = Layer::create(rt, p.fleet(), p.config(), slice_experts(w.pack(), r * 4, 4));
+    auto layer = Layer::create(rt, p.desc(), slice_experts(w.pack(), r * 4, 4), p.overrides);
     if (r == kAbsent) return;  // never calls forward
     run_forward(*layer, p, random_inputs(p, 4, 40 + r));
   });
@@ -56,7 +56,7 @@ TEST(EpFailures, BadInputOnOneRankFailsEveryRankAtOnceAndTheNextForwardWorks) {
   auto out = run_ranks(R, [&](int r) {
     // A long timeout: the other ranks must learn of the failure, not wait it out.
     auto rt = Runtime::acquire(simulated_bootstrap(R, r, /*timeout_ms=*/60000));
-    auto layer = Layer::create(rt, p.fleet(), p.config(), slice_experts(w.pack(), r * 16 / R, 16 / R));
+    auto layer = Layer::create(rt, p.desc(), slice_experts(w.pack(), r * 16 / R, 16 / R), p.overrides);
     // Rank 1 passes an id outside [-1, E).
     Inputs bad = good[r];
     if (r == 1) bad.set_id(1, 2, 99);
@@ -96,13 +96,13 @@ TEST(EpFailures, LayerNeedingMoreWorkspaceIsRefused) {
   auto out = run_ranks(R, [&](int r) {
     auto rt = Runtime::acquire(simulated_bootstrap(R, r));
     const WeightPack mine = slice_experts(w.pack(), r * 8, 8);
-    auto first = Layer::create(rt, p.fleet(), p.config(), mine);
+    auto first = Layer::create(rt, p.desc(), mine, p.overrides);
     const std::byte* base = rt->workspace()->base(r);
     const int64_t bytes = rt->workspace()->bytes();
     Problem bigger = p;
     bigger.max_tokens = 5;
     try {
-      Layer::create(rt, bigger.fleet(), bigger.config(), mine);
+      Layer::create(rt, bigger.desc(), mine, bigger.overrides);
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kRuntime);
       error[r] = e.what();
@@ -110,7 +110,7 @@ TEST(EpFailures, LayerNeedingMoreWorkspaceIsRefused) {
     // Not reallocated, and a layer of the same shape still works.
     EXPECT_EQ(rt->workspace()->base(r), base);
     EXPECT_EQ(rt->workspace()->bytes(), bytes);
-    auto second = Layer::create(rt, p.fleet(), p.config(), mine);
+    auto second = Layer::create(rt, p.desc(), mine, p.overrides);
     run_forward(*second, p, random_inputs(p, 3, 60 + r));
   });
   for (auto& o : out) ASSERT_FALSE(o.threw) << outcomes_str(out);

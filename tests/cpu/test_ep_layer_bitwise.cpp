@@ -30,7 +30,7 @@ TEST_P(EpBitwise, SameYPerTokenForEveryRankCount) {
   Problem p = tiny_problem(c.family);
   p.max_tokens = 16;
   p.quantize_input = c.quantize_input;
-  const WeightSet w = random_weights(p, c.family == "nvfp4" ? WeightFormat::kNVFP4 : WeightFormat::kMXFP4, 11);
+  const WeightSet w = random_weights(p, p.traits().native_format, 11);
   for (int R : {1, 2, 4, 8}) {
     std::vector<Inputs> parts;
     for (int r = 0; r < R; ++r) {
@@ -59,7 +59,7 @@ TEST(EpLayer, ForwardRowsIsRefusedWithAReason) {
   const WeightSet w = random_weights(p, WeightFormat::kMXFP4, 3);
   auto out = run_ranks(1, [&](int r) {
     auto rt = Runtime::acquire(simulated_bootstrap(1, r));
-    auto layer = Layer::create(rt, p.fleet(), p.config(), w.pack());
+    auto layer = Layer::create(rt, p.desc(), w.pack(), p.overrides);
     Inputs in = random_inputs(p, 2, 5);
     HostTensor<uint16_t> y = poisoned_output(p, 2);
     const int64_t rows[] = {0};
@@ -76,7 +76,7 @@ TEST(EpLayer, InfoNamesTheOwnedExpertsAndTheWorkspace) {
   std::vector<std::string> notes(2);
   auto out = run_ranks(2, [&](int r) {
     auto rt = Runtime::acquire(simulated_bootstrap(2, r));
-    auto layer = Layer::create(rt, p.fleet(), p.config(), slice_experts(w.pack(), r * 8, 8));
+    auto layer = Layer::create(rt, p.desc(), slice_experts(w.pack(), r * 8, 8), p.overrides);
     notes[r] = layer->info().notes;
     EXPECT_EQ(layer->info().num_local_experts, 8);
   });

@@ -37,7 +37,7 @@ std::vector<Touched> touched_by_max_load(const std::string& family, uint8_t pois
   std::vector<Touched> touched(R);
   auto out = run_ranks(R, [&](int r) {
     auto rt = Runtime::acquire(simulated_bootstrap(R, r));
-    auto layer = Layer::create(rt, p.fleet(), p.config(), slice_experts(w.pack(), r * 2, 2));
+    auto layer = Layer::create(rt, p.desc(), slice_experts(w.pack(), r * 2, 2), p.overrides);
     const Workspace& ws = *rt->workspace();
     EXPECT_EQ(ws.bytes(), workspace_bytes(R, 4, 5, 128, 128, 3));
     const WorkspaceLayout& l = ws.layout();
@@ -119,7 +119,7 @@ TEST(EpWorkspace, LayersBackToBackOnTheSharedWorkspace) {
     auto rt = Runtime::acquire(simulated_bootstrap(R, r));
     std::vector<std::unique_ptr<Layer>> layers;
     for (int l = 0; l < kLayers; ++l)
-      layers.push_back(Layer::create(rt, p.fleet(), p.config(), slice_experts(w[l].pack(), r * 4, 4)));
+      layers.push_back(Layer::create(rt, p.desc(), slice_experts(w[l].pack(), r * 4, 4), p.overrides));
     bytes[r] = rt->workspace()->bytes();
     Inputs in = parts[r];
     for (int repeat = 0; repeat < 2; ++repeat) {

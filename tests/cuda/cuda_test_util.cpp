@@ -86,13 +86,14 @@ std::shared_ptr<Runtime> gpu_runtime() {
 }
 
 std::unique_ptr<Layer> make_gpu_layer(const testsupport::Problem& p, const WeightPack& w) {
-  return Layer::create(gpu_runtime(), p.fleet(), p.config(), w);
+  return Layer::create(gpu_runtime(), p.desc(), w, p.overrides);
 }
 
 std::vector<double> cpu_reference(const testsupport::Problem& p, const WeightPack& w,
                                   const testsupport::Inputs& in, std::span<const int64_t> rows) {
   // The CPU runtime must be released before a CUDA runtime is acquired: one runtime per process.
-  auto layer = Layer::create(testsupport::cpu_runtime(), p.fleet(), p.config(), w);
+  // The CPU reference takes no GPU kernel overrides.
+  auto layer = Layer::create(testsupport::cpu_runtime(), p.desc(), w);
   testsupport::HostTensor<uint16_t> y = testsupport::poisoned_output(p, in.tokens);
   if (rows.empty())
     layer->forward(in.args(y, p.quantize_input));
@@ -142,7 +143,7 @@ uint64_t hash_bits(const std::vector<uint16_t>& y) {
 testsupport::Problem preset_problem(const std::string& preset, const std::string& family, int64_t max_tokens) {
   const testing::Preset& pr = testing::find_preset(preset);
   testsupport::Problem p;
-  p.family = family;
+  p.recipe = parse_recipe(family);
   p.num_experts = pr.num_experts;
   p.hidden = pr.hidden_size;
   p.intermediate = pr.intermediate_size;

@@ -39,38 +39,10 @@ const std::string& cuda_unavailable_reason();
 // element) for mxfp4 -> expected ~1e-4, threshold 2e-3; an e2m1 step (up to 1/3 of one element)
 // or a whole row's global scale for nvfp4 -> threshold 3e-2. Any indexing, layout or scaling bug
 // gives errors of order 1.
-inline double same_recipe_tolerance(const std::string& family) {
-  return testing::device_rel_err_threshold(family);
-}
-// The FP8 wgmma GEMMs (KernelConfig::exact_accumulation = false): k32 sums with ~2^-14
+inline double same_recipe_tolerance(Recipe recipe) { return testing::device_rel_err_threshold(recipe); }
+// The FP8 wgmma GEMMs (NumericsPolicy::exact_accumulation = false): k32 sums with ~2^-14
 // relative error, so more of those flips (testing/tolerances.h).
-inline double wgmma_recipe_tolerance() { return testing::device_rel_err_threshold("mxfp4", false); }
-
-// Sets an environment variable for the scope (the layer reads its MOE_EP_SM90_* variables at creation);
-// value nullptr unsets it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+inline double wgmma_recipe_tolerance() { return testing::device_rel_err_threshold(Recipe::kMxfp4, false); }
 
 // A device copy of a host tensor (same dtype and shape, Device::cuda(0)).
 struct DeviceTensor {

@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "core/device_transport.h"
+#include "moe_ep/backend.h"
 #include "cuda/errors.h"
 #include "cuda_test_util.h"
 #include "moe_ep/formats.h"
@@ -39,13 +39,17 @@ using testsupport::WeightSet;
     if (const std::string why = nccl_unusable(); !why.empty()) GTEST_SKIP() << why;         \
   } while (0)
 
+// The NCCL transport's status line, or why this build has none.
+std::string nccl_status() {
+  for (const TransportInfo& t : registered_transports())
+    if (t.name == "nccl") return t.status;
+  return "not in this build (no nccl transport registered)";
+}
+
 std::string nccl_unusable() {
-#ifndef MOE_EP_WITH_NCCL
-  return "this build has no NCCL: " + detail::nccl_status();
-#else
-  const std::string s = detail::nccl_status();
+  const std::string s = nccl_status();
+  if (s.rfind("not in this build", 0) == 0) return "this build has no NCCL: " + s;
   return s.rfind("unusable", 0) == 0 ? "NCCL " + s : std::string();
-#endif
 }
 
 std::string temp_path(const std::string& name) {
@@ -82,11 +86,11 @@ Expected expected_y(const Problem& p, const WeightSet& w, const Inputs& in) {
 
 void run_world_of_one(Bootstrap boot, const std::string& what) {
   // Same GEMM kernels for the reference (T rows) and the local layer (T*K rows): see
-  // PinnedGemmKernels in test_ep_sim.cpp.
-  const ScopedEnv pinned("MOE_EP_SM90_GEMM", "mma");
+  // pinned() in test_ep_sim.cpp.
   for (const std::string family : {"mxfp4", "nvfp4"}) {
     Problem p = testsupport::tiny_problem(family);
     p.max_tokens = 200;
+    p.overrides.gemm = GemmKernel::kMma;
     const WeightSet w = testsupport::random_weights(
         p, family == "nvfp4" ? WeightFormat::kNVFP4 : WeightFormat::kMXFP4, 7);
     const Inputs in = testsupport::random_inputs(p, 173, 8, {.skip_fraction = 0.1});
@@ -94,8 +98,8 @@ void run_world_of_one(Bootstrap boot, const std::string& what) {
     const Expected e = expected_y(p, w, in);
 
     auto rt = Runtime::acquire(boot);
-    auto layer = Layer::create(rt, p.fleet(), p.config(), w.pack());
-    auto second = Layer::create(rt, p.fleet(), p.config(), w.pack());  // same workspace
+    auto layer = Layer::create(rt, p.desc(), w.pack(), p.overrides);
+    auto second = Layer::create(rt, p.desc(), w.pack(), p.overrides);  // same workspace
     ASSERT_NE(rt->workspace(), nullptr);
     EXPECT_TRUE(rt->workspace()->on_device());
     EXPECT_EQ(rt->workspace()->bytes(), device_workspace_layout(rt->workspace()->shape()).total_bytes);
@@ -103,7 +107,7 @@ void run_world_of_one(Bootstrap boot, const std::string& what) {
     std::vector<uint16_t> y = run_on_gpu(*layer, d);
     EXPECT_EQ(layer->read_error_flags(), 0u) << what;
     const double err = relative_error_rows(y, e.cpu, p.hidden);
-    EXPECT_LE(err, same_recipe_tolerance(family)) << what << " " << p.str();
+    EXPECT_LE(err, same_recipe_tolerance(p.recipe)) << what << " " << p.str();
     EXPECT_EQ(y, e.cuda) << what << ": not bitwise equal to the CUDA world-size-1 layer";
     // The second layer on the shared workspace, an empty batch, then the first layer again.
     EXPECT_EQ(run_on_gpu(*second, d), e.cuda) << what << " (second layer)";
@@ -111,7 +115,7 @@ void run_world_of_one(Bootstrap boot, const std::string& what) {
     EXPECT_EQ(run_on_gpu(*layer, d), e.cuda) << what << " (after T = 0)";
     EXPECT_EQ(second->read_error_flags(), 0u);
     fmt::print("[ ep nccl ] {:<28} {} T={} rel_err={:.3e} bitwise-vs-cuda-ws1={} | {}\n", what,
-               family, in.tokens, err, y == e.cuda ? "yes" : "NO", detail::nccl_status());
+               family, in.tokens, err, y == e.cuda ? "yes" : "NO", nccl_status());
   }
 }
 

@@ -5,7 +5,7 @@
 //     the recipe's threshold (testing/tolerances.h): GPU and CPU sum their fp32 products in
 //     different orders, so only rounding-boundary flips differ; not bitwise;
 //   - the CUDA world-size-1 layer on the same global batch, bit for bit: every o_k is computed
-//     by the same per-row GEMM code (the suite pins the GEMM kernels, see PinnedGemmKernels)
+//     by the same per-row GEMM code (the suite pins the GEMM kernels, see pinned())
 //     and travels back unchanged as bf16, and the reduce sums the o_k in slot order like the
 //     world-size-1 combine.
 // Inputs: Gaussian with holes, T different per rank (0 included), every slot to one expert,
@@ -35,7 +35,7 @@ using testsupport::Problem;
 using testsupport::WeightSet;
 
 WeightFormat native_format(const Problem& p) {
-  return p.family == "nvfp4" ? WeightFormat::kNVFP4 : WeightFormat::kMXFP4;
+  return p.traits().native_format;
 }
 
 struct SimRun {
@@ -43,12 +43,20 @@ struct SimRun {
   uint32_t flags = 0;
 };
 
+// The bitwise comparison needs the same GEMM kernels on both sides; the world-size-1 layer picks
+// its kernels by the number of rows, and the local experts see R*T*K rows where the reference
+// sees the global T. The suite pins the mma kernels on both.
+Problem pinned(Problem p) {
+  p.overrides.gemm = GemmKernel::kMma;
+  return p;
+}
+
 cuda::ep::SimGroupOptions options(const Problem& p, int R, int64_t timeout_ms = 10000) {
   cuda::ep::SimGroupOptions o;
   o.world_size = R;
   o.device = Device::cuda(0);
-  o.fleet = p.fleet();
-  o.config = p.config();
+  o.desc = p.desc();
+  o.overrides = pinned(p).overrides;
   o.timeout_ms = timeout_ms;
   return o;
 }
@@ -90,7 +98,7 @@ struct References {
 };
 
 References references(const Problem& p, const WeightSet& w, const Inputs& global) {
-  Problem g = p;
+  Problem g = pinned(p);
   g.max_tokens = std::max<int64_t>(global.tokens, 1);
   References r;
   r.cpu = cpu_reference(g, w.pack(), global);
@@ -119,7 +127,7 @@ double expect_matches(const Problem& p, const WeightSet& w, int R, const std::ve
   const SimRun run = run_group(group, p, per_rank);
   EXPECT_EQ(run.flags, 0u) << what;
   const double err = relative_error_rows(run.y, ref.cpu, p.hidden);
-  EXPECT_LE(err, same_recipe_tolerance(p.family)) << what << ": " << p.str();
+  EXPECT_LE(err, same_recipe_tolerance(p.recipe)) << what << ": " << p.str();
   int64_t diff = 0, first = -1;
   for (size_t i = 0; i < run.y.size(); ++i)
     if (run.y[i] != ref.cuda[i]) {
@@ -137,17 +145,9 @@ double expect_matches(const Problem& p, const WeightSet& w, int R, const std::ve
   return err;
 }
 
-// The bitwise comparison needs the same GEMM kernels on both sides; the world-size-1 layer may
-// pick its kernels by the number of rows (MOE_EP_SM90_GEMM=auto), and the local layers see
-// R*T*K rows where the reference sees the global T. The suite pins the mma kernels.
-class PinnedGemmKernels {
-  ScopedEnv env_{"MOE_EP_SM90_GEMM", "mma"};
-};
-
 class EpSimOneGpu : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { MOE_EP_REQUIRE_CUDA(); }
-  PinnedGemmKernels pinned_;
 };
 
 TEST_P(EpSimOneGpu, RandomRoutingWithHolesAndUnevenTokensPerRank) {
@@ -160,7 +160,7 @@ TEST_P(EpSimOneGpu, RandomRoutingWithHolesAndUnevenTokensPerRank) {
     tokens[R - 1] = p.max_tokens;  // one rank full
     const int64_t total = std::accumulate(tokens.begin(), tokens.end(), int64_t{0});
     const Inputs global = testsupport::random_inputs(p, total, 300 + R, {.skip_fraction = 0.15});
-    expect_matches(p, w, R, split(global, tokens), fmt::format("{} random, holes 15%", p.family));
+    expect_matches(p, w, R, split(global, tokens), fmt::format("{} random, holes 15%", p.name()));
   }
 }
 
@@ -174,11 +174,11 @@ TEST_P(EpSimOneGpu, EverySlotToOneExpertAndTokensWithoutValidSlots) {
   // row four times per owner.
   for (int64_t t = 0; t < global.tokens; ++t)
     for (int64_t k = 0; k < p.top_k; ++k) global.set_id(t, k, 13);
-  expect_matches(p, w, R, split(global, {50, 50, 50, 50}), fmt::format("{} all slots to expert 13", p.family));
+  expect_matches(p, w, R, split(global, {50, 50, 50, 50}), fmt::format("{} all slots to expert 13", p.name()));
   // Tokens whose slots are all -1 get zeros.
   for (int64_t t = 0; t < global.tokens; t += 3)
     for (int64_t k = 0; k < p.top_k; ++k) global.set_id(t, k, -1);
-  expect_matches(p, w, R, split(global, {50, 50, 50, 50}), fmt::format("{} every third token empty", p.family));
+  expect_matches(p, w, R, split(global, {50, 50, 50, 50}), fmt::format("{} every third token empty", p.name()));
 }
 
 TEST_P(EpSimOneGpu, StructuredInputsEncodeRankAndToken) {
@@ -200,7 +200,7 @@ TEST_P(EpSimOneGpu, StructuredInputsEncodeRankAndToken) {
         in.set_id(t, k, ((r + t + k) % R) * (p.num_experts / R) + (t + k) % (p.num_experts / R));
     per_rank.push_back(in);
   }
-  expect_matches(p, w, R, per_rank, fmt::format("{} structured x (rank, token)", p.family));
+  expect_matches(p, w, R, per_rank, fmt::format("{} structured x (rank, token)", p.name()));
 }
 
 TEST_P(EpSimOneGpu, CallerQuantizedActivations) {
@@ -211,7 +211,7 @@ TEST_P(EpSimOneGpu, CallerQuantizedActivations) {
   const WeightSet w = testsupport::random_weights(p, native_format(p), 51);
   Inputs global = testsupport::random_inputs(p, 80 + 33, 52, {.skip_fraction = 0.1});
   testsupport::quantize_inputs_for_caller(p, global);
-  expect_matches(p, w, R, split(global, {80, 33}), fmt::format("{} quantize_input=false", p.family));
+  expect_matches(p, w, R, split(global, {80, 33}), fmt::format("{} quantize_input=false", p.name()));
 }
 
 TEST_P(EpSimOneGpu, RerunsAndGraphReplayAreBitwiseEqualAndTheWorkspaceStaysClean) {

@@ -1,4 +1,4 @@
-// The decode (small-batch) mxfp4 GEMMs, forced with MOE_EP_SM90_GEMM=decode: against the CPU
+// The decode (small-batch) mxfp4 GEMMs, forced with KernelOverrides::gemm = decode: against the CPU
 // layer and bit for bit against the 64 x 128 mma.sync kernels (same products, same per-k32
 // fp32 promotion), on routings that exercise the 16-row tiles: one row per expert, experts
 // with 16, 17 and hundreds of rows (many tiles of one expert), holes, tokens without slots,
@@ -26,15 +26,18 @@ struct Outputs {
 Outputs run_both(const Problem& p, const WeightPack& w, const Inputs& in) {
   Outputs o;
   {
-    const ScopedEnv env("MOE_EP_SM90_GEMM", "decode");
-    auto layer = make_gpu_layer(p, w);
-    EXPECT_NE(layer->info().notes.find("decode (16-row tiles)"), std::string::npos) << layer->info().notes;
+    Problem decode = p;
+    decode.overrides.gemm = GemmKernel::kDecode;
+    auto layer = make_gpu_layer(decode, w);
+    const std::string config = layer->info().config.str();
+    EXPECT_NE(config.find("decode GEMMs, routing m tiles of 16 rows"), std::string::npos) << config;
     o.decode = run_on_gpu(*layer, to_device(p, in));
     EXPECT_EQ(layer->read_error_flags(), 0u);
   }
   {
-    const ScopedEnv env("MOE_EP_SM90_GEMM", "mma");
-    auto layer = make_gpu_layer(p, w);
+    Problem mma = p;
+    mma.overrides.gemm = GemmKernel::kMma;
+    auto layer = make_gpu_layer(mma, w);
     o.mma = run_on_gpu(*layer, to_device(p, in));
   }
   return o;
@@ -49,7 +52,7 @@ void check(const Problem& p, const WeightSet& w, const Inputs& in, const std::st
     same_mma += o.decode[i] == o.mma[i];
     same_cpu += bf16_to_float(o.decode[i]) == ref[i];
   }
-  EXPECT_LE(err, same_recipe_tolerance(p.family)) << what << ": " << p.str() << " T=" << in.tokens;
+  EXPECT_LE(err, same_recipe_tolerance(p.recipe)) << what << ": " << p.str() << " T=" << in.tokens;
   EXPECT_EQ(same_mma, static_cast<int64_t>(o.decode.size())) << what << ": decode and mma.sync kernels differ";
   const double n = o.decode.empty() ? 1.0 : static_cast<double>(o.decode.size());
   fmt::print("[ decode  ] {:<36} T={:<5} rel_err={:.3e} bitwise-equal: cpu {:.4f} mma {:.4f}\n", what, in.tokens,
@@ -62,9 +65,9 @@ class Sm90Decode : public ::testing::TestWithParam<bool> {  // param: weights fo
 };
 
 TEST_P(Sm90Decode, TinyMatchesCpuAndTheMmaKernels) {
-  const ScopedEnv fold("MOE_EP_SM90_FOLD", GetParam() ? nullptr : "0");
   const std::string kind = GetParam() ? "folded" : "E8M0";
   Problem p = testsupport::tiny_problem("mxfp4");
+  if (!GetParam()) p.overrides.fold_fp8 = false;
   p.max_tokens = 400;
   const WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 31);
   for (int64_t T : {0, 1, 2, 7, 64, 128, 400})
@@ -106,7 +109,7 @@ TEST(Sm90DecodeFlash, MatchesCpuAndTheMmaKernels) {
     const double err = relative_error_rows(o.decode, ref, p.hidden, rows);
     int64_t same_mma = 0;
     for (size_t i = 0; i < o.decode.size(); ++i) same_mma += o.decode[i] == o.mma[i];
-    EXPECT_LE(err, same_recipe_tolerance(p.family)) << "T=" << T << ": " << p.str();
+    EXPECT_LE(err, same_recipe_tolerance(p.recipe)) << "T=" << T << ": " << p.str();
     EXPECT_EQ(same_mma, static_cast<int64_t>(o.decode.size())) << "T=" << T << ": decode and mma.sync kernels differ";
     fmt::print("[ decode  ] flash random T={:<5} rows checked={:<3} rel_err={:.3e} bitwise-equal mma {:.4f}\n", T,
                static_cast<int64_t>(rows.empty() ? T : rows.size()), err,

@@ -44,7 +44,7 @@ class Sm90Flash : public ::testing::Test {
     state_ = std::make_unique<FlashState>();
     Problem& p = state_->problem;
     p = preset_problem("deepseek-v4-flash", kFamily, 4096);
-    state_->weights = preset_weights(p, p.family == "nvfp4" ? WeightFormat::kNVFP4 : WeightFormat::kMXFP4, 2026);
+    state_->weights = preset_weights(p, p.traits().native_format, 2026);
 
     auto add = [&](std::string name, int64_t T, double holes) {
       testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, holes, preset.routed_scaling_factor,
@@ -59,7 +59,7 @@ class Sm90Flash : public ::testing::Test {
 
     for (FlashCase& c : state_->cases) c.ref = cpu_reference(p, state_->weights.pack(), c.in, c.rows);
     state_->layer = make_gpu_layer(p, state_->weights.pack());
-    fmt::print("[ sm90    ] {} layer notes:\n{}\n", p.family, state_->layer->info().notes);
+    fmt::print("[ sm90    ] {} layer notes:\n{}\n", p.name(), state_->layer->info().notes);
   }
   static void TearDownTestSuite() { state_.reset(); }
   void SetUp() override { MOE_EP_REQUIRE_CUDA(); }
@@ -79,8 +79,8 @@ void check_cases(FlashState& s) {
     int64_t nan = 0;
     for (uint16_t v : y) nan += std::isnan(bf16_to_float(v));
     EXPECT_EQ(nan, 0) << c.name << ": unwritten (NaN-poisoned) outputs";
-    EXPECT_LE(err, same_recipe_tolerance(s.problem.family)) << c.name << ": " << s.problem.str();
-    fmt::print("[ sm90    ] flash {} {:<24} rows checked={:<5} rel_err={:.3e}\n", s.problem.family,
+    EXPECT_LE(err, same_recipe_tolerance(s.problem.recipe)) << c.name << ": " << s.problem.str();
+    fmt::print("[ sm90    ] flash {} {:<24} rows checked={:<5} rel_err={:.3e}\n", s.problem.name(),
                c.name, c.rows.empty() ? c.in.tokens : static_cast<int64_t>(c.rows.size()), err);
   }
   EXPECT_EQ(s.layer->read_error_flags(), 0u);

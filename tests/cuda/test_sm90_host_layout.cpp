@@ -89,7 +89,7 @@ TEST(Sm90WeightLayout, FoldingIntoTheFp8WindowPreservesEveryWeight) {
   testsupport::Problem p = testsupport::tiny_problem("mxfp4");
   p.num_experts = 2;
   const testsupport::WeightSet ws = testsupport::random_weights(p, WeightFormat::kMXFP4, 5);
-  const HostExpertWeights w = prepare_host_weights(find_family(p.family), ws.pack(),
+  const HostExpertWeights w = prepare_host_weights(p.recipe, ws.pack(),
                                                    {p.num_experts, p.hidden, p.intermediate});
   const KernelWeights folded = make_kernel_weights(w);
   const KernelWeights plain = make_kernel_weights(w, serial_for, Fp8Fold::kNever);
@@ -117,7 +117,7 @@ TEST(Sm90WeightLayout, RowsOutsideTheFp8WindowKeepTheBlockScales) {
   testsupport::Problem p = testsupport::tiny_problem("mxfp4");
   p.num_experts = 2;
   testsupport::WeightSet ws = testsupport::random_weights(p, WeightFormat::kMXFP4, 5);
-  HostExpertWeights w = prepare_host_weights(find_family(p.family), ws.pack(),
+  HostExpertWeights w = prepare_host_weights(p.recipe, ws.pack(),
                                              {p.num_experts, p.hidden, p.intermediate});
   // One W2 row of expert 1 spans 15 octaves: 112 and 127 among its blocks.
   uint8_t* row = w.w2_scale.get() + 1 * w.w2_scales_per_expert() + 3 * (p.intermediate / 32);
@@ -155,7 +155,7 @@ TEST_P(Sm90WeightLayoutRoundTrip, KernelLayoutReadsBackEveryElementAndScale) {
   p.num_experts = 3;
   const WeightFormat format = GetParam() == "nvfp4" ? WeightFormat::kNVFP4 : WeightFormat::kMXFP4;
   const testsupport::WeightSet ws = testsupport::random_weights(p, format, 11);
-  const HostExpertWeights w = prepare_host_weights(find_family(p.family), ws.pack(),
+  const HostExpertWeights w = prepare_host_weights(p.recipe, ws.pack(),
                                                    {p.num_experts, p.hidden, p.intermediate});
   const KernelWeights kw = make_kernel_weights(w);
   const int64_t H = p.hidden, I = p.intermediate, B = w.block();
@@ -189,7 +189,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, Sm90WeightLayoutRoundTrip, ::testing::Values("
 
 TEST(Sm90Plan, WorkspaceRegionsAreAlignedDisjointAndSizedByTheFormula) {
   for (bool nvfp4 : {false, true}) {
-    const LayerShape s{256, 4096, 2048, 6, 8192, nvfp4};
+    const LayerShape s{256, 4096, 2048, 6, 8192, nvfp4 ? Recipe::kNvfp4 : Recipe::kMxfp4};
     const WorkspaceLayout w = workspace_layout(s);
     const int64_t M = 8192 * 6;
     struct Region {
@@ -215,8 +215,8 @@ TEST(Sm90Plan, WorkspaceRegionsAreAlignedDisjointAndSizedByTheFormula) {
 }
 
 TEST(Sm90Plan, MTileBoundCoversEveryRoutingOfTheRows) {
-  const LayerShape s{16, 256, 128, 4, 300, false};
-  const Plan plan = make_plan(s, {132, 1, 1});
+  const LayerShape s{16, 256, 128, 4, 300, Recipe::kMxfp4};
+  const Plan plan = make_plan(s);
   std::mt19937 rng(3);
   for (int trial = 0; trial < 2000; ++trial) {
     const int64_t T = rng() % 301;
@@ -231,12 +231,13 @@ TEST(Sm90Plan, MTileBoundCoversEveryRoutingOfTheRows) {
     }
   }
   // 300 tokens: ceil(1200 / 64) + 16 = 35 m-tiles x 2 n-tiles (2I = 256) = 70 blocks.
-  EXPECT_EQ(plan.gemm1_grid(0), 0);
-  EXPECT_EQ(plan.gemm1_grid(300), 70);
+  const GridRule gemm1{kGemmBlockM, 256 / kGemmBlockN, 132};
+  EXPECT_EQ(launch_grid(plan, gemm1, 0), 0);
+  EXPECT_EQ(launch_grid(plan, gemm1, 300), 70);
   // With I = 2048 there are 32 n-tiles: the grid is capped at the resident blocks.
-  const Plan big = make_plan({16, 256, 2048, 4, 300, false}, {132, 1, 2});
-  EXPECT_EQ(big.gemm1_grid(300), 132);
-  EXPECT_EQ(big.gemm2_grid(300), 70);
+  const Plan big = make_plan({16, 256, 2048, 4, 300, Recipe::kMxfp4});
+  EXPECT_EQ(launch_grid(big, {kGemmBlockM, 4096 / kGemmBlockN, 132}, 300), 132);
+  EXPECT_EQ(launch_grid(big, {kGemmBlockM, 256 / kGemmBlockN, 132}, 300), 70);
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ using testsupport::Problem;
 using testsupport::WeightSet;
 
 WeightFormat native_format(const Problem& p) {
-  return p.family == "nvfp4" ? WeightFormat::kNVFP4 : WeightFormat::kMXFP4;
+  return p.traits().native_format;
 }
 
 Problem tiny(const std::string& family, int64_t max_tokens) {
@@ -44,7 +44,7 @@ std::vector<uint16_t> expect_matches_cpu(const Problem& p, const WeightSet& w, c
   const double err = relative_error_rows(y, ref, p.hidden);
   int64_t same = 0;
   for (size_t i = 0; i < y.size(); ++i) same += bf16_to_float(y[i]) == ref[i];
-  EXPECT_LE(err, tolerance < 0 ? same_recipe_tolerance(p.family) : tolerance) << what << ": " << p.str() << " T=" << in.tokens;
+  EXPECT_LE(err, tolerance < 0 ? same_recipe_tolerance(p.recipe) : tolerance) << what << ": " << p.str() << " T=" << in.tokens;
   fmt::print("[ sm90    ] {:<44} T={:<5} rel_err={:.3e} bitwise-equal={:.4f}\n", what, in.tokens,
              err, y.empty() ? 1.0 : static_cast<double>(same) / y.size());
   return y;
@@ -60,7 +60,7 @@ TEST_P(Sm90LayerTiny, MatchesCpuAcrossTokenCounts) {
   const WeightSet w = testsupport::random_weights(p, native_format(p), 1);
   for (int64_t T : {0, 1, 7, 128, 4096}) {
     const Inputs in = testsupport::random_inputs(p, T, 100 + T, {.skip_fraction = 0.1});
-    expect_matches_cpu(p, w, in, fmt::format("{} random routing", p.family));
+    expect_matches_cpu(p, w, in, fmt::format("{} random routing", p.name()));
   }
 }
 
@@ -72,15 +72,15 @@ TEST_P(Sm90LayerTiny, IdleExpertAndOneExpertTakingEveryRow) {
   for (int64_t t = 0; t < in.tokens; ++t)
     for (int64_t k = 0; k < p.top_k; ++k)
       if (in.id(t, k) == 3) in.set_id(t, k, -1);
-  expect_matches_cpu(p, w, in, fmt::format("{} expert 3 idle", p.family));
+  expect_matches_cpu(p, w, in, fmt::format("{} expert 3 idle", p.name()));
   // Every slot 0 goes to expert 5 (300 rows: 4 full tiles and a partial one), others skipped.
   for (int64_t t = 0; t < in.tokens; ++t)
     for (int64_t k = 0; k < p.top_k; ++k) in.set_id(t, k, k == 0 ? 5 : -1);
-  expect_matches_cpu(p, w, in, fmt::format("{} one expert, all rows", p.family));
+  expect_matches_cpu(p, w, in, fmt::format("{} one expert, all rows", p.name()));
   // The same expert in every slot of every token (1200 rows of one expert).
   for (int64_t t = 0; t < in.tokens; ++t)
     for (int64_t k = 0; k < p.top_k; ++k) in.set_id(t, k, 9);
-  expect_matches_cpu(p, w, in, fmt::format("{} one expert in every slot", p.family));
+  expect_matches_cpu(p, w, in, fmt::format("{} one expert in every slot", p.name()));
 }
 
 TEST_P(Sm90LayerTiny, HolesAndTokensWithoutValidSlotsGiveZerosWhereDue) {
@@ -89,7 +89,7 @@ TEST_P(Sm90LayerTiny, HolesAndTokensWithoutValidSlotsGiveZerosWhereDue) {
   Inputs in = testsupport::random_inputs(p, 200, 8, {.skip_fraction = 0.5, .ids_i32 = true});
   for (int64_t t = 0; t < in.tokens; t += 9)
     for (int64_t k = 0; k < p.top_k; ++k) in.set_id(t, k, -1);
-  const std::vector<uint16_t> y = expect_matches_cpu(p, w, in, fmt::format("{} 50% holes, int32 ids", p.family));
+  const std::vector<uint16_t> y = expect_matches_cpu(p, w, in, fmt::format("{} 50% holes, int32 ids", p.name()));
   for (int64_t t = 0; t < in.tokens; t += 9)
     for (int64_t j = 0; j < p.hidden; ++j) ASSERT_EQ(y[t * p.hidden + j], 0) << "token " << t;
 }
@@ -100,14 +100,14 @@ TEST_P(Sm90LayerTiny, CallerQuantizedActivations) {
   const WeightSet w = testsupport::random_weights(p, native_format(p), 4);
   Inputs in = testsupport::random_inputs(p, 129, 9, {.skip_fraction = 0.1});
   testsupport::quantize_inputs_for_caller(p, in);
-  expect_matches_cpu(p, w, in, fmt::format("{} quantize_input=false", p.family));
+  expect_matches_cpu(p, w, in, fmt::format("{} quantize_input=false", p.name()));
 }
 
 TEST_P(Sm90LayerTiny, Bf16AndDeviceResidentWeights) {
   const Problem p = tiny(GetParam(), 128);
   const Inputs in = testsupport::random_inputs(p, 100, 10, {.skip_fraction = 0.1});
   const WeightSet bf16 = testsupport::random_weights(p, WeightFormat::kBF16, 5);
-  expect_matches_cpu(p, bf16, in, fmt::format("{} bf16 weights", p.family));
+  expect_matches_cpu(p, bf16, in, fmt::format("{} bf16 weights", p.name()));
 
   const WeightSet w = testsupport::random_weights(p, native_format(p), 6,
                                                   {.distinct_gate_up_global = true});
@@ -119,8 +119,8 @@ TEST_P(Sm90LayerTiny, Bf16AndDeviceResidentWeights) {
   auto layer = make_gpu_layer(p, dev);
   const std::vector<uint16_t> y = run_on_gpu(*layer, to_device(p, in));
   const double err = relative_error_rows(y, ref, p.hidden);
-  EXPECT_LE(err, same_recipe_tolerance(p.family)) << "device-resident weights: " << p.str();
-  fmt::print("[ sm90    ] {:<44} T={:<5} rel_err={:.3e}\n", p.family + " weights on the device", in.tokens, err);
+  EXPECT_LE(err, same_recipe_tolerance(p.recipe)) << "device-resident weights: " << p.str();
+  fmt::print("[ sm90    ] {:<44} T={:<5} rel_err={:.3e}\n", std::string(p.name()) + " weights on the device", in.tokens, err);
 }
 
 TEST_P(Sm90LayerTiny, FastMathStaysWithinTheTolerance) {
@@ -128,13 +128,13 @@ TEST_P(Sm90LayerTiny, FastMathStaysWithinTheTolerance) {
   const WeightSet w = testsupport::random_weights(p, native_format(p), 7);
   const Inputs in = testsupport::random_inputs(p, 256, 11);
   const std::vector<double> ref = cpu_reference(p, w.pack(), in);
-  KernelConfig config = p.config();
-  config.fast_math = true;
-  auto layer = Layer::create(gpu_runtime(), p.fleet(), config, w.pack());
+  MoeDesc desc = p.desc();
+  desc.numerics.fast_math = true;
+  auto layer = Layer::create(gpu_runtime(), desc, w.pack(), p.overrides);
   const std::vector<uint16_t> y = run_on_gpu(*layer, to_device(p, in));
   const double err = relative_error_rows(y, ref, p.hidden);
-  EXPECT_LE(err, same_recipe_tolerance(p.family)) << "fast_math: " << p.str();
-  fmt::print("[ sm90    ] {:<44} T={:<5} rel_err={:.3e}\n", p.family + " fast_math", in.tokens, err);
+  EXPECT_LE(err, same_recipe_tolerance(p.recipe)) << "fast_math: " << p.str();
+  fmt::print("[ sm90    ] {:<44} T={:<5} rel_err={:.3e}\n", std::string(p.name()) + " fast_math", in.tokens, err);
 }
 
 TEST_P(Sm90LayerTiny, BitwiseDeterministicOver20RerunsAndGraphReplayEqualsEager) {
@@ -185,7 +185,7 @@ TEST_P(Sm90LayerTiny, OutOfRangeIdsAreSkippedFlaggedAndTheLayerStaysUsable) {
 
   auto layer = make_gpu_layer(p, w.pack());
   const std::vector<uint16_t> y_bad = run_on_gpu(*layer, to_device(p, bad));
-  EXPECT_LE(relative_error_rows(y_bad, ref_skipped, p.hidden), same_recipe_tolerance(p.family));
+  EXPECT_LE(relative_error_rows(y_bad, ref_skipped, p.hidden), same_recipe_tolerance(p.recipe));
   EXPECT_EQ(layer->read_error_flags(false), kErrorExpertIdOutOfRange);  // sticky until cleared
   try {
     layer->check_error_flags();
@@ -195,7 +195,7 @@ TEST_P(Sm90LayerTiny, OutOfRangeIdsAreSkippedFlaggedAndTheLayerStaysUsable) {
   }
   EXPECT_EQ(layer->read_error_flags(), 0u);
   const std::vector<uint16_t> y_good = run_on_gpu(*layer, to_device(p, good));
-  EXPECT_LE(relative_error_rows(y_good, ref_good, p.hidden), same_recipe_tolerance(p.family));
+  EXPECT_LE(relative_error_rows(y_good, ref_good, p.hidden), same_recipe_tolerance(p.recipe));
   EXPECT_EQ(layer->read_error_flags(), 0u);
 }
 
@@ -208,7 +208,7 @@ TEST_P(Sm90LayerTiny, ThresholdCatchesOneWrongBlockScale) {
   const Inputs in = testsupport::random_inputs(p, 128, 16);
   const std::vector<double> ref = cpu_reference(p, w.pack(), in);
   WeightSet bad = w;
-  const bool nvfp4 = p.family == "nvfp4";
+  const bool nvfp4 = p.recipe == Recipe::kNvfp4;
   const int64_t blocks_per_row = p.intermediate / (nvfp4 ? 16 : 32);
   for (int64_t n = 0; n < p.hidden; ++n) {
     uint8_t& s = bad.w2_scale[(5 * p.hidden + n) * blocks_per_row];
@@ -220,9 +220,9 @@ TEST_P(Sm90LayerTiny, ThresholdCatchesOneWrongBlockScale) {
   auto layer = make_gpu_layer(p, bad.pack());
   const std::vector<uint16_t> y = run_on_gpu(*layer, to_device(p, in));
   const double err = relative_error_rows(y, ref, p.hidden);
-  EXPECT_GT(err, same_recipe_tolerance(p.family)) << "a doubled block scale went unnoticed: " << p.str();
+  EXPECT_GT(err, same_recipe_tolerance(p.recipe)) << "a doubled block scale went unnoticed: " << p.str();
   fmt::print("[ sm90    ] {:<44} T={:<5} rel_err={:.3e} (must exceed {:.0e})\n",
-             p.family + " negative control (wrong scale)", in.tokens, err, same_recipe_tolerance(p.family));
+             std::string(p.name()) + " negative control (wrong scale)", in.tokens, err, same_recipe_tolerance(p.recipe));
 }
 
 // mxfp4 rows whose block exponents span more than 15 octaves cannot be folded into the FP8
@@ -239,8 +239,8 @@ TEST(Sm90LayerMxfp4, WeightsOutsideTheFp8WindowTakeTheBlockScalePath) {
     *s = static_cast<uint8_t>(*s - 16);
   {  // released before the CPU reference below: one runtime per process
     auto layer = make_gpu_layer(p, w.pack());
-    EXPECT_NE(layer->info().notes.find("W13 E8M0 block scales, W2 E8M0 block scales"), std::string::npos)
-        << layer->info().notes;
+    EXPECT_NE(layer->info().config.str().find("W13 E8M0 block scales, W2 E8M0 block scales"), std::string::npos)
+        << layer->info().config.str();
   }
   for (int64_t T : {1, 37, 256}) {
     const Inputs in = testsupport::random_inputs(p, T, 300 + T, {.skip_fraction = 0.1});
@@ -249,18 +249,18 @@ TEST(Sm90LayerMxfp4, WeightsOutsideTheFp8WindowTakeTheBlockScalePath) {
 }
 
 // Weights inside the window are folded by default (shift tables, column factors);
-// MOE_EP_SM90_FOLD=0 keeps the E8M0 block scales. Every folded term is the unfolded one times a
+// KernelOverrides::fold_fp8 = false keeps the E8M0 block scales. Every folded term is the unfolded one times a
 // power of two, so both must match the CPU layer bit for bit on the mma.sync kernels.
 TEST(Sm90LayerMxfp4, FoldedAndBlockScaleWeightsMatchTheCpuLayer) {
   MOE_EP_REQUIRE_CUDA();
-  const Problem p = tiny("mxfp4", 512);
+  Problem p = tiny("mxfp4", 512);
   const WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 22);
   for (const bool fold : {true, false}) {
-    const ScopedEnv env("MOE_EP_SM90_FOLD", fold ? nullptr : "0");
+    p.overrides.fold_fp8 = fold;
     const char* expected = fold ? "W13 folded, W2 folded" : "W13 E8M0 block scales, W2 E8M0 block scales";
     {  // released before the CPU reference below: one runtime per process
       auto layer = make_gpu_layer(p, w.pack());
-      EXPECT_NE(layer->info().notes.find(expected), std::string::npos) << layer->info().notes;
+      EXPECT_NE(layer->info().config.str().find(expected), std::string::npos) << layer->info().config.str();
     }
     for (int64_t T : {1, 7, 128, 512}) {
       const Inputs in = testsupport::random_inputs(p, T, 400 + T, {.skip_fraction = 0.1});
@@ -276,7 +276,7 @@ TEST_P(Sm90LayerTiny, SmallCaseForSanitizers) {
   const WeightSet w = testsupport::random_weights(p, native_format(p), 10);
   Inputs in = testsupport::random_inputs(p, 70, 15, {.skip_fraction = 0.2});
   in.set_id(69, 0, 15);
-  expect_matches_cpu(p, w, in, fmt::format("{} sanitizer case", p.family));
+  expect_matches_cpu(p, w, in, fmt::format("{} sanitizer case", p.name()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, Sm90LayerTiny, ::testing::Values("mxfp4", "nvfp4"));

@@ -9,7 +9,7 @@
 // same-recipe threshold; the share of bitwise-equal bytes is printed. GEMM 2 is compared on the
 // same h (isolating it) and along the whole chain. Then 20 reruns must be bitwise identical.
 //
-// Layer level: the layer forced onto the wgmma kernels (MOE_EP_SM90_GEMM=wgmma) against the CPU
+// Layer level: the layer forced onto the wgmma kernels (KernelOverrides::gemm = wgmma) against the CPU
 // layer on the tiny preset and deepseek-v4-flash (T = 1, 7, 300, 4096, a subset of rows for the
 // large ones), structured routings, and 20 bitwise reruns.
 #include <algorithm>
@@ -25,12 +25,13 @@
 #include <gtest/gtest.h>
 
 #include "core/weight_prep.h"
-#include "cpu/thread_pool.h"
+#include "core/thread_pool.h"
 #include "cuda/device_buffer.h"
 #include "cuda/errors.h"
 #include "cuda/kernels/sm90_grouped_gemm.h"
 #include "cuda/kernels/sm90_permute.h"
 #include "cuda/plan.h"
+#include "cuda/sm90_config.h"
 #include "cuda/tile/fp4_codec.h"
 #include "cuda/weight_layout.h"
 #include "cuda_test_util.h"
@@ -86,9 +87,9 @@ DeviceWeights make_device_weights(const Shape& s, uint64_t seed) {
   spec.seed = seed;
   spec.num_slots = s.E;
   const testing::HostWeights hw = testing::make_weights(spec);
-  auto pool = cpu::shared_thread_pool(cpu::default_num_threads());
-  auto parallel = [p = pool.get()](int64_t n, const std::function<void(int64_t)>& task) { p->parallel_for(n, task); };
-  const HostExpertWeights canonical = prepare_host_weights(find_family("mxfp4"), hw.pack(), {s.E, s.H, s.I}, parallel);
+  auto pool = shared_thread_pool(resolve_num_threads(0));
+  const ParallelFor parallel = parallel_for_of(*pool);
+  const HostExpertWeights canonical = prepare_host_weights(Recipe::kMxfp4, hw.pack(), {s.E, s.H, s.I}, parallel);
   const KernelWeights plain = make_kernel_weights(canonical, parallel, Fp8Fold::kNever);
   const KernelWeights folded = make_kernel_weights(canonical, parallel, Fp8Fold::kWhenInside);
   DeviceWeights d;
@@ -422,30 +423,131 @@ TEST(Sm90WgmmaHost, FoldedDecodeTableGivesEveryCodeTimesItsShift) {
   }
 }
 
-TEST(Sm90WgmmaHost, KernelChoiceFollowsTheTokenThresholdAndAvailability) {
-  using K = Sm90GemmKernels;
-  using C = Sm90GemmChoice;
-  // (choice, wgmma available, exact accumulation, T)
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, 1), K::kDecode);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, true, kDecodeMaxTokens), K::kDecode);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, true, kDecodeMaxTokens + 1), K::kMma);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, 64, 32), K::kMma);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kDecode, true, false, 1 << 20), K::kDecode);
-  // With the decode limit below the wgmma threshold, the mma.sync kernels fill the gap.
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, kWgmmaMinTokens - 1, 16), K::kMma);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, kWgmmaMinTokens, 16), K::kWgmma);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, false, kDecodeMaxTokens + 1), K::kWgmma);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, true, true, 1 << 20), K::kMma);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kAuto, false, false, 1 << 20), K::kMma);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kWgmma, true, true, 1), K::kWgmma);
-  EXPECT_EQ(select_sm90_gemm_kernels(C::kMma, true, false, 1 << 20), K::kMma);
-  LayerShape shape{256, 4096, 2048, 6, 8192, false};
-  const Plan plan = make_plan(shape, {132, 1, 1});
+// The selected config (cuda/sm90_config.h) is host arithmetic: which kernels run for which T.
+MoeDesc flash_desc(Recipe recipe = Recipe::kMxfp4) {
+  MoeDesc d;
+  d.fleet = {256, 8192, 4096};
+  d.recipe = recipe;
+  d.intermediate_size = 2048;
+  d.top_k = 6;
+  d.activation_clamp = 10.0f;
+  return d;
+}
+
+Sm90Facts all_available() {
+  Sm90Facts f;
+  f.sm_count = 132;
+  f.w13_folded = f.w2_folded = true;
+  f.decode_blocks_per_sm[0] = f.decode_blocks_per_sm[1] = 2;
+  f.mma_blocks_per_sm[0] = f.mma_blocks_per_sm[1] = 1;
+  f.wgmma_blocks_per_sm[0] = f.wgmma_blocks_per_sm[1] = 1;
+  return f;
+}
+
+Sm90Config selected(const MoeDesc& d, const KernelOverrides& o, const Sm90Facts& f = all_available()) {
+  Sm90Config c = select_sm90_load_config(d, o);
+  select_sm90_kernels(c, d, o, f);
+  return c;
+}
+
+template <class F>
+void expect_refused(F&& f, ErrorCode code, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one naming '" << part << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.message();
+    EXPECT_NE(e.message().find(part), std::string::npos) << e.message();
+  }
+}
+
+TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
+  using G = Sm90Gemm;
+  const MoeDesc d = flash_desc();
+  const Sm90Config c = selected(d, {});
+  ASSERT_EQ(c.buckets.size(), 2u);
+  EXPECT_EQ(c.bucket(1).gemm, G::kDecode);
+  EXPECT_EQ(c.bucket(kDecodeMaxTokens).gemm, G::kDecode);
+  EXPECT_EQ(c.bucket(kDecodeMaxTokens + 1).gemm, G::kWgmma);
+  EXPECT_EQ(c.bucket(8192).gemm, G::kWgmma);
+  EXPECT_EQ(c.bucket(1).block_m, kDecodeBlockM);
+  EXPECT_EQ(c.bucket(8192).block_m, wgmma_tile_shape(kWgmmaDefaultTile).block_m);
+
+  MoeDesc exact = d;
+  exact.numerics.exact_accumulation = true;
+  EXPECT_EQ(selected(exact, {}).bucket(kDecodeMaxTokens + 1).gemm, G::kMma);
+  EXPECT_EQ(selected(exact, {}).bucket(1).gemm, G::kDecode);
+
+  KernelOverrides low;  // the decode limit below the wgmma threshold: mma.sync fills the gap
+  low.decode_max_tokens = 16;
+  const Sm90Config l = selected(d, low);
+  EXPECT_EQ(l.bucket(16).gemm, G::kDecode);
+  EXPECT_EQ(l.bucket(17).gemm, G::kMma);
+  EXPECT_EQ(l.bucket(kWgmmaMinTokens - 1).gemm, G::kMma);
+  EXPECT_EQ(l.bucket(kWgmmaMinTokens).gemm, G::kWgmma);
+
+  Sm90Facts unfolded = all_available();
+  unfolded.w2_folded = false;
+  EXPECT_EQ(selected(d, {}, unfolded).bucket(8192).gemm, G::kMma);
+  Sm90Facts no_decode = all_available();
+  no_decode.decode_unavailable = "too large";
+  const Sm90Config nd = selected(d, {}, no_decode);
+  EXPECT_EQ(nd.bucket(300).gemm, G::kMma);  // the decode range falls back to mma.sync
+  EXPECT_EQ(nd.bucket(kDecodeMaxTokens + 1).gemm, G::kWgmma);
+
+  KernelOverrides forced;
+  for (const GemmKernel k : {GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma}) {
+    forced.gemm = k;
+    const Sm90Config f = selected(d, forced);
+    ASSERT_EQ(f.buckets.size(), 1u);
+    EXPECT_EQ(f.bucket(1).gemm, k == GemmKernel::kDecode ? G::kDecode : k == GemmKernel::kMma ? G::kMma : G::kWgmma);
+  }
+  const Sm90Config nv = selected(flash_desc(Recipe::kNvfp4), {});
+  ASSERT_EQ(nv.buckets.size(), 1u);
+  EXPECT_EQ(nv.bucket(1).gemm, G::kNvfp4Mma);
+
+  KernelOverrides tile;
+  tile.tile = {128, 128};
+  EXPECT_EQ(selected(d, tile).wgmma_tile, WgmmaTile::k128x128);
+  EXPECT_EQ(selected(d, tile).bucket(8192).block_m, 128);
+}
+
+TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
+  const MoeDesc d = flash_desc();
+  KernelOverrides wgmma;
+  wgmma.gemm = GemmKernel::kWgmma;
+  MoeDesc exact = d;
+  exact.numerics.exact_accumulation = true;
+  // An explicit exact_accumulation is never beaten by a kernel override.
+  expect_refused([&] { select_sm90_load_config(exact, wgmma); }, ErrorCode::kInvalidArgument,
+                 "contradicts desc.numerics.exact_accumulation");
+  Sm90Facts unfolded = all_available();
+  unfolded.w13_folded = false;
+  expect_refused([&] { selected(d, wgmma, unfolded); }, ErrorCode::kUnsupported, "overrides.gemm = wgmma");
+  KernelOverrides no_fold = wgmma;
+  no_fold.fold_fp8 = false;
+  expect_refused([&] { select_sm90_load_config(d, no_fold); }, ErrorCode::kUnsupported, "fold_fp8 = false");
+  KernelOverrides decode;
+  decode.gemm = GemmKernel::kDecode;
+  Sm90Facts no_decode = all_available();
+  no_decode.decode_unavailable = "16 rows of A do not fit";
+  expect_refused([&] { selected(d, decode, no_decode); }, ErrorCode::kUnsupported, "16 rows of A do not fit");
+  expect_refused([&] { select_sm90_load_config(flash_desc(Recipe::kNvfp4), decode); }, ErrorCode::kUnsupported,
+                 "allowed: auto, mma");
+  KernelOverrides tile;
+  tile.tile = {96, 96};
+  expect_refused([&] { select_sm90_load_config(d, tile); }, ErrorCode::kUnsupported, "allowed: 64x256, 128x128");
+}
+
+TEST(Sm90Config, LaunchGridsCapPersistentKernelsAtTheResidentBlocks) {
+  const Plan plan = make_plan({256, 4096, 2048, 6, 8192, Recipe::kMxfp4});
   for (const WgmmaTile tile : {WgmmaTile::k64x256, WgmmaTile::k128x128}) {
     const int block_n = wgmma_tile_shape(tile).block_n;
-    EXPECT_EQ(wgmma_gemm_grid(plan, 1, 4096, block_n, 1), std::min<int64_t>(132, plan.m_tile_bound(1) * 4096 / block_n));
-    EXPECT_EQ(wgmma_gemm_grid(plan, 8192, 4096, block_n, 1), 132);
+    const GridRule rule{kGemmBlockM, 4096 / block_n, 132};
+    EXPECT_EQ(launch_grid(plan, rule, 1), std::min<int64_t>(132, plan.m_tile_bound(1) * 4096 / block_n));
+    EXPECT_EQ(launch_grid(plan, rule, 8192), 132);
   }
+  EXPECT_EQ(launch_grid(plan, GridRule{kDecodeBlockM, 1, 0}, 1), plan.m_tile_bound(1, kDecodeBlockM));
 }
 
 class Sm90WgmmaKernels : public ::testing::Test {
@@ -510,7 +612,7 @@ TEST_F(Sm90WgmmaKernels, SmallCaseForSanitizers) {
 // column factor 2^(base - 119). The GEMM results need no host reference: wgmma is checked against
 // mma.sync, and the kernels are timed with events (median of 10 after 2 warm-ups).
 void fill_random(std::vector<uint8_t>& v, uint64_t seed) {
-  const int threads = std::max(1, cpu::default_num_threads());
+  const int threads = resolve_num_threads(0);
   std::vector<std::thread> pool;
   const size_t chunk = (v.size() / threads + 7) / 8 * 8;
   for (int t = 0; t < threads; ++t)
@@ -659,10 +761,10 @@ using testsupport::Problem;
 TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
   MOE_EP_REQUIRE_CUDA();
   for (const char* tile : {"64x256", "128x128"}) {
-    ScopedEnv force("MOE_EP_SM90_GEMM", "wgmma");
-    ScopedEnv shape("MOE_EP_SM90_WGMMA_TILE", tile);
     Problem p = testsupport::tiny_problem("mxfp4");
     p.max_tokens = 4096;
+    p.overrides.gemm = GemmKernel::kWgmma;
+    p.overrides.tile = parse_tile_shape(tile);
     const testsupport::WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 12);
     auto check = [&](const Inputs& in, const std::string& what) {
       const std::vector<double> ref = cpu_reference(p, w.pack(), in);
@@ -691,9 +793,9 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
 
 TEST(Sm90WgmmaLayer, FlashMatchesCpuAndIsBitwiseDeterministic) {
   MOE_EP_REQUIRE_CUDA();
-  ScopedEnv force("MOE_EP_SM90_GEMM", "wgmma");
   const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
-  const Problem p = preset_problem("deepseek-v4-flash", "mxfp4", 4096);
+  Problem p = preset_problem("deepseek-v4-flash", "mxfp4", 4096);
+  p.overrides.gemm = GemmKernel::kWgmma;
   const testing::HostWeights weights = preset_weights(p, WeightFormat::kMXFP4, 2027);
 
   struct Case {

@@ -120,7 +120,7 @@ std::vector<HostTensor<uint16_t>> run_ep(const Problem& p, const WeightSet& w, i
   const WeightPack all = w.pack();
   auto out = run_ranks(R, [&](int r) {
     auto rt = Runtime::acquire(simulated_bootstrap(R, r, timeout_ms));
-    auto layer = Layer::create(rt, p.fleet(), p.config(), slice_experts(all, r * E_loc, E_loc));
+    auto layer = Layer::create(rt, p.desc(), slice_experts(all, r * E_loc, E_loc), p.overrides);
     for (int f = 0; f < forwards; ++f) y[r] = run_forward(*layer, p, per_rank[r]);
   });
   for (int r = 0; r < R; ++r)

@@ -14,29 +14,33 @@
 
 namespace moe_ep::testsupport {
 
-KernelConfig Problem::config() const {
-  KernelConfig c;
-  c.family = family;
-  c.intermediate_size = intermediate;
-  c.top_k = top_k;
-  c.activation_clamp = clamp;
-  c.quantize_input = quantize_input;
-  c.exact_accumulation = exact_accumulation;
-  return c;
+MoeDesc Problem::desc() const {
+  MoeDesc d;
+  d.fleet = fleet();
+  d.recipe = recipe;
+  d.intermediate_size = intermediate;
+  d.top_k = top_k;
+  d.activation_clamp = clamp;
+  d.quantize_input = quantize_input;
+  d.numerics.exact_accumulation = exact_accumulation;
+  return d;
 }
 
 std::string Problem::str() const {
-  return fmt::format("family={} E={} H={} I={} K={} max_tokens={} clamp={} quantize_input={} exact_accumulation={}",
-                     family, num_experts, hidden, intermediate, top_k, max_tokens,
+  return fmt::format("recipe={} E={} H={} I={} K={} max_tokens={} clamp={} quantize_input={} "
+                     "exact_accumulation={} overrides=[{}]",
+                     name(), num_experts, hidden, intermediate, top_k, max_tokens,
                      clamp ? fmt::format("{}", *clamp) : std::string("none"), quantize_input,
-                     exact_accumulation);
+                     exact_accumulation, overrides.str());
 }
 
-Problem tiny_problem(const std::string& family) {
+Problem tiny_problem(Recipe recipe) {
   Problem p;
-  p.family = family;
+  p.recipe = recipe;
   return p;
 }
+
+Problem tiny_problem(const std::string& recipe) { return tiny_problem(parse_recipe(recipe)); }
 
 WeightPack WeightSet::pack() const {
   WeightPack w;
@@ -205,7 +209,7 @@ void quantize_inputs_for_caller(const Problem& p, Inputs& in) {
   const int64_t T = in.tokens, H = p.hidden;
   std::vector<float> x(T * H);
   for (int64_t i = 0; i < T * H; ++i) x[i] = bf16_to_float(in.x[i]);
-  if (p.family == "nvfp4") {
+  if (p.recipe == Recipe::kNvfp4) {
     in.a = HostTensor<uint8_t>(DType::kU8, {T, H / 2});
     in.a_scale = HostTensor<uint8_t>(DType::kE4M3, {T, H / kNvBlock});
     in.a_global = HostTensor<float>(DType::kF32, {T});
@@ -223,7 +227,7 @@ void quantize_inputs_for_caller(const Problem& p, Inputs& in) {
 std::shared_ptr<Runtime> cpu_runtime() { return Runtime::acquire(Bootstrap{}); }
 
 std::unique_ptr<Layer> make_layer(const Problem& p, const WeightSet& w) {
-  return Layer::create(cpu_runtime(), p.fleet(), p.config(), w.pack());
+  return Layer::create(cpu_runtime(), p.desc(), w.pack(), p.overrides);
 }
 
 HostTensor<uint16_t> poisoned_output(const Problem& p, int64_t tokens) {

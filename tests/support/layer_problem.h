@@ -14,21 +14,25 @@
 namespace moe_ep::testsupport {
 
 struct Problem {
-  std::string family = "mxfp4";
+  Recipe recipe = Recipe::kMxfp4;
   int64_t num_experts = 16, hidden = 256, intermediate = 128, top_k = 4, max_tokens = 64;
   std::optional<float> clamp = 10.0f;
   bool quantize_input = true;
   // Tests default to the exact mxfp4 path (bitwise comparisons with the CPU layer); the wgmma
-  // tests take the default product path (KernelConfig::exact_accumulation = false).
+  // tests take the default product path (NumericsPolicy::exact_accumulation = false).
   bool exact_accumulation = true;
+  KernelOverrides overrides;  // kernel choices the test pins (none by default)
 
   FleetParams fleet() const { return {num_experts, max_tokens, hidden}; }
-  KernelConfig config() const;
+  MoeDesc desc() const;
+  const RecipeTraits& traits() const { return recipe_traits(recipe); }
+  std::string_view name() const { return recipe_name(recipe); }
   std::string str() const;  // every parameter, for failure messages
 };
 
 // The tiny preset (SPEC.md §7): H=256, I=128, E=16, K=4, clamp 10.
-Problem tiny_problem(const std::string& family);
+Problem tiny_problem(Recipe recipe);
+Problem tiny_problem(const std::string& recipe);  // by name ("mxfp4", "nvfp4")
 
 struct WeightSet {
   WeightFormat format = WeightFormat::kMXFP4;

@@ -158,7 +158,7 @@ std::vector<double> source_values(const WeightSet& w, bool is_w13, int64_t E, in
 std::vector<double> canonical_tensor(const Problem& p, const WeightSet& w, bool is_w13) {
   const int64_t E = p.num_experts, I = p.intermediate, H = p.hidden;
   const int64_t rows = is_w13 ? 2 * I : H, k = is_w13 ? H : I, per_expert = rows * k;
-  if (p.family == "nvfp4" && w.format == WeightFormat::kNVFP4) {
+  if (p.recipe == Recipe::kNvfp4 && w.format == WeightFormat::kNVFP4) {
     const auto& packed = is_w13 ? w.w13 : w.w2;
     const auto& scales = is_w13 ? w.w13_scale : w.w2_scale;
     const auto& global = is_w13 ? w.w13_global : w.w2_global;
@@ -172,7 +172,7 @@ std::vector<double> canonical_tensor(const Problem& p, const WeightSet& w, bool 
   }
   std::vector<double> v = source_values(w, is_w13, E, rows, k);
   std::vector<double> out(v.size());
-  if (p.family == "mxfp4") {
+  if (p.recipe == Recipe::kMxfp4) {
     if (w.format == WeightFormat::kMXFP4) return v;
     mxfp4_blocks(v.data(), static_cast<int64_t>(v.size()), out.data());
     return out;
@@ -194,7 +194,7 @@ ReferenceModel::ReferenceModel(const Problem& p, const WeightSet& w)
 std::vector<double> ReferenceModel::activation(const Inputs& in, int64_t t) const {
   const int64_t H = p_.hidden;
   std::vector<double> a(H);
-  const bool nvfp4 = p_.family == "nvfp4";
+  const bool nvfp4 = p_.recipe == Recipe::kNvfp4;
   if (p_.quantize_input) {
     std::vector<double> x(H);
     for (int64_t j = 0; j < H; ++j) x[j] = ref::bf16(in.x[t * H + j]);
@@ -213,7 +213,7 @@ std::vector<double> ReferenceModel::activation(const Inputs& in, int64_t t) cons
 }
 
 std::vector<double> ReferenceModel::quantize_h(const std::vector<double>& h) const {
-  if (p_.family != "nvfp4") return q8(h);
+  if (p_.recipe != Recipe::kNvfp4) return q8(h);
   std::vector<double> out(h.size());
   nvfp4_blocks(h.data(), static_cast<int64_t>(h.size()), nvfp4_encode(max_abs(h.data(), h.size())),
                out.data());

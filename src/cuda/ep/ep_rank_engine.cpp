@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
-#include "core/device_transport.h"
 #include "cuda/errors.h"
 #include "cuda/kernels/sm90_nvfp4_quantize.h"
 #include "cuda/kernels/sm90_q8_quantize.h"
@@ -14,39 +13,39 @@ namespace moe_ep::cuda::ep {
 
 using Region = DeviceWorkspaceRegionId;
 
-EpRankEngine::EpRankEngine(Device device, int world_size, int rank, const FleetParams& fleet,
-                           const KernelConfig& config, const WeightPack& local_weights,
+EpRankEngine::EpRankEngine(Device device, int world_size, int rank, const MoeDesc& desc,
+                           const KernelOverrides& overrides, const WeightPack& local_weights,
                            const DeviceWorkspaceLayout& layout, std::byte* window, int64_t timeout_ms)
-    : device_(device), config_(config), window_(window) {
+    : device_(device), desc_(desc), window_(window) {
+  const FleetParams& fleet = desc.fleet;
   const WorkspaceShape need{world_size, fleet.num_experts, fleet.max_tokens_per_rank,
-                            fleet.hidden_size, config.intermediate_size, config.top_k};
+                            fleet.hidden_size, desc.intermediate_size, desc.top_k};
   const std::string misfit = device_workspace_misfit(layout.shape, need);
   MOE_EP_CHECK_CODE(misfit.empty(), ErrorCode::kRuntime, "rank {}: the device workspace does not fit: {}",
                     rank, misfit);
   MOE_EP_CHECK_CODE(world_size <= (1 << 20), ErrorCode::kUnsupported, "world_size = {} is too large",
                     world_size);
-  nvfp4_ = config.family == "nvfp4";
-  const int64_t H = fleet.hidden_size, K = config.top_k;
+  const RecipeTraits& recipe = desc.traits();
+  const int64_t H = fleet.hidden_size, K = desc.top_k;
   geo_.world_size = world_size;
   geo_.num_experts = static_cast<int32_t>(fleet.num_experts);
   geo_.num_local_experts = static_cast<int32_t>(fleet.num_experts / world_size);
   geo_.top_k = static_cast<int32_t>(K);
   geo_.hidden = static_cast<int32_t>(H);
   geo_.slots_per_source = static_cast<int32_t>(fleet.max_tokens_per_rank * K);
-  geo_.code_bytes = static_cast<int32_t>(nvfp4_ ? H / 2 : H);
-  geo_.scale_bytes = static_cast<int32_t>(nvfp4_ ? H / kNvBlock : H / kMxBlock);
-  geo_.has_global = nvfp4_ ? 1 : 0;
+  geo_.code_bytes = static_cast<int32_t>(recipe.code_bytes(H));
+  geo_.scale_bytes = static_cast<int32_t>(recipe.scale_count(H));
+  geo_.has_global = recipe.global_scales ? 1 : 0;
   geo_.timeout_ns = static_cast<uint64_t>(timeout_ms) * 1000000ull;
   for (int i = 0; i < kNumDeviceWorkspaceRegions; ++i) geo_.offset[i] = layout.regions[i].offset;
   slot_rows_ = static_cast<int64_t>(world_size) * geo_.slots_per_source;
 
-  // The local experts: a world-size-1 layer on this GPU outside the process's NCCL world.
-  local_runtime_ = detail::make_local_runtime(device);
-  FleetParams local_fleet{geo_.num_local_experts, slot_rows_, H};
-  KernelConfig local_config = config;
-  local_config.top_k = 1;
-  local_config.quantize_input = false;
-  local_ = Layer::create(local_runtime_, local_fleet, local_config, local_weights);
+  // The local experts: every received slot row is one row of top_k = 1, already quantized.
+  MoeDesc local = desc;
+  local.fleet = {geo_.num_local_experts, slot_rows_, H};
+  local.top_k = 1;
+  local.quantize_input = false;
+  local_ = std::make_unique<Sm90ExpertEngine>(local, overrides, local_weights, device.index);
 }
 
 EpRankEngine::~EpRankEngine() = default;
@@ -55,28 +54,29 @@ EpRankArgs EpRankEngine::prepare(const ForwardArgs& args, cudaStream_t stream) {
   EpRankArgs r;
   r.window = window_;
   r.rank = 0;  // set by the caller (the engine does not know which slot of a launch it is)
-  const int64_t T = config_.quantize_input ? args.x.shape[0] : args.a.shape[0];
+  const int64_t T = desc_.quantize_input ? args.x.shape[0] : args.a.shape[0];
   r.num_tokens = static_cast<int32_t>(T);
   r.topk_ids = args.topk_ids.data;
   r.ids_are_int64 = args.topk_ids.dtype == DType::kI64;
   r.topk_weights = args.topk_weights.ptr<const float>();
   r.y = args.y.ptr<uint16_t>();
-  if (!config_.quantize_input) {
+  const bool global = desc_.traits().global_scales;
+  if (!desc_.quantize_input) {
     r.src_codes = args.a.ptr<const uint8_t>();
     r.src_scales = args.a_scale.ptr<const uint8_t>();
-    r.src_global = nvfp4_ ? args.a_global.ptr<const float>() : nullptr;
+    r.src_global = global ? args.a_global.ptr<const float>() : nullptr;
     r.src_in_window = 0;
     return r;
   }
   auto* codes = reinterpret_cast<uint8_t*>(window_ + geo_.at(Region::kSendCodes));
   auto* scales = reinterpret_cast<uint8_t*>(window_ + geo_.at(Region::kSendScales));
-  auto* global = reinterpret_cast<float*>(window_ + geo_.at(Region::kSendGlobal));
+  auto* global_scale = reinterpret_cast<float*>(window_ + geo_.at(Region::kSendGlobal));
   r.src_codes = codes;
   r.src_scales = scales;
-  r.src_global = nvfp4_ ? global : nullptr;
+  r.src_global = global ? global_scale : nullptr;
   r.src_in_window = 1;
   if (T == 0) return r;
-  if (nvfp4_) {
+  if (desc_.traits().fp4_activations) {
     Nvfp4QuantizeParams q;
     q.in = args.x.data;
     q.in_is_bf16 = 1;
@@ -84,7 +84,7 @@ EpRankArgs EpRankEngine::prepare(const ForwardArgs& args, cudaStream_t stream) {
     q.max_rows = static_cast<int32_t>(T);
     q.packed = codes;
     q.scales = scales;
-    q.global = global;
+    q.global = global_scale;
     MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_quantize(q, stream));
   } else {
     Q8QuantizeParams q;
@@ -99,19 +99,17 @@ EpRankArgs EpRankEngine::prepare(const ForwardArgs& args, cudaStream_t stream) {
 }
 
 void EpRankEngine::run_local_experts(cudaStream_t stream) {
-  const Device d = device_;
-  const int64_t S = slot_rows_;
-  ForwardArgs a;
-  a.a = TensorView::contiguous(window_ + geo_.at(Region::kRecvCodes), DType::kU8, {S, geo_.code_bytes}, d);
-  a.a_scale = TensorView::contiguous(window_ + geo_.at(Region::kRecvScales), DType::kU8,
-                                     {S, geo_.scale_bytes}, d);
-  if (nvfp4_)
-    a.a_global = TensorView::contiguous(window_ + geo_.at(Region::kRecvGlobal), DType::kF32, {S}, d);
-  a.topk_ids = TensorView::contiguous(window_ + geo_.at(Region::kRecvExpert), DType::kI32, {S, 1}, d);
-  a.topk_weights = TensorView::contiguous(window_ + geo_.at(Region::kRecvWeight), DType::kF32, {S, 1}, d);
-  a.y = TensorView::contiguous(window_ + geo_.at(Region::kExpertOut), DType::kBF16, {S, geo_.hidden}, d);
-  a.stream = stream;
-  local_->forward(a);
+  Sm90Binding b;
+  b.num_tokens = slot_rows_;
+  b.a = reinterpret_cast<const uint8_t*>(window_ + geo_.at(Region::kRecvCodes));
+  b.a_scale = reinterpret_cast<const uint8_t*>(window_ + geo_.at(Region::kRecvScales));
+  if (geo_.has_global) b.a_global = reinterpret_cast<const float*>(window_ + geo_.at(Region::kRecvGlobal));
+  b.topk_ids = window_ + geo_.at(Region::kRecvExpert);
+  b.ids_int64 = false;
+  b.topk_weights = reinterpret_cast<const float*>(window_ + geo_.at(Region::kRecvWeight));
+  b.y = reinterpret_cast<uint16_t*>(window_ + geo_.at(Region::kExpertOut));
+  MOE_EP_CUDA_CHECK(cudaSetDevice(device_.index));
+  local_->run(b, stream);
 }
 
 EpSync EpRankEngine::read_sync() const {

@@ -3,15 +3,16 @@
 //
 //   prepare()            x -> Q8 / NVFP4 rows in send_* (or the caller's a), and the rank's
 //                        EpRankArgs for the dispatch / combine / reduce launches;
-//   run_local_experts()  the rank's E_loc experts as a world-size-1 CUDA layer over its receive
-//                        buffer: S = R*C "tokens" (C = T*K), top_k = 1, quantize_input = false,
-//                        a = recv_codes, topk_ids = recv_expert (-1: empty row), topk_weights =
-//                        recv_weight; its y rows are the per-slot outputs o_k in expert_out.
+//   run_local_experts()  the rank's E_loc experts through the SM90 expert engine (the same
+//                        config, plan and launches as the world-size-1 layer) over its receive
+//                        buffer: S = R*C rows (C = T*K), top_k = 1, caller-quantized a =
+//                        recv_codes, topk_ids = recv_expert (-1: empty row), topk_weights =
+//                        recv_weight; its output rows are the per-slot outputs o_k in expert_out.
 //
-// y of the world-size-1 layer with top_k = 1 is bf16(0 + fp32(o_k)) = o_k exactly, and the
-// reduce sums the o_k in slot order like the world-size-1 combine, so a rank's y equals, bit
-// for bit, the world-size-1 CUDA layer on the global batch as long as that layer's per-row
-// arithmetic does not depend on which other rows share a launch.
+// The engine's combine with top_k = 1 gives bf16(0 + fp32(o_k)) = o_k exactly, and the reduce
+// sums the o_k in slot order like the world-size-1 combine, so a rank's y equals, bit for bit,
+// the world-size-1 CUDA layer on the global batch as long as that layer's per-row arithmetic
+// does not depend on which other rows share a launch.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/ep/ep_params.h"
+#include "cuda/sm90_experts.h"
 #include "moe_ep/layer.h"
 #include "moe_ep/workspace.h"
 
@@ -30,15 +32,15 @@ class EpRankEngine {
  public:
   // `layout` and `window`: the rank's device workspace (created for a shape that fits this
   // layer: workspace_misfit). local_weights: the rank's E_loc experts. Synchronizes the device.
-  EpRankEngine(Device device, int world_size, int rank, const FleetParams& fleet,
-               const KernelConfig& config, const WeightPack& local_weights,
+  EpRankEngine(Device device, int world_size, int rank, const MoeDesc& desc,
+               const KernelOverrides& overrides, const WeightPack& local_weights,
                const DeviceWorkspaceLayout& layout, std::byte* window, int64_t timeout_ms);
   ~EpRankEngine();
 
   const EpGeometry& geometry() const { return geo_; }
   int64_t slot_rows() const { return slot_rows_; }  // S = R*C of this layer
   std::byte* window() const { return window_; }
-  Layer& local_layer() const { return *local_; }
+  Sm90ExpertEngine& local_experts() const { return *local_; }
 
   EpRankArgs prepare(const ForwardArgs& args, cudaStream_t stream);
   void run_local_experts(cudaStream_t stream);
@@ -53,13 +55,11 @@ class EpRankEngine {
 
  private:
   Device device_;
-  KernelConfig config_;
-  bool nvfp4_ = false;
+  MoeDesc desc_;
   EpGeometry geo_;
   int64_t slot_rows_ = 0;
   std::byte* window_ = nullptr;
-  std::unique_ptr<Layer> local_;
-  std::shared_ptr<Runtime> local_runtime_;
+  std::unique_ptr<Sm90ExpertEngine> local_;
 };
 
 // "rank r timed out in phase P (barrier e) waiting for rank q ..." for a sync head with a

@@ -31,15 +31,15 @@ struct SimEpGroup::State {
 namespace {
 
 void check_rank_args(const ForwardArgs& a, int rank, const SimGroupOptions& o) {
-  const bool q = o.config.quantize_input;
+  const bool q = o.desc.quantize_input;
   const TensorView& act = q ? a.x : a.a;
-  const int64_t H = o.fleet.hidden_size, K = o.config.top_k;
+  const int64_t H = o.desc.fleet.hidden_size, K = o.desc.top_k;
   MOE_EP_CHECK(act.ndim == 2, "rank {}: {} has shape {}; expected [T, H = {}]", rank, q ? "x" : "a",
                act.shape_str(), H);
   const int64_t T = act.shape[0];
-  MOE_EP_CHECK(T >= 0 && T <= o.fleet.max_tokens_per_rank,
+  MOE_EP_CHECK(T >= 0 && T <= o.desc.fleet.max_tokens_per_rank,
                "rank {}: T = {} tokens; expected 0..max_tokens_per_rank = {}", rank, T,
-               o.fleet.max_tokens_per_rank);
+               o.desc.fleet.max_tokens_per_rank);
   auto check = [&](const TensorView& t, const char* name, std::initializer_list<DType> dtypes,
                    std::initializer_list<int64_t> shape) {
     bool dtype_ok = false;
@@ -54,13 +54,13 @@ void check_rank_args(const ForwardArgs& a, int rank, const SimGroupOptions& o) {
     MOE_EP_CHECK(t.device == o.device, "rank {}: {} is on {}; expected {} (the group's device)", rank,
                  name, t.device.str(), o.device.str());
   };
-  const bool nv = o.config.family == "nvfp4";
+  const RecipeTraits& recipe = o.desc.traits();
   if (q) {
     check(a.x, "x", {DType::kBF16}, {T, H});
   } else {
-    check(a.a, "a", {DType::kU8, DType::kE4M3}, {T, nv ? H / 2 : H});
-    check(a.a_scale, "a_scale", {DType::kU8, DType::kE8M0, DType::kE4M3}, {T, nv ? H / 16 : H / 32});
-    if (nv) check(a.a_global, "a_global", {DType::kF32}, {T});
+    check(a.a, "a", {DType::kU8, DType::kE4M3}, {T, recipe.code_bytes(H)});
+    check(a.a_scale, "a_scale", {DType::kU8, recipe.scale_dtype}, {T, recipe.scale_count(H)});
+    if (recipe.global_scales) check(a.a_global, "a_global", {DType::kF32}, {T});
   }
   check(a.topk_ids, "topk_ids", {DType::kI32, DType::kI64}, {T, K});
   check(a.topk_weights, "topk_weights", {DType::kF32}, {T, K});
@@ -80,28 +80,29 @@ SimEpGroup::SimEpGroup(const SimGroupOptions& o, std::span<const WeightPack> wei
   MOE_EP_CHECK(static_cast<int>(weights.size()) == R,
                "weights has {} entries; expected one per rank (world_size = {})", weights.size(), R);
   MOE_EP_CHECK(o.timeout_ms >= 1, "timeout_ms = {} is invalid; expected >= 1", o.timeout_ms);
-  validate_config(o.fleet, o.config, R);
+  validate_desc(o.desc, R);
   State& s = *s_;
   s.options = o;
   MOE_EP_CUDA_CHECK(cudaSetDevice(o.device.index));
   s.sm_count = device_info(o.device.index).sm_count;
-  s.layout = device_workspace_layout({R, o.fleet.num_experts, o.fleet.max_tokens_per_rank,
-                                      o.fleet.hidden_size, o.config.intermediate_size, o.config.top_k});
+  const MoeDesc& d = o.desc;
+  s.layout = device_workspace_layout({R, d.fleet.num_experts, d.fleet.max_tokens_per_rank,
+                                      d.fleet.hidden_size, d.intermediate_size, d.top_k});
   for (int r = 0; r < R; ++r) {
     s.windows.emplace_back(static_cast<size_t>(s.layout.total_bytes));
     EpRankEngine::init_window(s.layout, s.windows.back().get<std::byte>());
     s.peers.windows[r] = s.windows.back().get<std::byte>();
   }
   for (int r = 0; r < R; ++r)
-    s.ranks.push_back(std::make_unique<EpRankEngine>(o.device, R, r, o.fleet, o.config, weights[r],
+    s.ranks.push_back(std::make_unique<EpRankEngine>(o.device, R, r, d, o.overrides, weights[r],
                                                      s.layout, s.peers.windows[r], o.timeout_ms));
   s.geo = s.ranks[0]->geometry();
   for (cudaEvent_t& e : s.events) MOE_EP_CUDA_CHECK(cudaEventCreate(&e));
   s.notes = fmt::format(
-      "{} simulated ranks on {}: {} bytes of device workspace per rank ({}), local experts as "
-      "world-size-1 layers over {} slot rows each; {}",
+      "{} simulated ranks on {}: {} bytes of device workspace per rank ({}), local experts "
+      "through the SM90 expert engine over {} slot rows each; {}",
       R, o.device.str(), s.layout.total_bytes, s.layout.shape.str(), s.ranks[0]->slot_rows(),
-      s.ranks[0]->local_layer().info().notes);
+      s.ranks[0]->local_experts().notes());
 }
 
 SimEpGroup::~SimEpGroup() {
@@ -174,7 +175,7 @@ uint32_t SimEpGroup::read_error_flags(bool clear) {
     const std::string timeout = describe_timeout(sync, r, s.options.timeout_ms, "one-GPU simulation");
     MOE_EP_CHECK_CODE(timeout.empty(), ErrorCode::kTimeout, "{}", timeout);
     if (sync.error_flags & kEpErrorIdOutOfRange) flags |= kErrorExpertIdOutOfRange;
-    flags |= s.ranks[r]->local_layer().read_error_flags(clear);
+    flags |= s.ranks[r]->local_experts().read_error_flags(clear);
     if (clear && sync.error_flags) s.ranks[r]->clear_errors();
   }
   return flags;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "moe_ep/kernel_config.h"
 #include "moe_ep/layer.h"
 #include "moe_ep/workspace.h"
 
@@ -22,8 +23,8 @@ namespace moe_ep::cuda::ep {
 struct SimGroupOptions {
   int world_size = 2;               // R, 1..8
   Device device = Device::cuda(0);
-  FleetParams fleet;                // E global, T = max_tokens_per_rank per rank, H
-  KernelConfig config;
+  MoeDesc desc;                     // E global, T = max_tokens_per_rank per rank, H
+  KernelOverrides overrides;
   int64_t timeout_ms = 10000;       // bound of every device-side barrier wait
 };
 

@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
-#include "core/device_transport.h"
 
 #ifndef MOE_EP_NCCL_COMPILED_VERSION
 #define MOE_EP_NCCL_COMPILED_VERSION "unknown"
@@ -122,7 +121,7 @@ const NcclApi& nccl_api() {
 
 }  // namespace moe_ep::cuda::nccl
 
-namespace moe_ep::detail {
+namespace moe_ep::cuda::nccl {
 
 std::string nccl_status() {
   try {
@@ -133,4 +132,4 @@ std::string nccl_status() {
   }
 }
 
-}  // namespace moe_ep::detail
+}  // namespace moe_ep::cuda::nccl

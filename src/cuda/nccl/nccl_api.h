@@ -49,4 +49,8 @@ struct NcclApi {
 // a missing symbol, a version other than 2.28.x).
 const NcclApi& nccl_api();
 
+// "nccl <version> (<library path>), headers <version>", or why NCCL cannot be used here (for
+// `moe_ep info` and messages). Never throws.
+std::string nccl_status();
+
 }  // namespace moe_ep::cuda::nccl

@@ -1,6 +1,6 @@
 // The CUDA layer across NCCL ranks (one process per GPU): this rank's quantize -> dispatch
-// (device puts into the owners' receive buffers, "dispatch" barrier) -> the local experts as a
-// world-size-1 layer -> combine (puts back into the sources' combine rows, "combine" barrier)
+// (device puts into the owners' receive buffers, "dispatch" barrier) -> the local experts (the
+// SM90 expert engine) -> combine (puts back into the sources' combine rows, "combine" barrier)
 // -> reduce, all on the caller's stream with no host synchronization (CUDA-graph capturable).
 // Layout and protocol: moe_ep/workspace.h ("device workspace"); kernels: cuda/kernels/ep_*.cuh
 // with the NCCL LSA policy inside one NVLink domain, GIN beyond it (cuda/nccl/nccl_peers.cuh).
@@ -42,21 +42,22 @@ class CudaEpLayer final : public Layer::Impl {
 
     // Collective: the workspace window first (every rank reserves the same shape), then the
     // local engine; a rank whose engine fails tells the others at the "create layer" barrier.
-    const Workspace& ws = rt.reserve_workspace({rt.world_size(), req.fleet.num_experts,
-                                                req.fleet.max_tokens_per_rank, req.fleet.hidden_size,
-                                                req.config.intermediate_size, req.config.top_k});
+    const MoeDesc& d = req.desc;
+    const Workspace& ws = rt.reserve_workspace({rt.world_size(), d.fleet.num_experts,
+                                                d.fleet.max_tokens_per_rank, d.fleet.hidden_size,
+                                                d.intermediate_size, d.top_k});
     std::string error;
     std::exception_ptr local;
     try {
       kind_ = transport_->lsa_covers_world() ? NcclPeerKind::kLsa : NcclPeerKind::kGin;
-      MOE_EP_CHECK_CODE(kind_ == NcclPeerKind::kLsa || req.config.quantize_input,
+      MOE_EP_CHECK_CODE(kind_ == NcclPeerKind::kLsa || d.quantize_input,
                         ErrorCode::kUnsupported,
-                        "config.quantize_input = false across GIN (ranks beyond one NVLink "
+                        "desc.quantize_input = false across GIN (ranks beyond one NVLink "
                         "domain) is not supported: GIN puts read from the send regions of the "
                         "workspace");
       if (layer_index_ == 0) cuda::ep::EpRankEngine::init_window(ws.device_layout(), ws.base(rank_));
-      engine_ = std::make_unique<cuda::ep::EpRankEngine>(device_, rt.world_size(), rank_, req.fleet,
-                                                         req.config, req.weights, ws.device_layout(),
+      engine_ = std::make_unique<cuda::ep::EpRankEngine>(device_, rt.world_size(), rank_, d,
+                                                         req.overrides, req.weights, ws.device_layout(),
                                                          ws.base(rank_), timeout_ms_);
     } catch (const Error& e) {
       local = std::current_exception();
@@ -74,8 +75,9 @@ class CudaEpLayer final : public Layer::Impl {
         rank_, rt.world_size(), rank_ * engine_->geometry().num_local_experts,
         (rank_ + 1) * engine_->geometry().num_local_experts,
         kind_ == NcclPeerKind::kLsa ? "LSA (NVLink)" : "GIN", ws.bytes(), transport_->describe(),
-        fmt::format("local experts: a world-size-1 layer over {} slot rows", engine_->slot_rows()),
-        engine_->local_layer().info().notes);
+        fmt::format("local experts: the SM90 expert engine over {} slot rows", engine_->slot_rows()),
+        engine_->local_experts().notes());
+    info.config = engine_->local_experts().selected();
   }
 
   void forward(const ForwardArgs& args) override {
@@ -115,7 +117,7 @@ class CudaEpLayer final : public Layer::Impl {
         kind_ == NcclPeerKind::kLsa ? "NCCL LSA barrier" : "NCCL GIN signal barrier");
     MOE_EP_CHECK_CODE(timeout.empty(), ErrorCode::kTimeout, "layer {}: {}", layer_index_, timeout);
     uint32_t flags = (sync.error_flags & cuda::ep::kEpErrorIdOutOfRange) ? kErrorExpertIdOutOfRange : 0u;
-    flags |= engine_->local_layer().read_error_flags(clear);
+    flags |= engine_->local_experts().read_error_flags(clear);
     if (clear && sync.error_flags) engine_->clear_errors();
     return flags;
   }
@@ -145,8 +147,10 @@ class CudaEpLayer final : public Layer::Impl {
 
 }  // namespace
 
-std::unique_ptr<Layer::Impl> make_cuda_ep_layer(const LayerRequest& request) {
+namespace cuda::nccl {
+std::unique_ptr<Layer::Impl> make_nccl_ep_layer(const LayerRequest& request) {
   return std::make_unique<CudaEpLayer>(request);
 }
+}  // namespace cuda::nccl
 
 }  // namespace moe_ep

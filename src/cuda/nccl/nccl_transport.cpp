@@ -8,7 +8,6 @@
 #include <fmt/ranges.h>
 
 #include "core/check.h"
-#include "core/device_transport.h"
 #include "core/rendezvous.h"
 #include "cuda/errors.h"
 
@@ -292,11 +291,3 @@ std::byte* NcclTransport::peer_window(int peer) const {
 }
 
 }  // namespace moe_ep::cuda::nccl
-
-namespace moe_ep::detail {
-
-std::shared_ptr<Transport> make_nccl_transport(const Bootstrap& bootstrap) {
-  return std::make_shared<cuda::nccl::NcclTransport>(bootstrap);
-}
-
-}  // namespace moe_ep::detail

@@ -1,13 +1,14 @@
-#include "cpu/thread_pool.h"
+#include "core/thread_pool.h"
 
 #include <atomic>
 #include <cstdlib>
 #include <exception>
+#include <algorithm>
 #include <map>
 
 #include "core/check.h"
 
-namespace moe_ep::cpu {
+namespace moe_ep {
 
 struct ThreadPool::Job {
   const std::function<void(int64_t)>* task = nullptr;
@@ -96,16 +97,17 @@ void ThreadPool::parallel_for(int64_t num_tasks, const std::function<void(int64_
   if (job->error) std::rethrow_exception(job->error);
 }
 
-int default_num_threads() {
-  if (const char* env = std::getenv("MOE_EP_NUM_THREADS")) {
-    char* end = nullptr;
-    const long n = std::strtol(env, &end, 10);
-    MOE_EP_CHECK(end != env && *end == '\0' && n >= 1 && n <= 4096,
-                 "MOE_EP_NUM_THREADS = '{}' is invalid; expected an integer 1..4096", env);
-    return static_cast<int>(n);
-  }
+int resolve_num_threads(int requested) {
+  MOE_EP_CHECK(requested >= 0 && requested <= kMaxThreads,
+               "num_threads = {} is invalid; expected 1..{} (or 0: every hardware thread)",
+               requested, kMaxThreads);
+  if (requested > 0) return requested;
   const unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
+  return hw == 0 ? 1 : static_cast<int>(std::min<unsigned>(hw, kMaxThreads));
+}
+
+ParallelFor parallel_for_of(ThreadPool& pool) {
+  return [&pool](int64_t n, const std::function<void(int64_t)>& task) { pool.parallel_for(n, task); };
 }
 
 std::shared_ptr<ThreadPool> shared_thread_pool(int num_threads) {
@@ -118,4 +120,4 @@ std::shared_ptr<ThreadPool> shared_thread_pool(int num_threads) {
   return pool;
 }
 
-}  // namespace moe_ep::cpu
+}  // namespace moe_ep

@@ -1,4 +1,4 @@
-// A small fork-join pool for the CPU backend.
+// A small fork-join pool for host work of every backend (the CPU layers, weight preparation).
 //
 // parallel_for(n, task) runs task(0..n-1) on the pool's workers and the calling thread and
 // returns when all have finished. Several threads may call parallel_for at once (simulated EP
@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-namespace moe_ep::cpu {
+namespace moe_ep {
 
 class ThreadPool {
  public:
@@ -41,10 +41,16 @@ class ThreadPool {
   std::vector<std::thread> workers_;
 };
 
-// MOE_EP_NUM_THREADS when set (>= 1), else std::thread::hardware_concurrency().
-int default_num_threads();
+inline constexpr int kMaxThreads = 4096;
+// `requested` when >= 1 (KernelOverrides::num_threads), else the hardware threads; throws
+// kInvalidArgument outside 0..kMaxThreads.
+int resolve_num_threads(int requested);
+
+// Runs task(0..n-1) on the pool (the ParallelFor of core/weight_prep.h).
+using ParallelFor = std::function<void(int64_t num_tasks, const std::function<void(int64_t)>& task)>;
+ParallelFor parallel_for_of(ThreadPool& pool);
 
 // A process-wide pool per thread count, created on first use and kept while referenced.
 std::shared_ptr<ThreadPool> shared_thread_pool(int num_threads);
 
-}  // namespace moe_ep::cpu
+}  // namespace moe_ep

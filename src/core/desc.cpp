@@ -1,0 +1,48 @@
+#include "moe_ep/desc.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "check.h"
+
+namespace moe_ep {
+
+std::string MoeDesc::str() const {
+  return fmt::format(
+      "recipe={} E={} H={} I={} K={} max_tokens_per_rank={} activation_clamp={} "
+      "quantize_input={} fast_math={} exact_accumulation={}",
+      recipe_name(recipe), fleet.num_experts, fleet.hidden_size, intermediate_size, top_k,
+      fleet.max_tokens_per_rank,
+      activation_clamp ? fmt::format("{}", *activation_clamp) : std::string("none"),
+      quantize_input, numerics.fast_math, numerics.exact_accumulation);
+}
+
+void validate_desc(const MoeDesc& d, int world_size) {
+  const RecipeTraits& recipe = d.traits();
+  const FleetParams& fleet = d.fleet;
+  MOE_EP_CHECK(world_size >= 1, "world_size = {} is invalid; expected >= 1", world_size);
+  MOE_EP_CHECK(fleet.num_experts >= 1, "num_experts = {} is invalid; expected >= 1",
+               fleet.num_experts);
+  MOE_EP_CHECK(fleet.num_experts % world_size == 0,
+               "num_experts = {} is not divisible by world_size = {}; expected E % R == 0",
+               fleet.num_experts, world_size);
+  MOE_EP_CHECK(fleet.max_tokens_per_rank >= 1,
+               "max_tokens_per_rank = {} is invalid; expected >= 1", fleet.max_tokens_per_rank);
+  MOE_EP_CHECK(fleet.hidden_size >= 1 && fleet.hidden_size % recipe.hidden_align == 0,
+               "hidden_size = {} is not supported by recipe '{}'; expected a positive multiple "
+               "of {}", fleet.hidden_size, recipe.name, recipe.hidden_align);
+  MOE_EP_CHECK(d.intermediate_size >= 1 && d.intermediate_size % recipe.intermediate_align == 0,
+               "intermediate_size = {} is not supported by recipe '{}'; expected a positive "
+               "multiple of {}", d.intermediate_size, recipe.name, recipe.intermediate_align);
+  MOE_EP_CHECK(d.top_k >= 1 && d.top_k <= fleet.num_experts,
+               "top_k = {} is invalid; expected 1..num_experts ({})", d.top_k, fleet.num_experts);
+  if (d.activation_clamp) {
+    const float c = *d.activation_clamp;
+    MOE_EP_CHECK(std::isfinite(c) && c >= 0.0f,
+                 "activation_clamp = {} is invalid; expected a finite value >= 0 (or none for "
+                 "+inf)", c);
+  }
+}
+
+}  // namespace moe_ep

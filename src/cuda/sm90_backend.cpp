@@ -1,0 +1,64 @@
+// Registers the SM90 backend: both recipes on compute capability 9.0. The layer it makes depends
+// on the runtime's transport: world size 1 here, other transports through their registered
+// factories (cuda_layers.h).
+#include <map>
+#include <mutex>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "core/registry.h"
+#include "core/runtime_state.h"
+#include "cuda/cuda_layers.h"
+#include "cuda/device_info.h"
+
+namespace moe_ep::cuda {
+namespace {
+
+constexpr Recipe kRecipes[] = {Recipe::kMxfp4, Recipe::kNvfp4};
+
+struct Factories {
+  std::mutex mutex;
+  std::map<std::string, LayerFactory, std::less<>> by_transport;
+};
+
+Factories& factories() {
+  static Factories f;
+  return f;
+}
+
+std::unique_ptr<Layer::Impl> create_layer(const LayerRequest& request) {
+  const std::string_view transport = request.runtime->state().transport().name();
+  if (LayerFactory f = find_layer_factory(transport)) return f(request);
+  return make_cuda_layer(request);
+}
+
+}  // namespace
+
+void register_layer_factory(std::string_view transport, LayerFactory factory) {
+  Factories& f = factories();
+  std::lock_guard<std::mutex> lock(f.mutex);
+  f.by_transport[std::string(transport)] = factory;
+}
+
+LayerFactory find_layer_factory(std::string_view transport) {
+  Factories& f = factories();
+  std::lock_guard<std::mutex> lock(f.mutex);
+  const auto it = f.by_transport.find(transport);
+  return it == f.by_transport.end() ? nullptr : it->second;
+}
+
+}  // namespace moe_ep::cuda
+
+namespace moe_ep::detail {
+
+void register_cuda_sm90_backend() {
+  BackendEntry e;
+  e.info = {"cuda-sm90", "Hopper (H100/H200): decode, mma.sync and FP8 wgmma grouped GEMMs",
+            DeviceType::kCUDA, 90, 90, cuda::kRecipes};
+  e.compute_capability = &cuda::read_compute_capability;
+  e.create = &cuda::create_layer;
+  register_backend(e);
+}
+
+}  // namespace moe_ep::detail

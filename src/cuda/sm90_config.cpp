@@ -1,0 +1,146 @@
+#include "cuda/sm90_config.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+
+namespace moe_ep::cuda {
+
+const char* sm90_gemm_name(Sm90Gemm gemm) {
+  switch (gemm) {
+    case Sm90Gemm::kDecode: return "decode";
+    case Sm90Gemm::kMma: return "mma";
+    case Sm90Gemm::kWgmma: return "wgmma";
+    case Sm90Gemm::kNvfp4Mma: return "nvfp4-mma";
+  }
+  return "unknown";
+}
+
+const Sm90Bucket& Sm90Config::bucket(int64_t num_tokens) const {
+  for (const Sm90Bucket& b : buckets)
+    if (num_tokens <= b.max_tokens) return b;
+  return buckets.back();
+}
+
+Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o) {
+  Sm90Config c;
+  c.recipe = desc.recipe;
+  c.requested = o.gemm;
+  c.exact_accumulation = desc.numerics.exact_accumulation;
+  c.fast_math = desc.numerics.fast_math;
+  const bool mxfp4 = desc.recipe == Recipe::kMxfp4;
+  MOE_EP_CHECK_CODE(mxfp4 || o.gemm == GemmKernel::kAuto || o.gemm == GemmKernel::kMma,
+                    ErrorCode::kUnsupported,
+                    "overrides.gemm = {}: recipe '{}' runs the f16 mma.sync GEMMs on SM90; allowed: "
+                    "auto, mma", gemm_kernel_name(o.gemm), recipe_name(desc.recipe));
+  MOE_EP_CHECK_CODE(!(o.gemm == GemmKernel::kWgmma && c.exact_accumulation), ErrorCode::kInvalidArgument,
+                    "overrides.gemm = wgmma contradicts desc.numerics.exact_accumulation = true (the "
+                    "FP8 wgmma accumulator is not fp32-exact); allowed with it: auto, decode, mma");
+  if (o.fold_fp8) c.fold = *o.fold_fp8;
+  MOE_EP_CHECK_CODE(c.fold || o.gemm != GemmKernel::kWgmma, ErrorCode::kUnsupported,
+                    "overrides.gemm = wgmma needs folded weights; overrides.fold_fp8 = false keeps "
+                    "E8M0 block scales");
+  if (!o.tile.automatic()) {
+    MOE_EP_CHECK_CODE(mxfp4, ErrorCode::kUnsupported, "overrides.tile = {}: recipe '{}' has no "
+                      "tile choice on SM90", o.tile.str(), recipe_name(desc.recipe));
+    if (o.tile == TileShape{64, 256})
+      c.wgmma_tile = WgmmaTile::k64x256;
+    else if (o.tile == TileShape{128, 128})
+      c.wgmma_tile = WgmmaTile::k128x128;
+    else
+      MOE_EP_FAIL(ErrorCode::kUnsupported, "overrides.tile = {} is not a wgmma tile of SM90; "
+                  "allowed: 64x256, 128x128", o.tile.str());
+  }
+  if (o.decode_max_tokens) {
+    MOE_EP_CHECK(*o.decode_max_tokens >= 0, "overrides.decode_max_tokens = {} is invalid; expected "
+                 ">= 0 tokens", *o.decode_max_tokens);
+    c.decode_max_tokens = *o.decode_max_tokens;
+  }
+  return c;
+}
+
+void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o,
+                         const Sm90Facts& facts) {
+  c.facts = facts;
+  const int64_t max_tokens = desc.fleet.max_tokens_per_rank;
+  c.buckets.clear();
+  if (desc.recipe != Recipe::kMxfp4) {
+    c.buckets.push_back({0, max_tokens, Sm90Gemm::kNvfp4Mma, kGemmBlockM});
+    return;
+  }
+  const WgmmaTileShape ts = wgmma_tile_shape(c.wgmma_tile);
+  if (!facts.w13_folded || !facts.w2_folded)
+    c.wgmma_unavailable = c.fold ? "the weights are not inside the FP8 window (SPEC.md §5), so they "
+                                   "are not folded"
+                                 : "folding is off (overrides.fold_fp8 = false)";
+  else if (desc.fleet.hidden_size % ts.block_n != 0 || (2 * desc.intermediate_size) % ts.block_n != 0)
+    c.wgmma_unavailable = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of {}",
+                                      desc.fleet.hidden_size, 2 * desc.intermediate_size, ts.block_n);
+  else if (facts.wgmma_blocks_per_sm[0] < 1 || facts.wgmma_blocks_per_sm[1] < 1)
+    c.wgmma_unavailable = "the kernels do not fit on this device";
+  const bool decode_ok = facts.decode_unavailable.empty(), wgmma_ok = c.wgmma_unavailable.empty();
+  MOE_EP_CHECK_CODE(decode_ok || o.gemm != GemmKernel::kDecode, ErrorCode::kUnsupported,
+                    "overrides.gemm = decode: the decode GEMMs cannot run this layer: {}",
+                    facts.decode_unavailable);
+  MOE_EP_CHECK_CODE(wgmma_ok || o.gemm != GemmKernel::kWgmma, ErrorCode::kUnsupported,
+                    "overrides.gemm = wgmma: the wgmma GEMMs cannot run this layer: {}",
+                    c.wgmma_unavailable);
+  auto bucket = [&](int64_t lo, int64_t hi, Sm90Gemm g) {
+    if (lo > hi) return;
+    if (!c.buckets.empty() && c.buckets.back().gemm == g) {
+      c.buckets.back().max_tokens = hi;
+      return;
+    }
+    const int block_m = g == Sm90Gemm::kDecode ? kDecodeBlockM
+                        : g == Sm90Gemm::kWgmma ? ts.block_m
+                                                : kGemmBlockM;
+    c.buckets.push_back({lo, hi, g, block_m});
+  };
+  switch (o.gemm) {
+    case GemmKernel::kDecode: bucket(0, max_tokens, Sm90Gemm::kDecode); return;
+    case GemmKernel::kMma: bucket(0, max_tokens, Sm90Gemm::kMma); return;
+    case GemmKernel::kWgmma: bucket(0, max_tokens, Sm90Gemm::kWgmma); return;
+    case GemmKernel::kAuto: break;
+  }
+  // Auto: decode for small T (mma.sync where the decode kernels cannot run), then mma.sync,
+  // then wgmma (unless exact accumulation is asked).
+  const int64_t decode_hi = std::min(c.decode_max_tokens, max_tokens);
+  bucket(0, decode_hi, decode_ok ? Sm90Gemm::kDecode : Sm90Gemm::kMma);
+  const bool use_wgmma = wgmma_ok && !c.exact_accumulation;
+  const int64_t wgmma_lo = use_wgmma ? std::max(c.wgmma_min_tokens, decode_hi + 1) : max_tokens + 1;
+  bucket(decode_hi + 1, std::min(wgmma_lo - 1, max_tokens), Sm90Gemm::kMma);
+  bucket(wgmma_lo, max_tokens, Sm90Gemm::kWgmma);
+}
+
+void Sm90Config::describe(SelectedConfig& out) const {
+  const bool mxfp4 = recipe == Recipe::kMxfp4;
+  out.add("gemm", requested == GemmKernel::kAuto ? "auto (by T bucket)"
+                                                 : fmt::format("{} (overrides.gemm)", gemm_kernel_name(requested)));
+  out.add("exact_accumulation", exact_accumulation ? "true" : "false");
+  out.add("fast_math", fast_math ? "true" : "false");
+  out.add("sm_count", std::to_string(facts.sm_count));
+  if (!mxfp4) {
+    out.add("gemm_kernels", "f16 mma.sync (e2m1 * e4m3 decoded to f16), 64x128x128 tiles");
+    out.add("blocks_per_sm", fmt::format("gemm1 {}, gemm2 {}", facts.mma_blocks_per_sm[0], facts.mma_blocks_per_sm[1]));
+    return;
+  }
+  out.add("fold_fp8", fmt::format("{} (W13 {}, W2 {})", fold ? "on" : "off",
+                                  facts.w13_folded ? "folded" : "E8M0 block scales",
+                                  facts.w2_folded ? "folded" : "E8M0 block scales"));
+  out.add("decode", facts.decode_unavailable.empty()
+                        ? fmt::format("available: 16x128 tiles, auto up to T = {}, blocks/SM {} / {}",
+                                      decode_max_tokens, facts.decode_blocks_per_sm[0], facts.decode_blocks_per_sm[1])
+                        : "unavailable: " + facts.decode_unavailable);
+  const WgmmaTileShape ts = wgmma_tile_shape(wgmma_tile);
+  out.add("wgmma", wgmma_unavailable.empty()
+                       ? fmt::format("available: {}x{} tiles, auto from T = {}{}, blocks/SM {} / {}", ts.block_m,
+                                     ts.block_n, wgmma_min_tokens, exact_accumulation ? " (off: exact_accumulation)" : "",
+                                     facts.wgmma_blocks_per_sm[0], facts.wgmma_blocks_per_sm[1])
+                       : "unavailable: " + wgmma_unavailable);
+  out.add("mma", fmt::format("64x128x128 tiles, blocks/SM {} / {}", facts.mma_blocks_per_sm[0],
+                             facts.mma_blocks_per_sm[1]));
+}
+
+}  // namespace moe_ep::cuda

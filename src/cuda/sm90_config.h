@@ -1,0 +1,68 @@
+// The SM90 backend's selected configuration: what runs for which T, chosen once at layer
+// creation by select_sm90_config(desc, device, overrides, weights) and then only read. The plan
+// (sm90_pipeline.h) turns it into prebuilt launches per T bucket; Layer::info().config prints it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda/kernels/sm90_grouped_gemm.h"
+#include "moe_ep/desc.h"
+#include "moe_ep/kernel_config.h"
+
+namespace moe_ep::cuda {
+
+// The GEMM kernels one T bucket runs (both GEMMs of a forward use the same family).
+enum class Sm90Gemm { kDecode, kMma, kWgmma, kNvfp4Mma };
+const char* sm90_gemm_name(Sm90Gemm gemm);
+
+// Auto: decode kernels up to this many tokens, where experts hold a few rows each and the
+// weight stream is the cost.
+inline constexpr int64_t kDecodeMaxTokens = 512;
+// Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles), unless the
+// layer asks for exact accumulation (wgmma's FP8 accumulator is not fp32-exact).
+inline constexpr int64_t kWgmmaMinTokens = 256;
+
+// What the device and the loaded weights allow, measured before selection.
+struct Sm90Facts {
+  int sm_count = 0;
+  bool w13_folded = false, w2_folded = false;  // mxfp4 weights folded into the FP8 window
+  std::string decode_unavailable;  // why the decode kernels cannot run ("" when they can)
+  int decode_blocks_per_sm[2] = {0, 0};
+  int mma_blocks_per_sm[2] = {0, 0};    // mma.sync (mxfp4) or f16 mma.sync (nvfp4) GEMMs
+  int wgmma_blocks_per_sm[2] = {0, 0};  // of the selected tile; 0 when not configured
+};
+
+struct Sm90Bucket {
+  int64_t min_tokens = 0, max_tokens = 0;  // T in [min, max]
+  Sm90Gemm gemm = Sm90Gemm::kMma;
+  int block_m = kGemmBlockM;               // rows per m tile the routing lists
+};
+
+struct Sm90Config {
+  Recipe recipe = Recipe::kMxfp4;
+  GemmKernel requested = GemmKernel::kAuto;  // KernelOverrides::gemm
+  bool fold = true;                          // fold mxfp4 weights into the FP8 window at load
+  WgmmaTile wgmma_tile = kWgmmaDefaultTile;
+  int64_t decode_max_tokens = kDecodeMaxTokens;
+  int64_t wgmma_min_tokens = kWgmmaMinTokens;
+  bool exact_accumulation = false, fast_math = false;
+  std::string wgmma_unavailable;             // why wgmma cannot run ("" when it can)
+  Sm90Facts facts;
+  std::vector<Sm90Bucket> buckets;           // ascending, covering 1..max_tokens_per_rank
+
+  const Sm90Bucket& bucket(int64_t num_tokens) const;
+  void describe(SelectedConfig& out) const;  // the entries (the plan adds its own lines)
+};
+
+// Load-time choices that precede the weights: folding and the wgmma tile. Throws kUnsupported /
+// kInvalidArgument naming the override when it cannot be honoured for this problem.
+Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& overrides);
+
+// Completes `config` with the facts and picks the kernels of every T bucket. An override the
+// kernels cannot honour, or one that contradicts exact_accumulation, fails naming it.
+void select_sm90_kernels(Sm90Config& config, const MoeDesc& desc, const KernelOverrides& overrides,
+                         const Sm90Facts& facts);
+
+}  // namespace moe_ep::cuda

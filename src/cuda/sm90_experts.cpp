@@ -1,0 +1,162 @@
+#include "cuda/sm90_experts.h"
+
+#include <limits>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "core/thread_pool.h"
+#include "core/weight_prep.h"
+#include "cuda/device_info.h"
+#include "cuda/errors.h"
+#include "cuda/weight_layout.h"
+
+namespace moe_ep::cuda {
+namespace {
+
+// A host copy of one tensor of a pack that lives on the GPU (same shape, Device::cpu()).
+struct HostCopy {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+};
+
+HostCopy copy_to_host(const TensorView& t) {
+  HostCopy c;
+  c.view = t;
+  if (!t.defined()) return c;
+  c.view.device = Device::cpu();
+  if (t.device.type != DeviceType::kCUDA) return c;
+  c.bytes.resize(static_cast<size_t>(t.nbytes()));
+  if (!c.bytes.empty())
+    MOE_EP_CUDA_CHECK(cudaMemcpy(c.bytes.data(), t.data, c.bytes.size(), cudaMemcpyDeviceToHost));
+  c.view.data = c.bytes.data();
+  return c;
+}
+
+// The decode GEMMs need n a multiple of kDecodeBlockN and 16 rows of A in shared memory.
+void probe_decode(const LayerShape& shape, Sm90Facts& f) {
+  if (shape.hidden % kDecodeBlockN != 0 || (2 * shape.intermediate) % kDecodeBlockN != 0) {
+    f.decode_unavailable = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of {}",
+                                       shape.hidden, 2 * shape.intermediate, kDecodeBlockN);
+    return;
+  }
+  // Too much shared memory (16 x H bytes of A) is refused by the attribute call: the decode
+  // kernels are then unavailable, not an error (the failed call is not sticky).
+  const bool ok =
+      configure_sm90_mxfp4_decode_gemm1(static_cast<int>(shape.hidden), &f.decode_blocks_per_sm[0]) == cudaSuccess &&
+      configure_sm90_mxfp4_decode_gemm2(static_cast<int>(shape.intermediate), &f.decode_blocks_per_sm[1]) == cudaSuccess;
+  if (!ok) (void)cudaGetLastError();
+  if (!ok || f.decode_blocks_per_sm[0] < 1 || f.decode_blocks_per_sm[1] < 1)
+    f.decode_unavailable = fmt::format("16 rows of A (16 x {} bytes) do not fit in shared memory", shape.hidden);
+}
+
+}  // namespace
+
+Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& overrides,
+                                   const WeightPack& in, int device_index)
+    : device_index_(device_index) {
+  const CudaDeviceInfo dev = device_info(device_index);
+  MOE_EP_CUDA_CHECK(cudaSetDevice(device_index));
+  const bool mxfp4 = desc.recipe == Recipe::kMxfp4;
+  const LayerShape shape{desc.fleet.num_experts, desc.fleet.hidden_size, desc.intermediate_size,
+                         desc.top_k, desc.fleet.max_tokens_per_rank, desc.recipe};
+  config_ = select_sm90_load_config(desc, overrides);
+
+  // Kernel limits first: they fail before any large allocation.
+  const size_t permute_smem = sm90_permute_shared_bytes(static_cast<int>(shape.num_experts));
+  MOE_EP_CHECK_CODE(static_cast<int64_t>(permute_smem) <= dev.shared_per_block_optin, ErrorCode::kUnsupported,
+                    "num_experts = {} needs {} bytes of shared memory in the routing kernel; cuda:{} "
+                    "allows {} per block", shape.num_experts, permute_smem, device_index, dev.shared_per_block_optin);
+  MOE_EP_CUDA_CHECK(configure_sm90_permute(static_cast<int>(shape.num_experts)));
+  Sm90Facts facts;
+  facts.sm_count = dev.sm_count;
+  if (mxfp4) {
+    MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_grouped_gemm1(&facts.mma_blocks_per_sm[0]));
+    MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_grouped_gemm2(&facts.mma_blocks_per_sm[1]));
+  } else {
+    MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_grouped_gemm1(&facts.mma_blocks_per_sm[0]));
+    MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_grouped_gemm2(&facts.mma_blocks_per_sm[1]));
+  }
+  MOE_EP_CHECK_CODE(facts.mma_blocks_per_sm[0] > 0 && facts.mma_blocks_per_sm[1] > 0, ErrorCode::kUnsupported,
+                    "the grouped GEMM kernels do not fit on cuda:{} ({})", device_index, dev.name);
+  plan_ = make_plan(shape);
+
+  // Weights: to host (when on the GPU), canonical per recipe, kernel layout, upload.
+  HostCopy c13 = copy_to_host(in.w13), c13s = copy_to_host(in.w13_scale), c13g = copy_to_host(in.w13_global),
+           c2 = copy_to_host(in.w2), c2s = copy_to_host(in.w2_scale), c2g = copy_to_host(in.w2_global);
+  const WeightPack host_pack{in.format, c13.view, c13s.view, c13g.view, c2.view, c2s.view, c2g.view};
+  auto pool = shared_thread_pool(resolve_num_threads(overrides.num_threads));
+  const ParallelFor parallel = parallel_for_of(*pool);
+  {
+    const HostExpertWeights canonical = prepare_host_weights(
+        desc.recipe, host_pack, {shape.num_experts, shape.hidden, shape.intermediate}, parallel);
+    notes_ = canonical.notes;
+    if (mxfp4) {
+      notes_ += '\n';
+      notes_ += describe_fp8_window(
+          analyze_fp8_window(canonical, parallel),
+          "a GEMM whose rows are all inside is folded (e4m3 = e2m1 * 2^(d - 8), one fp32 column "
+          "factor; overrides.fold_fp8 = false turns this off); with a row outside it keeps its E8M0 "
+          "block scales, applied in fp32 at every k block (exact for any spread, slower)");
+    } else {
+      notes_ += "\nnvfp4 on SM90: operands decoded to f16 (e2m1 * e4m3 is exact in f16), f16 tensor "
+                "cores with fp32 accumulation, global scales applied in the epilogue";
+    }
+    const KernelWeights kw =
+        make_kernel_weights(canonical, parallel, config_.fold ? Fp8Fold::kWhenInside : Fp8Fold::kNever);
+    w13_tiles_ = DeviceBuffer::upload(kw.w13.tiles);
+    w13_scales_ = DeviceBuffer::upload(kw.w13.scales);
+    w13_global_ = DeviceBuffer::upload(kw.w13_global);
+    w2_tiles_ = DeviceBuffer::upload(kw.w2.tiles);
+    w2_scales_ = DeviceBuffer::upload(kw.w2.scales);
+    w2_global_ = DeviceBuffer::upload(kw.w2_global);
+    // Folded tensors carry shifts in place of E8M0 bytes: their column factors must go along.
+    if (kw.w13.folded) w13_col_scale_ = DeviceBuffer::upload(kw.w13.row_factors());
+    if (kw.w2.folded) w2_col_scale_ = DeviceBuffer::upload(kw.w2.row_factors());
+    facts.w13_folded = kw.w13.folded;
+    facts.w2_folded = kw.w2.folded;
+  }
+  if (mxfp4) {
+    probe_decode(shape, facts);
+    if (facts.w13_folded && facts.w2_folded) {
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm1(config_.wgmma_tile, &facts.wgmma_blocks_per_sm[0]));
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm2(config_.wgmma_tile, &facts.wgmma_blocks_per_sm[1]));
+    }
+  }
+  select_sm90_kernels(config_, desc, overrides, facts);
+
+  workspace_ = DeviceBuffer(plan_.workspace.total_bytes);
+  error_flags_ = DeviceBuffer(sizeof(uint32_t));
+  MOE_EP_CUDA_CHECK(cudaMemset(error_flags_.get(), 0, sizeof(uint32_t)));
+  const Sm90GemmWeights w13{w13_tiles_.get(), w13_scales_.get(), w13_global_.get<float>(), w13_col_scale_.get<float>()};
+  const Sm90GemmWeights w2{w2_tiles_.get(), w2_scales_.get(), w2_global_.get<float>(), w2_col_scale_.get<float>()};
+  pipeline_ = std::make_unique<Sm90Pipeline>(
+      config_, plan_, desc.quantize_input, desc.activation_clamp.value_or(std::numeric_limits<float>::infinity()),
+      w13, w2, workspace_.get<std::byte>(), error_flags_.get<uint32_t>());
+  MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+SelectedConfig Sm90ExpertEngine::selected() const {
+  SelectedConfig out;
+  config_.describe(out);
+  out.add("workspace_bytes", fmt::format("{} ({:.1f} MiB, this layer's scratch; max rows {}, max m-tiles {})",
+                                         plan_.workspace.total_bytes, plan_.workspace.total_bytes / 1048576.0,
+                                         plan_.max_rows, plan_.max_m_tiles));
+  pipeline_->describe(out);
+  return out;
+}
+
+uint32_t Sm90ExpertEngine::read_error_flags(bool clear) {
+  MOE_EP_CUDA_CHECK(cudaSetDevice(device_index_));
+  MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+  uint32_t flags = 0;
+  MOE_EP_CUDA_CHECK(cudaMemcpy(&flags, error_flags_.get(), sizeof(flags), cudaMemcpyDeviceToHost));
+  if (clear && flags != 0) {
+    MOE_EP_CUDA_CHECK(cudaMemset(error_flags_.get(), 0, sizeof(uint32_t)));
+    MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  return flags;
+}
+
+}  // namespace moe_ep::cuda

@@ -1,0 +1,249 @@
+#include "cuda/sm90_pipeline.h"
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "cuda/errors.h"
+
+namespace moe_ep::cuda {
+namespace {
+
+using Launch = Sm90Pipeline::Launch;
+
+// ---- the steps: each copies its prebuilt params, patches T and the binding's pointers ----
+
+cudaError_t quantize_q8_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  Q8QuantizeParams q = l.q8;
+  q.x = b.x;
+  q.rows = b.num_tokens;
+  return launch_sm90_q8_quantize(q, s);
+}
+
+cudaError_t quantize_nvfp4_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  Nvfp4QuantizeParams q = l.x_nvfp4;
+  q.in = b.x;
+  q.max_rows = static_cast<int32_t>(b.num_tokens);
+  return launch_sm90_nvfp4_quantize(q, s);
+}
+
+cudaError_t permute_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  PermuteParams r = l.permute;
+  r.topk_ids = b.topk_ids;
+  r.ids_are_int64 = b.ids_int64 ? 1 : 0;
+  r.topk_weights = b.topk_weights;
+  r.num_tokens = static_cast<int32_t>(b.num_tokens);
+  return launch_sm90_permute(r, s);
+}
+
+// kCallerA: the activations come quantized from the caller (desc.quantize_input = false).
+template <bool kCallerA>
+cudaError_t gemm1_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  Gemm1Params p = l.gemm1;
+  if constexpr (kCallerA) {
+    p.op.a = b.a;
+    p.op.a_scale = b.a_scale;
+    p.op.a_global = b.a_global;
+  }
+  return l.gemm1_fn(p, launch_grid(l.plan, l.grid1, b.num_tokens), s);
+}
+
+cudaError_t h_nvfp4_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  Nvfp4QuantizeParams q = l.h_nvfp4;
+  q.max_rows = static_cast<int32_t>(b.num_tokens * l.plan.shape.top_k);
+  return launch_sm90_nvfp4_quantize(q, s);
+}
+
+cudaError_t gemm2_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  return l.gemm2_fn(l.gemm2, launch_grid(l.plan, l.grid2, b.num_tokens), s);
+}
+
+cudaError_t combine_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  CombineParams c = l.combine;
+  c.y = b.y;
+  c.num_tokens = static_cast<int32_t>(b.num_tokens);
+  return launch_sm90_combine(c, s);
+}
+
+// ---- the GEMM launchers of each kernel family, with one signature ----
+
+template <WgmmaTile kTile>
+cudaError_t wgmma_gemm1(const Gemm1Params& p, int grid, cudaStream_t s) {
+  return launch_sm90_mxfp4_wgmma_grouped_gemm1(kTile, p, grid, s);
+}
+template <WgmmaTile kTile>
+cudaError_t wgmma_gemm2(const Gemm2Params& p, int grid, cudaStream_t s) {
+  return launch_sm90_mxfp4_wgmma_grouped_gemm2(kTile, p, grid, s);
+}
+
+struct GemmFamily {
+  Sm90Pipeline::Gemm1Fn gemm1;
+  Sm90Pipeline::Gemm2Fn gemm2;
+  int block_n;               // output columns per tile (grid n tiles)
+  bool persistent;           // grid capped at blocks/SM x SMs; else the m-tile bound
+  const int* blocks_per_sm;  // [2] of Sm90Facts
+};
+
+GemmFamily gemm_family(const Sm90Config& c, Sm90Gemm gemm) {
+  const Sm90Facts& f = c.facts;
+  switch (gemm) {
+    case Sm90Gemm::kDecode:
+      return {&launch_sm90_mxfp4_decode_gemm1, &launch_sm90_mxfp4_decode_gemm2, kDecodeBlockN, false,
+              f.decode_blocks_per_sm};
+    case Sm90Gemm::kMma:
+      return {&launch_sm90_mxfp4_grouped_gemm1, &launch_sm90_mxfp4_grouped_gemm2, kGemmBlockN, true,
+              f.mma_blocks_per_sm};
+    case Sm90Gemm::kNvfp4Mma:
+      return {&launch_sm90_nvfp4_grouped_gemm1, &launch_sm90_nvfp4_grouped_gemm2, kGemmBlockN, true,
+              f.mma_blocks_per_sm};
+    case Sm90Gemm::kWgmma:
+      if (c.wgmma_tile == WgmmaTile::k64x256)
+        return {&wgmma_gemm1<WgmmaTile::k64x256>, &wgmma_gemm2<WgmmaTile::k64x256>,
+                wgmma_tile_shape(WgmmaTile::k64x256).block_n, true, f.wgmma_blocks_per_sm};
+      return {&wgmma_gemm1<WgmmaTile::k128x128>, &wgmma_gemm2<WgmmaTile::k128x128>,
+              wgmma_tile_shape(WgmmaTile::k128x128).block_n, true, f.wgmma_blocks_per_sm};
+  }
+  MOE_EP_FAIL(ErrorCode::kInternal, "no GEMM family {}", static_cast<int>(gemm));
+}
+
+std::string grid_str(const GridRule& g) {
+  return g.cap > 0 ? fmt::format("min(m_tiles{}(T) x {}, {})", g.block_m, g.n_tiles, g.cap)
+                   : fmt::format("m_tiles{}(T) x {}", g.block_m, g.n_tiles);
+}
+
+}  // namespace
+
+Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quantize_input,
+                           float clamp, const Sm90GemmWeights& w13, const Sm90GemmWeights& w2,
+                           std::byte* workspace, uint32_t* error_flags) {
+  const LayerShape& s = plan.shape;
+  const WorkspaceLayout& w = plan.workspace;
+  const RecipeTraits& recipe = recipe_traits(s.recipe);
+  const int64_t H = s.hidden, I = s.intermediate;
+  auto ws = [workspace](size_t offset) { return reinterpret_cast<uint8_t*>(workspace + offset); };
+  auto ws_f32 = [workspace](size_t offset) { return reinterpret_cast<float*>(workspace + offset); };
+  auto ws_i32 = [workspace](size_t offset) { return reinterpret_cast<int32_t*>(workspace + offset); };
+  MOE_EP_ASSERT(!config.buckets.empty());
+
+  for (const Sm90Bucket& bucket : config.buckets) {
+    Launch l;
+    l.bucket = bucket;
+    l.plan = plan;
+
+    l.q8.cols = H;
+    l.q8.q = ws(w.a);
+    l.q8.scales = ws(w.a_scale);
+    l.x_nvfp4.in_is_bf16 = 1;
+    l.x_nvfp4.cols = H;
+    l.x_nvfp4.packed = ws(w.a);
+    l.x_nvfp4.scales = ws(w.a_scale);
+    l.x_nvfp4.global = ws_f32(w.a_global);
+
+    PermuteParams& r = l.permute;
+    r.top_k = static_cast<int32_t>(s.top_k);
+    r.num_experts = static_cast<int32_t>(s.num_experts);
+    r.block_m = bucket.block_m;
+    r.expert_offsets = ws_i32(w.expert_offsets);
+    r.num_m_tiles = ws_i32(w.num_m_tiles);
+    r.tile_expert = ws_i32(w.tile_expert);
+    r.tile_row_begin = ws_i32(w.tile_row_begin);
+    r.row_token = ws_i32(w.row_token);
+    r.row_weight = ws_f32(w.row_weight);
+    r.slot_row = ws_i32(w.slot_row);
+    r.error_flags = error_flags;
+    const GroupedGemmSchedule schedule{r.num_m_tiles, r.tile_expert, r.tile_row_begin, r.expert_offsets};
+
+    Gemm1Params& g1 = l.gemm1;
+    g1.schedule = schedule;
+    g1.op.n = static_cast<int32_t>(2 * I);
+    g1.op.k = static_cast<int32_t>(H);
+    g1.op.a = ws(w.a);
+    g1.op.a_row_bytes = recipe.code_bytes(H);
+    g1.op.a_scale = ws(w.a_scale);
+    g1.op.a_scale_row_bytes = recipe.scale_count(H);
+    g1.op.a_global = recipe.global_scales ? ws_f32(w.a_global) : nullptr;
+    g1.op.a_row_index = r.row_token;
+    g1.op.w = w13.tiles;
+    g1.op.w_scale = w13.scales;
+    g1.op.w_global = w13.global;
+    g1.op.w_col_scale = w13.col_scale;
+    g1.epilogue.row_weight = r.row_weight;
+    g1.epilogue.clamp = clamp;
+    g1.epilogue.fast_math = config.fast_math ? 1 : 0;
+    g1.epilogue.intermediate = static_cast<int32_t>(I);
+    g1.epilogue.h_q = ws(w.h);
+    g1.epilogue.h_scale = ws(w.h_scale);
+    g1.epilogue.h_f32 = recipe.global_scales ? ws_f32(w.h_f32) : nullptr;
+
+    l.h_nvfp4.in = ws(w.h_f32);
+    l.h_nvfp4.in_is_bf16 = 0;
+    l.h_nvfp4.cols = I;
+    l.h_nvfp4.num_rows = r.expert_offsets + s.num_experts;
+    l.h_nvfp4.packed = ws(w.h);
+    l.h_nvfp4.scales = ws(w.h_scale);
+    l.h_nvfp4.global = ws_f32(w.h_global);
+
+    Gemm2Params& g2 = l.gemm2;
+    g2.schedule = schedule;
+    g2.op.n = static_cast<int32_t>(H);
+    g2.op.k = static_cast<int32_t>(I);
+    g2.op.a = ws(w.h);
+    g2.op.a_row_bytes = recipe.code_bytes(I);
+    g2.op.a_scale = ws(w.h_scale);
+    g2.op.a_scale_row_bytes = recipe.scale_count(I);
+    g2.op.a_global = recipe.global_scales ? ws_f32(w.h_global) : nullptr;
+    g2.op.w = w2.tiles;
+    g2.op.w_scale = w2.scales;
+    g2.op.w_global = w2.global;
+    g2.op.w_col_scale = w2.col_scale;
+    g2.epilogue.out = reinterpret_cast<uint16_t*>(workspace + w.o);
+
+    const GemmFamily fam = gemm_family(config, bucket.gemm);
+    l.gemm1_fn = fam.gemm1;
+    l.gemm2_fn = fam.gemm2;
+    const int64_t sms = config.facts.sm_count;
+    // The persistent kernels' grids use the 64-row bound: it also bounds larger tiles.
+    l.grid1 = fam.persistent ? GridRule{kGemmBlockM, 2 * I / fam.block_n, sms * fam.blocks_per_sm[0]}
+                             : GridRule{kDecodeBlockM, 1, 0};
+    l.grid2 = fam.persistent ? GridRule{kGemmBlockM, H / fam.block_n, sms * fam.blocks_per_sm[1]}
+                             : GridRule{kDecodeBlockM, 1, 0};
+
+    l.combine.o = g2.epilogue.out;
+    l.combine.slot_row = r.slot_row;
+    l.combine.top_k = static_cast<int32_t>(s.top_k);
+    l.combine.hidden = static_cast<int32_t>(H);
+
+    if (quantize_input) l.steps.push_back(recipe.fp4_activations ? &quantize_nvfp4_step : &quantize_q8_step);
+    l.steps.push_back(&permute_step);
+    l.steps.push_back(quantize_input ? &gemm1_step<false> : &gemm1_step<true>);
+    if (recipe.global_scales) l.steps.push_back(&h_nvfp4_step);
+    l.steps.push_back(&gemm2_step);
+    l.steps.push_back(&combine_step);
+    launches_.push_back(std::move(l));
+  }
+}
+
+void Sm90Pipeline::run(const Sm90Binding& b, cudaStream_t stream) const {
+  if (b.num_tokens == 0) return;
+  const Launch* l = &launches_.back();
+  for (const Launch& c : launches_)
+    if (b.num_tokens <= c.bucket.max_tokens) {
+      l = &c;
+      break;
+    }
+  for (Step step : l->steps) MOE_EP_CUDA_CHECK(step(*l, b, stream));
+}
+
+void Sm90Pipeline::describe(SelectedConfig& out) const {
+  for (const Launch& l : launches_) {
+    const bool quantize = l.steps.front() != &permute_step;
+    out.plan.push_back(
+        {fmt::format("T={}..{}", std::max<int64_t>(1, l.bucket.min_tokens), l.bucket.max_tokens),
+         fmt::format("{} GEMMs, routing m tiles of {} rows; gemm1 grid {}, gemm2 grid {}; {} steps "
+                     "({}routing, gemm1, {}gemm2, combine)",
+                     sm90_gemm_name(l.bucket.gemm), l.bucket.block_m, grid_str(l.grid1), grid_str(l.grid2),
+                     l.steps.size(), quantize ? "quantize x, " : "",
+                     l.gemm1.epilogue.h_f32 ? "nvfp4 of h, " : "")});
+  }
+}
+
+}  // namespace moe_ep::cuda

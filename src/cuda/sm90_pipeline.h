@@ -1,0 +1,81 @@
+// The prebuilt launch table of an SM90 layer: one entry per T bucket of the selected config
+// (sm90_config.h), each a list of steps whose kernel parameters (workspace regions, weights,
+// tiles, grid rules) are filled at layer creation. A forward picks the bucket of its T, patches
+// T and the caller's pointers, and launches: no branching on recipe or kernel variant.
+//
+//   [quantize x] -> routing (m tiles of the bucket's block_m) -> GEMM 1 (+ SwiGLU, + Q8 of h)
+//   -> [NVFP4 of h] -> GEMM 2 -> combine
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "cuda/kernels/sm90_combine.h"
+#include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/kernels/sm90_nvfp4_quantize.h"
+#include "cuda/kernels/sm90_permute.h"
+#include "cuda/kernels/sm90_q8_quantize.h"
+#include "cuda/plan.h"
+#include "cuda/sm90_config.h"
+
+namespace moe_ep::cuda {
+
+// What changes from one forward to the next.
+struct Sm90Binding {
+  int64_t num_tokens = 0;
+  const uint16_t* x = nullptr;  // bf16 [T, H] when the layer quantizes x
+  const uint8_t* a = nullptr;   // caller-quantized activations otherwise (ForwardArgs layout)
+  const uint8_t* a_scale = nullptr;
+  const float* a_global = nullptr;
+  const void* topk_ids = nullptr;  // [T, K] int32 or int64
+  bool ids_int64 = false;
+  const float* topk_weights = nullptr;
+  uint16_t* y = nullptr;  // bf16 [T, H]
+};
+
+// One GEMM's weights on the device (kernels/sm90_grouped_gemm.h layouts).
+struct Sm90GemmWeights {
+  const uint8_t* tiles = nullptr;
+  const uint8_t* scales = nullptr;
+  const float* global = nullptr;     // nvfp4 weight_scale_2 [E]
+  const float* col_scale = nullptr;  // folded mxfp4 column factors [E][N]
+};
+
+class Sm90Pipeline {
+ public:
+  Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quantize_input, float clamp,
+               const Sm90GemmWeights& w13, const Sm90GemmWeights& w2, std::byte* workspace,
+               uint32_t* error_flags);
+
+  // Launches every step of num_tokens' bucket on `stream`; T = 0 launches nothing.
+  void run(const Sm90Binding& binding, cudaStream_t stream) const;
+  // One plan entry per bucket ("T=1..512" -> the kernels, tiles and grid rules).
+  void describe(SelectedConfig& out) const;
+
+  struct Launch;
+  using Step = cudaError_t (*)(const Launch& launch, const Sm90Binding& binding, cudaStream_t stream);
+  using Gemm1Fn = cudaError_t (*)(const Gemm1Params&, int grid, cudaStream_t);
+  using Gemm2Fn = cudaError_t (*)(const Gemm2Params&, int grid, cudaStream_t);
+  struct Launch {
+    Sm90Bucket bucket;
+    Plan plan;
+    Q8QuantizeParams q8;
+    Nvfp4QuantizeParams x_nvfp4, h_nvfp4;
+    PermuteParams permute;
+    Gemm1Params gemm1;
+    Gemm2Params gemm2;
+    Gemm1Fn gemm1_fn = nullptr;
+    Gemm2Fn gemm2_fn = nullptr;
+    GridRule grid1, grid2;
+    CombineParams combine;
+    std::vector<Step> steps;
+  };
+
+ private:
+  std::vector<Launch> launches_;  // one per bucket, ascending T
+};
+
+}  // namespace moe_ep::cuda
