@@ -2,8 +2,10 @@
 # One device call after scripts/device_pack.sh: the GPU test groups, then the benchmark of the
 # default kernel choice next to the forced variants, the tiny and pro presets and the PyTorch
 # peers. Run on the device from the repository root with .device-bin carried; logs go to $OUT.
-#   MOE_EP_QUICK_STEPS="tests bench peers ncu ep" (default: tests bench peers)
+#   MOE_EP_QUICK_STEPS="tests bench peers ncu ep ab" (default: tests bench peers)
 #   MOE_EP_QUICK_BENCH: override the bench step with one line of bench calls (see bench()).
+#   ab: the CLI in .device-base (an earlier commit, same libraries) against this one, alternating
+#       base / new twice per preset, flash at T = 1, 128, 2048, 8192 and tiny at T = 1.
 set -u
 export LD_LIBRARY_PATH=$PWD/.device-bin:$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')/lib:${LD_LIBRARY_PATH:-}
 B=.device-bin; T=$B/moe_ep_cuda_tests
@@ -32,9 +34,9 @@ if [[ " $STEPS " == *" bench "* && -n "${MOE_EP_QUICK_BENCH:-}" ]]; then
   eval "$MOE_EP_QUICK_BENCH"
 elif [[ " $STEPS " == *" bench "* ]]; then
   bench auto 120 X=1 -- $F --tokens 1,8,32,64,128,256,512,1024,2048,8192
-  bench decode 90 MOE_EP_SM90_GEMM=decode -- $F --tokens 64,128,256,512
+  bench decode 90 X=1 -- $F --kernel decode --tokens 64,128,256,512
   bench exact 100 X=1 -- $F --exact-accumulation --tokens 1,128,2048,8192
-  bench v11 60 MOE_EP_SM90_GEMM=mma MOE_EP_SM90_FOLD=0 -- $F --tokens 1,128
+  bench v11 60 X=1 -- $F --kernel mma --no-fold --tokens 1,128
   bench tiny 40 X=1 -- --preset tiny --tokens 1,128
   bench pro 200 X=1 -- --preset deepseek-v4-pro --tokens 1,8192
 fi
@@ -67,6 +69,17 @@ if [[ " $STEPS " == *" ep "* ]]; then  # expert parallelism simulated on the one
     set -- $spec
     timeout $3 $B/moe_ep bench --device cuda $F --ranks $1 --simulate-ranks-on-one-gpu --tokens $2 --csv $OUT/ep_R$1.csv > $OUT/ep_R$1.log 2>&1
     echo "ep bench R=$1 rc=$?"; grep -vE "^$" $OUT/ep_R$1.log | tail -8
+  done
+fi
+if [[ " $STEPS " == *" ab "* ]]; then  # base vs new, alternating, same call
+  for round in 1 2; do
+    for side in base new; do
+      bin=$B/moe_ep; [ $side = base ] && bin=.device-base/moe_ep
+      timeout 150 $bin bench --device cuda $F --tokens 1,128,2048,8192 --csv $OUT/ab_${side}_$round.csv > $OUT/ab_${side}_$round.log 2>&1
+      echo "ab $side round $round rc=$?"; grep -E "^ +[0-9]+ " $OUT/ab_${side}_$round.log
+      timeout 40 $bin bench --device cuda --preset tiny --tokens 1 > $OUT/ab_tiny_${side}_$round.log 2>&1
+      echo "ab tiny $side round $round rc=$?"; grep -E "^ +[0-9]+ " $OUT/ab_tiny_${side}_$round.log
+    done
   done
 fi
 # One archive comes back whole (the device returns only a few files per call).

@@ -72,6 +72,25 @@ ResolvedDevice resolve_device(const std::string& spec) {
   return r;
 }
 
+Json config_json(const SelectedConfig& config) {
+  Json entries = Json::object(), plan = Json::object();
+  for (const ConfigEntry& e : config.entries) entries[e.key] = e.value;
+  for (const ConfigEntry& e : config.plan) plan[e.key] = e.value;
+  return Json{{"entries", entries}, {"plan", plan}};
+}
+
+std::string indent(const std::string& text, const std::string& prefix) {
+  std::string out;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    const size_t end = text.find('\n', begin);
+    const size_t stop = end == std::string::npos ? text.size() : end;
+    out += prefix + text.substr(begin, stop - begin) + "\n";
+    begin = stop + 1;
+  }
+  return out;
+}
+
 std::string transport_status(const std::string& name) {
   for (const TransportInfo& t : registered_transports())
     if (t.name == name) return t.status;

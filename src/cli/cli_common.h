@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "moe_ep/kernel_config.h"
 #include "moe_ep/tensor.h"
 
 namespace moe_ep::cli {
@@ -35,6 +36,11 @@ struct ResolvedDevice {
 // this build drives CUDA and a device is present, else the CPU. Throws kInvalidArgument naming
 // --device for malformed values, kUnsupported when CUDA is asked for but unavailable.
 ResolvedDevice resolve_device(const std::string& spec);
+
+// {"entries": {key: value, ...}, "plan": {"T=a..b": what runs, ...}} of a layer's selected config.
+Json config_json(const SelectedConfig& config);
+// Every line of `text` prefixed with `prefix`.
+std::string indent(const std::string& text, const std::string& prefix);
 
 // The status line of a registered transport ("nccl 2.28.9 (...)"), or why it is not in this build.
 std::string transport_status(const std::string& name);

@@ -44,6 +44,7 @@ struct ForwardResult {
   bool rerun_bitwise_equal = false; // y after the timed reruns == the first y
   double load_ms = 0.0;
   std::string layer_notes;
+  SelectedConfig config;
 };
 
 struct CheckResult {
@@ -73,6 +74,7 @@ ForwardResult run_forward(const ProblemSetup& s, const RunOptions& o, const test
   layer = Layer::create(runtime, s.desc, weights.pack(), s.overrides);
   r.load_ms = ms_since(load_start);
   r.layer_notes = layer->info().notes;
+  r.config = layer->info().config;
 
   DeviceBatch batch = upload_batch(*driver, inputs);
   poison_y(*driver, batch);
@@ -144,6 +146,7 @@ void print_summary(const ProblemSetup& s, const RunOptions& o, const testing::Ho
       notes.replace(p, 1, "\n         ");
     fmt::print("  layer: {}\n", notes);
   }
+  fmt::print("  selected config ({}):\n{}", s.implementation, indent(f.config.str(), "  "));
   fmt::print("  forward: {:.1f} us ({})\n", median(f.times_us), f.timing);
   fmt::print("  rerun: y {} the first forward's bitwise\n", f.rerun_bitwise_equal ? "equals" : "DIFFERS FROM");
   if (!c.enabled) {
@@ -178,6 +181,7 @@ Json result_json(const ProblemSetup& s, const RunOptions& o, const testing::Host
   j["timing"] = f.timing;
   j["rerun_bitwise_equal"] = f.rerun_bitwise_equal;
   j["layer_notes"] = f.layer_notes;
+  j["config"] = config_json(f.config);
   j["check"] = c.enabled;
   j["reference"] = c.enabled ? Json(c.reference) : Json(nullptr);
   j["checked_rows"] = c.checked_rows;

@@ -175,6 +175,7 @@ struct RankResult {
   bool workspace_clean = true;
   int64_t workspace_bytes = 0;
   std::string workspace_shape, notes;
+  SelectedConfig config;
   std::exception_ptr error;
   ErrorCode code = ErrorCode::kInternal;
 };
@@ -206,6 +207,7 @@ void run_rank(const Plan& p, const RunOptions& o, const testing::HostWeights& lo
   out.workspace_bytes = rt->workspace()->bytes();
   out.workspace_shape = rt->workspace()->shape().str();
   if (r == 0) out.notes = layers[0]->info().notes;
+  if (r == 0) out.config = layers[0]->info().config;
 
   std::vector<std::vector<uint16_t>> y(p.N, std::vector<uint16_t>(p.T * H));
   auto pass = [&] {
@@ -400,6 +402,7 @@ int report(const Plan& p, const RunOptions& o, const std::vector<RankResult>& ra
                               r0.times_us.size());
     j["rerun_bitwise_equal"] = rerun_equal;
     j["layer_notes"] = r0.notes;
+    j["config"] = config_json(r0.config);
     j["check"] = c.enabled;
     j["reference"] = c.enabled ? Json(c.reference) : Json(nullptr);
     j["checked_rows"] = c.checked_rows;
