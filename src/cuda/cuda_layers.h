@@ -12,6 +12,10 @@
 namespace moe_ep::cuda {
 
 std::unique_ptr<Layer::Impl> make_cuda_layer(const LayerRequest& request);
+namespace ep {
+// Simulated ranks on one GPU (CommSource::kSimulated on a CUDA device): cuda/ep/sim_layer.cpp.
+std::unique_ptr<Layer::Impl> make_sim_gpu_layer(const LayerRequest& request);
+}  // namespace ep
 
 using LayerFactory = std::unique_ptr<Layer::Impl> (*)(const LayerRequest& request);
 void register_layer_factory(std::string_view transport, LayerFactory factory);

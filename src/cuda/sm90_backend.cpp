@@ -59,6 +59,7 @@ void register_cuda_sm90_backend() {
   e.compute_capability = &cuda::read_compute_capability;
   e.create = &cuda::create_layer;
   register_backend(e);
+  cuda::register_layer_factory("simulated", &cuda::ep::make_sim_gpu_layer);
 }
 
 }  // namespace moe_ep::detail

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "core/runtime_state.h"
-#include "cpu/sim_transport.h"
+#include "core/sim_transport.h"
 #include "support/sim_ranks.h"
 
 namespace moe_ep {
@@ -17,9 +17,9 @@ using testsupport::run_ranks;
 
 TEST(SimTransport, AllGatherReturnsEveryRanksValueManyRounds) {
   constexpr int R = 4;
-  auto world = std::make_shared<cpu::SimWorld>(R);
+  auto world = std::make_shared<detail::SimWorld>(R);
   auto out = run_ranks(R, [&](int r) {
-    cpu::SimTransport t(world, r, 5000ms);
+    detail::SimTransport t(world, r, 5000ms);
     for (int round = 0; round < 200; ++round) {
       const auto v = t.all_gather("round", r * 1000 + round);
       ASSERT_EQ(v.size(), static_cast<size_t>(R));
@@ -31,9 +31,9 @@ TEST(SimTransport, AllGatherReturnsEveryRanksValueManyRounds) {
 
 TEST(SimTransport, WindowsArePeerAddressable) {
   constexpr int R = 3;
-  auto world = std::make_shared<cpu::SimWorld>(R);
+  auto world = std::make_shared<detail::SimWorld>(R);
   auto out = run_ranks(R, [&](int r) {
-    cpu::SimTransport t(world, r, 5000ms);
+    detail::SimTransport t(world, r, 5000ms);
     std::byte* mine = t.allocate_window(1024);
     ASSERT_NE(mine, nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(mine) % 256, 0u);
@@ -58,9 +58,9 @@ TEST(SimTransport, WindowsArePeerAddressable) {
 
 TEST(SimTransport, DifferentWindowSizesFailOnEveryRank) {
   constexpr int R = 2;
-  auto world = std::make_shared<cpu::SimWorld>(R);
+  auto world = std::make_shared<detail::SimWorld>(R);
   auto out = run_ranks(R, [&](int r) {
-    cpu::SimTransport t(world, r, 5000ms);
+    detail::SimTransport t(world, r, 5000ms);
     t.allocate_window(r == 0 ? 512 : 768);
   });
   for (auto& o : out) {
@@ -73,10 +73,10 @@ TEST(SimTransport, DifferentWindowSizesFailOnEveryRank) {
 TEST(SimTransport, RankThatNeverArrivesTimesOutNamingRankAndPhase) {
   constexpr int R = 4;
   constexpr int kMissing = 2;
-  auto world = std::make_shared<cpu::SimWorld>(R);
+  auto world = std::make_shared<detail::SimWorld>(R);
   const auto start = std::chrono::steady_clock::now();
   auto out = run_ranks(R, [&](int r) {
-    cpu::SimTransport t(world, r, 150ms);
+    detail::SimTransport t(world, r, 150ms);
     t.barrier("warmup");
     if (r == kMissing) return;  // never arrives at "dispatch"
     t.barrier("dispatch");
@@ -96,7 +96,7 @@ TEST(SimTransport, RankThatNeverArrivesTimesOutNamingRankAndPhase) {
         << out[r].message;
   }
   // The world is broken: the late rank and any later call get an error at once.
-  cpu::SimTransport late(world, kMissing, 5000ms);
+  detail::SimTransport late(world, kMissing, 5000ms);
   const auto t0 = std::chrono::steady_clock::now();
   try {
     late.barrier("dispatch");
@@ -110,9 +110,9 @@ TEST(SimTransport, RankThatNeverArrivesTimesOutNamingRankAndPhase) {
 
 TEST(SimTransport, LocalFailureReachesEveryRankAndTheWorldStaysUsable) {
   constexpr int R = 3;
-  auto world = std::make_shared<cpu::SimWorld>(R);
+  auto world = std::make_shared<detail::SimWorld>(R);
   auto out = run_ranks(R, [&](int r) {
-    cpu::SimTransport t(world, r, 5000ms);
+    detail::SimTransport t(world, r, 5000ms);
     try {
       t.barrier("dispatch", r == 1 ? "x has T = 99 tokens" : "");
       ADD_FAILURE() << "rank " << r << ": the barrier must report rank 1's failure";
@@ -131,9 +131,9 @@ TEST(SimTransport, LocalFailureReachesEveryRankAndTheWorldStaysUsable) {
 
 TEST(SimTransport, PhaseMismatchBreaksTheWorldWithAClearMessage) {
   constexpr int R = 2;
-  auto world = std::make_shared<cpu::SimWorld>(R);
+  auto world = std::make_shared<detail::SimWorld>(R);
   auto out = run_ranks(R, [&](int r) {
-    cpu::SimTransport t(world, r, 2000ms);
+    detail::SimTransport t(world, r, 2000ms);
     if (r == 1) std::this_thread::sleep_for(50ms);  // rank 0 is in 'dispatch' first
     t.barrier(r == 0 ? "dispatch" : "combine");
   });

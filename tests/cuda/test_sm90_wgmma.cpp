@@ -763,6 +763,7 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
   for (const char* tile : {"64x256", "128x128"}) {
     Problem p = testsupport::tiny_problem("mxfp4");
     p.max_tokens = 4096;
+    p.exact_accumulation = false;  // wgmma with exact accumulation is refused (Sm90Config tests)
     p.overrides.gemm = GemmKernel::kWgmma;
     p.overrides.tile = parse_tile_shape(tile);
     const testsupport::WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 12);
@@ -795,6 +796,7 @@ TEST(Sm90WgmmaLayer, FlashMatchesCpuAndIsBitwiseDeterministic) {
   MOE_EP_REQUIRE_CUDA();
   const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
   Problem p = preset_problem("deepseek-v4-flash", "mxfp4", 4096);
+  p.exact_accumulation = false;
   p.overrides.gemm = GemmKernel::kWgmma;
   const testing::HostWeights weights = preset_weights(p, WeightFormat::kMXFP4, 2027);
 

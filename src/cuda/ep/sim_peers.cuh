@@ -1,9 +1,9 @@
 // The peer policy of the one-GPU simulation: every rank's workspace is a device allocation of
 // this process on the same GPU, so a peer's window is a plain pointer and flags need GPU scope
-// only. The kernels are the ones the NCCL policies run (kernels/ep_dispatch_combine.cuh).
+// only. The kernels are the ones the NCCL policies run (ep/ep_dispatch_combine.cuh).
 #pragma once
 
-#include "cuda/kernels/ep_dispatch_combine.cuh"
+#include "cuda/ep/ep_dispatch_combine.cuh"
 
 namespace moe_ep::cuda::ep {
 

@@ -1,4 +1,4 @@
-// The NCCL peer policies of the EP kernels (kernels/ep_dispatch_combine.cuh):
+// The NCCL peer policies of the EP kernels (ep/ep_dispatch_combine.cuh):
 //
 //   LsaPeers  every rank in the LSA team (one NVLink domain): peer windows through
 //             ncclGetPeerPointer, plain stores over NVLink, and the device communicator's LSA
@@ -14,7 +14,7 @@
 #include <nccl.h>
 #include <nccl_device.h>
 
-#include "cuda/kernels/ep_dispatch_combine.cuh"
+#include "cuda/ep/ep_dispatch_combine.cuh"
 
 namespace moe_ep::cuda::ep {
 

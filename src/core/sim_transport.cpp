@@ -1,4 +1,6 @@
-#include "cpu/sim_transport.h"
+#include "core/sim_transport.h"
+
+#include "core/registry.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -8,7 +10,7 @@
 
 #include "core/check.h"
 
-namespace moe_ep::cpu {
+namespace moe_ep::detail {
 namespace {
 
 std::string rank_list(const std::vector<int>& ranks) {
@@ -189,4 +191,38 @@ std::vector<int64_t> SimTransport::all_gather(std::string_view phase, int64_t va
   return world_->all_gather(rank_, phase, value, local_error, timeout_);
 }
 
-}  // namespace moe_ep::cpu
+namespace {
+
+std::shared_ptr<Transport> create_sim_transport(const Bootstrap& b, std::shared_ptr<void>& world) {
+  if (!world) world = std::make_shared<SimWorld>(b.world_size);
+  return std::make_shared<SimTransport>(std::static_pointer_cast<SimWorld>(world), b.rank,
+                                        std::chrono::milliseconds(b.timeout_ms));
+}
+
+// CPU ranks share a symmetric host workspace. A GPU rank of one process has none (its layers
+// keep their scratch); simulated GPU ranks meet through this transport's barriers.
+uint32_t single_process_parts(const Bootstrap& b) {
+  return b.device.type == DeviceType::kCPU
+             ? kRuntimeSymmetricWorkspace | kRuntimePeerTransport | kRuntimeDeviceErrorFlag
+             : 0u;
+}
+uint32_t simulated_parts(const Bootstrap& b) {
+  return b.device.type == DeviceType::kCPU
+             ? kRuntimeSymmetricWorkspace | kRuntimePeerTransport | kRuntimeDeviceErrorFlag
+             : kRuntimePeerTransport | kRuntimeDeviceErrorFlag;
+}
+
+constexpr CommSource kSingleSources[] = {CommSource::kSingleProcess};
+constexpr CommSource kSimSources[] = {CommSource::kSimulated};
+constexpr DeviceType kAnyDevice[] = {DeviceType::kCPU, DeviceType::kCUDA};
+
+}  // namespace
+
+void register_sim_transports() {
+  register_transport({"single-process", kSingleSources, kAnyDevice, &single_process_parts,
+                      &create_sim_transport, nullptr});
+  register_transport({"simulated", kSimSources, kAnyDevice, &simulated_parts, &create_sim_transport,
+                      nullptr});
+}
+
+}  // namespace moe_ep::detail

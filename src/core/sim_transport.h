@@ -19,7 +19,7 @@
 #include "core/transport.h"
 #include "moe_ep/error.h"
 
-namespace moe_ep::cpu {
+namespace moe_ep::detail {
 
 class SimWorld {
  public:
@@ -69,7 +69,7 @@ class SimWorld {
   int64_t window_bytes_ = 0;
 };
 
-class SimTransport final : public detail::Transport {
+class SimTransport final : public Transport {
  public:
   SimTransport(std::shared_ptr<SimWorld> world, int rank, std::chrono::milliseconds timeout);
 
@@ -90,4 +90,4 @@ class SimTransport final : public detail::Transport {
   std::chrono::milliseconds timeout_;
 };
 
-}  // namespace moe_ep::cpu
+}  // namespace moe_ep::detail
