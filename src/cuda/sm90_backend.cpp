@@ -7,13 +7,16 @@
 
 #include <fmt/format.h>
 
+#include "core/check.h"
 #include "core/registry.h"
-#include "core/runtime_state.h"
 #include "cuda/cuda_layers.h"
 #include "cuda/device_info.h"
 
 namespace moe_ep::cuda {
 namespace {
+
+using detail::find_transport;
+using detail::TransportEntry;
 
 constexpr Recipe kRecipes[] = {Recipe::kMxfp4, Recipe::kNvfp4};
 
@@ -27,9 +30,13 @@ Factories& factories() {
   return f;
 }
 
+// By the registered transport of the runtime's communicator source ("single-process",
+// "simulated", "nccl"): the world-size-1 layer unless a factory is registered for it.
 std::unique_ptr<Layer::Impl> create_layer(const LayerRequest& request) {
-  const std::string_view transport = request.runtime->state().transport().name();
-  if (LayerFactory f = find_layer_factory(transport)) return f(request);
+  const Bootstrap& b = request.runtime->bootstrap();
+  const TransportEntry* transport = find_transport(b.comm, b.device.type, nullptr);
+  MOE_EP_ASSERT(transport != nullptr);  // Runtime::acquire found it
+  if (LayerFactory f = find_layer_factory(transport->name)) return f(request);
   return make_cuda_layer(request);
 }
 
