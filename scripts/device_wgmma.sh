@@ -88,10 +88,10 @@ fi
 
 # 4. The layer bench (CUDA graph replays), wgmma forced and auto.
 if has bench && (( FAILED == 0 )); then
-  MOE_EP_SM90_GEMM=${MOE_EP_BENCH_GEMM:-auto} run_limited 70 "$CLI" bench --device cuda --preset deepseek-v4-flash \
+  run_limited 70 "$CLI" bench --device cuda --preset deepseek-v4-flash --kernel "${MOE_EP_BENCH_GEMM:-auto}" \
     --tokens "${MOE_EP_BENCH_TOKENS:-1,128,2048,8192}" --iters 20 --warmup 3 --compute-tflops 1457 \
     --bandwidth-gbps 4240 --csv "$OUT/bench.csv" > "$WORK/bench.log" 2>&1
-  note "bench (MOE_EP_SM90_GEMM=${MOE_EP_BENCH_GEMM:-auto}): rc=$?  ($(elapsed) s)"
+  note "bench (--kernel ${MOE_EP_BENCH_GEMM:-auto}): rc=$?  ($(elapsed) s)"
   grep -vE "^#|^$" "$WORK/bench.log" | tail -8 | sed 's/^/  /' >> "$SUMMARY"
 fi
 

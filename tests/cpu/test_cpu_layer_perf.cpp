@@ -1,6 +1,6 @@
 // Timing of the CPU reference on the deepseek-v4-flash preset (H=4096, I=2048, E=256, K=6,
 // clamp 10). Disabled by default (6.4 GB of host memory, seconds per forward); run with
-//   MOE_EP_NUM_THREADS=2 moe_ep_tests --gtest_also_run_disabled_tests --gtest_filter='*Perf*'
+//   moe_ep_tests --gtest_also_run_disabled_tests --gtest_filter='*Perf*' (all hardware threads)
 #include <gtest/gtest.h>
 
 #include <chrono>
