@@ -105,6 +105,24 @@ GemmFamily gemm_family(const Sm90Config& c, Sm90Gemm gemm) {
   MOE_EP_FAIL(ErrorCode::kInternal, "no GEMM family {}", static_cast<int>(gemm));
 }
 
+// One GEMM's operands: A rows of the recipe's activation format (k wide), n output columns.
+GroupedGemmOperands operands(const RecipeTraits& recipe, int64_t n, int64_t k, const uint8_t* a,
+                             const uint8_t* a_scale, const float* a_global, const Sm90GemmWeights& w) {
+  GroupedGemmOperands op;
+  op.n = static_cast<int32_t>(n);
+  op.k = static_cast<int32_t>(k);
+  op.a = a;
+  op.a_row_bytes = recipe.code_bytes(k);
+  op.a_scale = a_scale;
+  op.a_scale_row_bytes = recipe.scale_count(k);
+  op.a_global = recipe.global_scales ? a_global : nullptr;
+  op.w = w.tiles;
+  op.w_scale = w.scales;
+  op.w_global = w.global;
+  op.w_col_scale = w.col_scale;
+  return op;
+}
+
 std::string grid_str(const GridRule& g) {
   return g.cap > 0 ? fmt::format("min(m_tiles{}(T) x {}, {})", g.block_m, g.n_tiles, g.cap)
                    : fmt::format("m_tiles{}(T) x {}", g.block_m, g.n_tiles);
@@ -154,18 +172,8 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
 
     Gemm1Params& g1 = l.gemm1;
     g1.schedule = schedule;
-    g1.op.n = static_cast<int32_t>(2 * I);
-    g1.op.k = static_cast<int32_t>(H);
-    g1.op.a = ws(w.a);
-    g1.op.a_row_bytes = recipe.code_bytes(H);
-    g1.op.a_scale = ws(w.a_scale);
-    g1.op.a_scale_row_bytes = recipe.scale_count(H);
-    g1.op.a_global = recipe.global_scales ? ws_f32(w.a_global) : nullptr;
+    g1.op = operands(recipe, 2 * I, H, ws(w.a), ws(w.a_scale), ws_f32(w.a_global), w13);
     g1.op.a_row_index = r.row_token;
-    g1.op.w = w13.tiles;
-    g1.op.w_scale = w13.scales;
-    g1.op.w_global = w13.global;
-    g1.op.w_col_scale = w13.col_scale;
     g1.epilogue.row_weight = r.row_weight;
     g1.epilogue.clamp = clamp;
     g1.epilogue.fast_math = config.fast_math ? 1 : 0;
@@ -184,17 +192,7 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
 
     Gemm2Params& g2 = l.gemm2;
     g2.schedule = schedule;
-    g2.op.n = static_cast<int32_t>(H);
-    g2.op.k = static_cast<int32_t>(I);
-    g2.op.a = ws(w.h);
-    g2.op.a_row_bytes = recipe.code_bytes(I);
-    g2.op.a_scale = ws(w.h_scale);
-    g2.op.a_scale_row_bytes = recipe.scale_count(I);
-    g2.op.a_global = recipe.global_scales ? ws_f32(w.h_global) : nullptr;
-    g2.op.w = w2.tiles;
-    g2.op.w_scale = w2.scales;
-    g2.op.w_global = w2.global;
-    g2.op.w_col_scale = w2.col_scale;
+    g2.op = operands(recipe, H, I, ws(w.h), ws(w.h_scale), ws_f32(w.h_global), w2);
     g2.epilogue.out = reinterpret_cast<uint16_t*>(workspace + w.o);
 
     const GemmFamily fam = gemm_family(config, bucket.gemm);
