@@ -13,8 +13,8 @@ endif()
 set_tests_properties(checkpoints_generate PROPERTIES FIXTURES_SETUP checkpoints)
 gtest_discover_tests(moe_ep_tests DISCOVERY_TIMEOUT 60 TEST_FILTER "*Checkpoint*"
   TEST_LIST moe_ep_checkpoint_tests
-  PROPERTIES ENVIRONMENT "MOE_EP_TEST_DATA=${CMAKE_CURRENT_BINARY_DIR}/data;MOE_EP_CLI=$<TARGET_FILE:moe_ep_cli>"
-             FIXTURES_REQUIRED checkpoints)
+  PROPERTIES FIXTURES_REQUIRED checkpoints
+             ENVIRONMENT "MOE_EP_TEST_DATA=${CMAKE_CURRENT_BINARY_DIR}/data")
 # Without the data the suites must fail with the message that says how to make it, not skip.
 add_test(NAME checkpoints_missing_is_a_failure COMMAND moe_ep_tests --gtest_filter=*Checkpoint*)
 set_tests_properties(checkpoints_missing_is_a_failure PROPERTIES
