@@ -13,6 +13,7 @@
 
 #include "cli/batch.h"
 #include "cli/bench_ep.h"
+#include "cli/checkpoint_problem.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/problem.h"
@@ -64,7 +65,7 @@ std::string csv_field(const std::string& text) {
   return quoted + "\"";
 }
 
-int bench_command(BenchOptions o) {
+int bench_command(BenchOptions o, const CheckpointRunOptions& ck) {
   MOE_EP_CHECK(!o.tokens.empty(), "--tokens is empty; expected a list such as 1,8,32");
   for (int64_t t : o.tokens)
     MOE_EP_CHECK(t >= 0, "--tokens contains {}; expected values >= 0", t);
@@ -75,14 +76,17 @@ int bench_command(BenchOptions o) {
   BenchEpOptions ep{o.problem, o.tokens_given ? o.tokens : std::vector<int64_t>{1, 128, 4096},
                     o.ranks, o.simulate_ranks_on_one_gpu, o.iters, o.warmup, o.eager, o.json,
                     o.csv, o.timeout_ms, o.ep_rank, o.ep_rendezvous};
+  refuse_checkpoint_expert_parallel(ck, wants_bench_expert_parallel(ep));
   if (wants_bench_expert_parallel(ep)) return bench_expert_parallel(ep);  // cmd_bench_ep.cpp
   const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
-  const ProblemSetup s = plan_problem(o.problem, max_t, 1);
+  const ProblemSetup s = ck.given() ? plan_checkpoint_problem(o.problem, ck, max_t, 1)
+                                    : plan_problem(o.problem, max_t, 1);
   const bool cuda = s.device.device.type == DeviceType::kCUDA;
   const int iters = o.iters > 0 ? o.iters : (cuda ? 50 : 5);
   const int warmup = o.warmup >= 0 ? o.warmup : (cuda ? 5 : 1);
 
-  const testing::HostWeights weights = generate_weights(s, o.problem.seed);
+  const testing::HostWeights weights =
+      ck.given() ? checkpoint_weights(s) : generate_weights(s, o.problem.seed);
   auto driver = make_driver(s.device.device);
   Bootstrap boot;
   boot.device = s.device.device;
@@ -108,6 +112,7 @@ int bench_command(BenchOptions o) {
                "[{}]); {} per T, median of {} after {} warm-up\n",
                rates.bandwidth_bytes_per_s / 1e9, rates.compute_flop_per_s / 1e12, rate_kind,
                cuda && !o.eager ? "cuda graph replays" : "forwards", iters, warmup);
+    print_checkpoint_summary(s);
     fmt::print("  {:>6} {:>7} {:>5} {:>12} {:>12} {:>9} {:>9}\n", "T", "slots", "exp", "time_us",
                "floor_us", "of_floor", "TFLOP/s");
   }
@@ -175,6 +180,7 @@ int bench_command(BenchOptions o) {
                      {"fraction_of_floor", json_number(r.floor.floor_us / r.time_us)},
                      {"tflops", json_number(r.floor.flops / r.time_us * 1e-6)}});
     j["rows"] = arr;
+    add_checkpoint_json(s, j);
     fmt::print("{}\n", j.dump());
   }
   return kExitOk;
@@ -184,6 +190,7 @@ int bench_command(BenchOptions o) {
 
 Command add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
+  auto ck = std::make_shared<CheckpointRunOptions>();
   CLI::App* cmd = app.add_subcommand(
       "bench", "Sweep T for one preset on one device: median forward time, roofline floor, "
                "fraction of the floor, TFLOP/s.");
@@ -215,10 +222,11 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("--ep-rank", o->ep_rank, "rank of a launched NCCL world (internal)")
       ->check(integer_at_least(0))->group("");
   cmd->add_option("--ep-rendezvous", o->ep_rendezvous, "unique-id file prefix (internal)")->group("");
-  return {cmd, [o, cmd] {
-            o->preset_given = cmd->count("--preset") > 0;
+  add_checkpoint_run_options(*cmd, *ck);
+  return {cmd, [o, ck, cmd] {
+            o->preset_given = cmd->count("--preset") > 0 || ck->given();
             o->tokens_given = cmd->count("--tokens") > 0;
-            return run_guarded("bench", [o] { return bench_command(*o); });
+            return run_guarded("bench", [o, ck] { return bench_command(*o, *ck); });
           }};
 }
 

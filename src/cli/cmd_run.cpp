@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "cli/batch.h"
+#include "cli/checkpoint_problem.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/output_check.h"
@@ -194,13 +195,16 @@ Json result_json(const ProblemSetup& s, const RunOptions& o, const testing::Host
   return j;
 }
 
-int run_command(const RunOptions& o) {
+int run_command(const RunOptions& o, const CheckpointRunOptions& ck) {
+  refuse_checkpoint_expert_parallel(ck, wants_cuda_expert_parallel_run(o) || wants_expert_parallel_run(o));
   if (wants_cuda_expert_parallel_run(o)) return run_cuda_expert_parallel(o);  // cmd_run_ep_cuda.cpp
   if (wants_expert_parallel_run(o)) return run_expert_parallel(o);  // cli/cmd_run_ep.cpp
-  const ProblemSetup setup = plan_problem(o.problem, o.tokens, o.ranks);
+  const ProblemSetup setup = ck.given() ? plan_checkpoint_problem(o.problem, ck, o.tokens, o.ranks)
+                                        : plan_problem(o.problem, o.tokens, o.ranks);
   const testing::HostInputs inputs = generate_inputs(setup, o.problem, o.tokens);
   const auto generate_start = Clock::now();
-  const testing::HostWeights weights = generate_weights(setup, o.problem.seed);
+  const testing::HostWeights weights =
+      ck.given() ? checkpoint_weights(setup) : generate_weights(setup, o.problem.seed);
   const double generate_ms = ms_since(generate_start);
 
   ForwardResult fwd = run_forward(setup, o, weights, inputs);
@@ -214,10 +218,14 @@ int run_command(const RunOptions& o) {
   CheckResult check;
   if (o.check) check = check_output(setup, o, weights, inputs, fwd);
 
-  if (o.json)
-    fmt::print("{}\n", result_json(setup, o, inputs, generate_ms, fwd, check).dump());
-  else
+  if (o.json) {
+    Json j = result_json(setup, o, inputs, generate_ms, fwd, check);
+    add_checkpoint_json(setup, j);
+    fmt::print("{}\n", j.dump());
+  } else {
     print_summary(setup, o, inputs, generate_ms, fwd, check);
+    print_checkpoint_summary(setup);
+  }
   if (o.check && !check.passed) {
     fmt::print(stderr, "moe_ep run: check FAILED: rel_err {} (threshold {}), {}, sanity: {}, rerun "
                "bitwise equal: {}\n", check.rel_err, check.threshold,
@@ -232,6 +240,7 @@ int run_command(const RunOptions& o) {
 
 Command add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
+  auto ck = std::make_shared<CheckpointRunOptions>();
   o->problem.holes = 0.05;  // padding-like -1 slots, so the default check covers them
   CLI::App* cmd = app.add_subcommand(
       "run", "Run one forward of a synthetic problem, timed, and check it against the CPU "
@@ -267,7 +276,8 @@ Command add_run_command(CLI::App& app) {
       ->group("");
   cmd->add_option("--corrupt-row", o->corrupt_row, "perturb one row of y before the check (tests)")
       ->check(integer_at_least(0))->group("");
-  return {cmd, [o] { return run_guarded("run", [o] { return run_command(*o); }); }};
+  add_checkpoint_run_options(*cmd, *ck);
+  return {cmd, [o, ck] { return run_guarded("run", [o, ck] { return run_command(*o, *ck); }); }};
 }
 
 }  // namespace moe_ep::cli

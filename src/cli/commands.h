@@ -17,5 +17,6 @@ struct Command {
 Command add_info_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
+Command add_inspect_command(CLI::App& app);  // cmd_inspect.cpp
 
 }  // namespace moe_ep::cli

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   const std::vector<Command> commands = {add_info_command(app), add_run_command(app),
-                                         add_bench_command(app)};
+                                         add_bench_command(app), add_inspect_command(app)};
 
   try {
     app.parse(argc, argv);

@@ -53,8 +53,11 @@ TEST(CliInfo, JsonDescribesRecipesBackendsTransportsAndDevices) {
 TEST(CliInfo, TextNamesBackendsPresetsDevices) {
   const CliResult r = run_cli("info");
   ASSERT_EQ(r.exit_code, 0) << describe(r);
-  for (const char* word : {"mxfp4", "nvfp4", "cuda-sm90", "deepseek-v4-flash", "devices:", "cpu"})
+  for (const char* word : {"mxfp4", "nvfp4", "backends", "transports", "deepseek-v4-flash", "devices:", "cpu"})
     EXPECT_NE(r.out.find(word), std::string::npos) << word << "\n" << describe(r);
+  // A build without CUDA simply has one backend fewer.
+  const bool cuda = nlohmann::json::parse(run_cli("info --json").out).at("build").at("cuda_compiled").get<bool>();
+  EXPECT_EQ(r.out.find("cuda-sm90") != std::string::npos, cuda) << describe(r);
 }
 
 TEST(CliBench, CpuSweepWritesCsvAndJson) {

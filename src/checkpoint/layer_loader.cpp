@@ -1,0 +1,495 @@
+// load_checkpoint_layer: layout and shapes resolved and every expert tensor checked serially
+// (names, dtypes, shapes: cheap), then bytes copied and scale values checked in parallel over
+// experts.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "checkpoint/aux_weights.h"
+#include "checkpoint/parallel.h"
+#include "checkpoint/tensor_pattern.h"
+#include "core/check.h"
+#include "moe_ep/checkpoint.h"
+#include "moe_ep/quant.h"
+
+namespace moe_ep {
+
+using checkpoint::TensorPattern;
+
+namespace {
+
+constexpr int kGate = 0, kUp = 1, kDown = 2;
+constexpr int kW13 = 0, kW2 = 1;
+
+std::string join(std::initializer_list<std::string_view> items) {
+  std::string s;
+  for (std::string_view i : items) s += fmt::format("{}{}", s.empty() ? "" : " or ", i);
+  return s;
+}
+
+std::string dims_str(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", dims[i]);
+  return s + "]";
+}
+
+// "FILE: tensor 'NAME' (ROLE)": the prefix of every message about one tensor.
+std::string where(const CheckpointTensor& t, std::string_view role) {
+  return fmt::format("{}: tensor '{}' ({})", *t.file, t.name, role);
+}
+
+void expect_dtype(const CheckpointTensor& t, std::string_view role,
+                  std::initializer_list<std::string_view> dtypes) {
+  for (std::string_view d : dtypes)
+    if (t.dtype == d) return;
+  MOE_EP_FAIL(ErrorCode::kInvalidArgument, "{}: dtype {}; expected {}", where(t, role), t.dtype,
+              join(dtypes));
+}
+
+void expect_shape(const CheckpointTensor& t, std::string_view role, const std::vector<int64_t>& shape,
+                  std::string_view rule) {
+  MOE_EP_CHECK(t.shape == shape, "{}: shape {}; expected {} = {}", where(t, role), t.shape_str(),
+               rule, dims_str(shape));
+}
+
+void expect_scalar_f32(const CheckpointTensor& t, std::string_view role) {
+  expect_dtype(t, role, {"F32"});
+  MOE_EP_CHECK(t.numel() == 1, "{}: shape {}; expected a scalar ([] or [1])", where(t, role),
+               t.shape_str());
+}
+
+// Packed e2m1 weights: U8 [lead..., rows, k/2] or F4 [lead..., rows, k] (same bytes).
+void expect_packed(const CheckpointTensor& t, std::string_view role, std::vector<int64_t> dims,
+                   int64_t rows, int64_t k, std::string_view rule, std::string_view why) {
+  expect_dtype(t, role, {"U8", "F4"});
+  const bool f4 = t.dtype == "F4";
+  dims.push_back(rows);
+  dims.push_back(f4 ? k : k / 2);
+  expect_shape(t, role, dims, fmt::format("{}{}] ({}{})", rule, f4 ? "" : "/2",
+                                          f4 ? "F4 e2m1 elements" : "packed e2m1, two a byte", why));
+}
+
+float read_f32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// [i0, i1, ...] of flat element `flat` of `t`.
+std::string index_str(const CheckpointTensor& t, int64_t flat) {
+  std::vector<int64_t> idx(t.shape.size());
+  for (size_t d = t.shape.size(); d-- > 0;) {
+    idx[d] = flat % t.shape[d];
+    flat /= t.shape[d];
+  }
+  return dims_str(idx);
+}
+
+// Elements [begin, begin + n) of a scale tensor: no E8M0 NaN (MXFP4) / e4m3 NaN (NVFP4).
+void check_scale_values(const CheckpointTensor& t, std::string_view role, WeightFormat format,
+                        int64_t begin, int64_t n) {
+  const uint8_t* p = t.data + begin;
+  for (int64_t i = 0; i < n; ++i) {
+    if (format == WeightFormat::kMXFP4 && p[i] == 0xFF)
+      MOE_EP_FAIL(ErrorCode::kInvalidArgument, "{}: element {} = 0xFF is the E8M0 NaN; expected a "
+                  "finite UE8M0 scale byte (0x00..0xFE)", where(t, role), index_str(t, begin + i));
+    if (format == WeightFormat::kNVFP4 && (p[i] & 0x7F) == 0x7F)
+      MOE_EP_FAIL(ErrorCode::kInvalidArgument, "{}: element {} = 0x{:02X} is an e4m3 NaN; expected "
+                  "a finite e4m3 block scale", where(t, role), index_str(t, begin + i), p[i]);
+  }
+}
+
+float checked_global(const CheckpointTensor& t, std::string_view role, int64_t i) {
+  const float v = read_f32(t.data + 4 * i);
+  MOE_EP_CHECK(std::isfinite(v) && v > 0.0f, "{}: element {} = {}; expected a finite "
+               "weight_scale_2 > 0", where(t, role), index_str(t, i), v);
+  return v;
+}
+
+struct Shapes {
+  int64_t E = 0, H = 0, I = 0;
+  std::string source;  // where E, H, I came from, for messages
+};
+
+}  // namespace
+
+// Fills the private buffers of CheckpointLayer.
+class CheckpointLayerBuilder {
+ public:
+  CheckpointLayerBuilder(std::shared_ptr<const Checkpoint> ck, int64_t layer, const LayerLoadOptions& o)
+      : ck_(std::move(ck)), layer_idx_(layer), options_(o),
+        threads_(checkpoint::resolve_num_threads(o.num_threads)) {}
+
+  std::unique_ptr<CheckpointLayer> build();
+
+ private:
+  TensorPattern resolve_pattern() const;
+  Shapes resolve_shapes(const TensorPattern& p) const;
+  void load_per_expert(const TensorPattern& p, CheckpointLayer& out);
+  void load_fused(const TensorPattern& p, CheckpointLayer& out);
+  std::string role(int64_t e, std::string_view proj, std::string_view what) const {
+    return fmt::format("layer {} expert {} {} {}", layer_idx_, e, proj, what);
+  }
+
+  std::shared_ptr<const Checkpoint> ck_;
+  int64_t layer_idx_;
+  LayerLoadOptions options_;
+  int threads_;
+  Shapes shapes_;
+  int64_t first_ = 0, count_ = 0;
+  int64_t bytes_ = 0;
+};
+
+TensorPattern CheckpointLayerBuilder::resolve_pattern() const {
+  const std::string& layout = options_.layout;
+  MOE_EP_CHECK(layout == "auto" || layout == "per-expert" || layout == "fused",
+               "layout '{}' is unknown; allowed: auto, per-expert, fused", layout);
+  if (!options_.tensor_pattern.empty()) {
+    TensorPattern p = TensorPattern::parse(options_.tensor_pattern, options_.proj_names, "tensor pattern");
+    MOE_EP_CHECK(layout == "auto" || (layout == "per-expert") == p.per_expert,
+                 "tensor pattern '{}' is a {} pattern, but the layout is '{}'", p.text,
+                 p.per_expert ? "per-expert" : "fused", layout);
+    return p;
+  }
+  const TensorPattern per = TensorPattern::parse(TensorPattern::per_expert_default().text,
+                                                 options_.layout != "fused" ? options_.proj_names
+                                                                            : std::vector<std::string>{},
+                                                 "tensor pattern");
+  const TensorPattern fused = TensorPattern::parse(TensorPattern::fused_default().text,
+                                                   options_.layout == "fused" ? options_.proj_names
+                                                                              : std::vector<std::string>{},
+                                                   "tensor pattern");
+  if (layout == "per-expert") return per;
+  if (layout == "fused") return fused;
+  const std::string per_name = per.weight(layer_idx_, options_.first_expert, kGate);
+  const std::string fused_name = fused.weight(layer_idx_, 0, kW13);
+  if (ck_->find(per_name)) return per;
+  if (ck_->find(fused_name)) return fused;
+  MOE_EP_FAIL(ErrorCode::kInvalidArgument,
+              "checkpoint '{}' layer {}: no routed-expert weights: neither '{}' (per-expert layout) "
+              "nor '{}' (fused layout) is in it; name them with a tensor pattern (--tensor-pattern)",
+              ck_->path(), layer_idx_, per_name, fused_name);
+}
+
+Shapes CheckpointLayerBuilder::resolve_shapes(const TensorPattern& p) const {
+  Shapes s;
+  if (options_.shape) {
+    s = {options_.shape->num_experts, options_.shape->hidden_size, options_.shape->intermediate_size,
+         "the explicit shape"};
+  } else if (const auto& c = ck_->config()) {
+    s = {c->n_routed_experts, c->hidden_size, c->moe_intermediate_size, c->source};
+  } else if (p.per_expert) {
+    // No config: I and H from expert 0's gate weight [I, H/2]; E by counting experts.
+    const CheckpointTensor& gate = ck_->get(p.weight(layer_idx_, 0, kGate), role(0, p.proj_names[0], "weight"));
+    MOE_EP_CHECK(gate.shape.size() == 2, "{}: shape {}; expected [I, H/2]",
+                 where(gate, role(0, p.proj_names[0], "weight")), gate.shape_str());
+    s.I = gate.shape[0];
+    s.H = gate.shape[1] * (gate.dtype == "F4" ? 1 : 2);
+    while (ck_->find(p.weight(layer_idx_, s.E, kGate))) ++s.E;
+    s.source = fmt::format("the tensors (no config.json: I, H from '{}', E = {} experts found)",
+                           gate.name, s.E);
+  } else {
+    const CheckpointTensor& w13 = ck_->get(p.weight(layer_idx_, 0, kW13), "fused w13 weight");
+    MOE_EP_CHECK(w13.shape.size() == 3, "{}: shape {}; expected [E, 2I, H/2]",
+                 where(w13, "fused w13 weight"), w13.shape_str());
+    s.E = w13.shape[0];
+    s.H = w13.shape[2] * (w13.dtype == "F4" ? 1 : 2);
+    s.I = w13.shape[1] / 2;
+    s.source = fmt::format("the tensors (no config.json: E, I, H from '{}')", w13.name);
+  }
+  MOE_EP_CHECK(s.E > 0 && s.H > 0 && s.I > 0, "layer {}: E = {}, H = {}, I = {} from {}; expected "
+               "positive sizes", layer_idx_, s.E, s.H, s.I, s.source);
+  MOE_EP_CHECK(s.H % kMxBlock == 0 && s.I % kMxBlock == 0, "layer {}: H = {} and I = {} (from {}) "
+               "must be multiples of 32 for FP4 block scales", layer_idx_, s.H, s.I, s.source);
+  return s;
+}
+
+void CheckpointLayerBuilder::load_per_expert(const TensorPattern& p, CheckpointLayer& out) {
+  const int64_t H = shapes_.H, I = shapes_.I;
+  struct Proj {
+    const CheckpointTensor *weight = nullptr, *scale = nullptr, *global = nullptr, *input = nullptr;
+  };
+  std::vector<std::array<Proj, 3>> experts(static_cast<size_t>(count_));
+
+  // Serial: every name, dtype and shape, so a missing or malformed expert fails before any copy.
+  WeightFormat format = WeightFormat::kMXFP4;
+  for (int64_t i = 0; i < count_; ++i) {
+    const int64_t e = first_ + i;
+    for (int proj = 0; proj < 3; ++proj) {
+      const std::string& pname = p.proj_names[proj];
+      const int64_t rows = proj == kDown ? H : I, k = proj == kDown ? I : H;
+      const std::string rows_rule = proj == kDown ? "H" : "I", k_rule = proj == kDown ? "I" : "H";
+      Proj& t = experts[i][proj];
+      const std::string wname = p.weight(layer_idx_, e, proj);
+      const std::string wrole = role(e, pname, "weight");
+      const CheckpointTensor* w = ck_->find(wname);
+      MOE_EP_CHECK(w != nullptr, "checkpoint '{}': tensor '{}' ({}) is missing; layer {} has {} "
+                   "experts by {}", ck_->path(), wname, wrole, layer_idx_, shapes_.E, shapes_.source);
+      t.weight = w;
+      expect_packed(*w, wrole, {}, rows, k, fmt::format("[{}, {}", rows_rule, k_rule), "");
+
+      const std::string srole = role(e, pname, "weight_scale");
+      t.scale = &ck_->get(checkpoint::scale_name(wname), srole);
+      if (i == 0 && proj == 0) {
+        MOE_EP_CHECK(t.scale->dtype == "U8" || t.scale->dtype == "F8_E8M0" || t.scale->dtype == "F8_E4M3",
+                     "{}: dtype {}; expected U8 or F8_E8M0 (MXFP4: UE8M0 per 32) or F8_E4M3 "
+                     "(NVFP4: e4m3 per 16)", where(*t.scale, srole), t.scale->dtype);
+        format = t.scale->dtype == "F8_E4M3" ? WeightFormat::kNVFP4 : WeightFormat::kMXFP4;
+      }
+      if (format == WeightFormat::kMXFP4) {
+        expect_dtype(*t.scale, srole, {"U8", "F8_E8M0"});
+        expect_shape(*t.scale, srole, {rows, k / kMxBlock},
+                     fmt::format("[{}, {}/32] (MXFP4, as expert {} {})", rows_rule, k_rule, first_,
+                                 p.proj_names[0]));
+      } else {
+        expect_dtype(*t.scale, srole, {"F8_E4M3"});
+        expect_shape(*t.scale, srole, {rows, k / kNvBlock},
+                     fmt::format("[{}, {}/16] (NVFP4, as expert {} {})", rows_rule, k_rule, first_,
+                                 p.proj_names[0]));
+        const std::string grole = role(e, pname, "weight_scale_2");
+        t.global = &ck_->get(checkpoint::global_scale_name(wname), grole);
+        expect_scalar_f32(*t.global, grole);
+        t.input = ck_->find(checkpoint::input_scale_name(wname));
+        if (t.input) expect_scalar_f32(*t.input, role(e, pname, "input_scale"));
+      }
+    }
+  }
+
+  out.format = format;
+  const int64_t B = format == WeightFormat::kNVFP4 ? kNvBlock : kMxBlock;
+  const int64_t w13_packed = 2 * I * H / 2, w13_scales = 2 * I * H / B;
+  const int64_t w2_packed = H * I / 2, w2_scales = H * I / B;
+  out.w13_.resize(static_cast<size_t>(count_ * w13_packed));
+  out.w13_scale_.resize(static_cast<size_t>(count_ * w13_scales));
+  out.w2_.resize(static_cast<size_t>(count_ * w2_packed));
+  out.w2_scale_.resize(static_cast<size_t>(count_ * w2_scales));
+  if (format == WeightFormat::kNVFP4) {
+    out.w13_global_.resize(static_cast<size_t>(2 * count_));
+    out.w2_global_.resize(static_cast<size_t>(count_));
+    out.input_scales.assign(static_cast<size_t>(3 * count_), NAN);
+  }
+  for (const auto& expert : experts)
+    for (const Proj& t : expert) {
+      for (const CheckpointTensor* x : {t.weight, t.scale, t.global, t.input})
+        if (x) {
+          ck_->file_of(*x).prefetch(*x);
+          bytes_ += x->nbytes;
+        }
+    }
+
+  // Parallel: W13 rows [0, I) gate, [I, 2I) up; W2 = down.
+  checkpoint::parallel_tasks(count_, threads_, [&](int64_t i) {
+    const int64_t e = first_ + i;
+    const auto& x = experts[i];
+    for (int proj = 0; proj < 3; ++proj)
+      check_scale_values(*x[proj].scale, role(e, p.proj_names[proj], "weight_scale"), format, 0,
+                         x[proj].scale->numel());
+    uint8_t* w13 = out.w13_.data() + i * w13_packed;
+    uint8_t* s13 = out.w13_scale_.data() + i * w13_scales;
+    std::memcpy(w13, x[kGate].weight->data, w13_packed / 2);
+    std::memcpy(w13 + w13_packed / 2, x[kUp].weight->data, w13_packed / 2);
+    std::memcpy(s13, x[kGate].scale->data, w13_scales / 2);
+    std::memcpy(s13 + w13_scales / 2, x[kUp].scale->data, w13_scales / 2);
+    std::memcpy(out.w2_.data() + i * w2_packed, x[kDown].weight->data, w2_packed);
+    std::memcpy(out.w2_scale_.data() + i * w2_scales, x[kDown].scale->data, w2_scales);
+    if (format == WeightFormat::kNVFP4) {
+      out.w13_global_[2 * i] = checked_global(*x[kGate].global, role(e, p.proj_names[0], "weight_scale_2"), 0);
+      out.w13_global_[2 * i + 1] = checked_global(*x[kUp].global, role(e, p.proj_names[1], "weight_scale_2"), 0);
+      out.w2_global_[i] = checked_global(*x[kDown].global, role(e, p.proj_names[2], "weight_scale_2"), 0);
+      for (int proj = 0; proj < 3; ++proj)
+        if (x[proj].input) out.input_scales[3 * i + proj] = read_f32(x[proj].input->data);
+    }
+  });
+
+  const DType scale_dtype = format == WeightFormat::kNVFP4 ? DType::kE4M3 : DType::kE8M0;
+  WeightPack& pk = out.pack_;
+  pk.format = format;
+  pk.w13 = TensorView::contiguous(out.w13_.data(), DType::kU8, {count_, 2 * I, H / 2});
+  pk.w13_scale = TensorView::contiguous(out.w13_scale_.data(), scale_dtype, {count_, 2 * I, H / B});
+  pk.w2 = TensorView::contiguous(out.w2_.data(), DType::kU8, {count_, H, I / 2});
+  pk.w2_scale = TensorView::contiguous(out.w2_scale_.data(), scale_dtype, {count_, H, I / B});
+  if (format == WeightFormat::kNVFP4) {
+    pk.w13_global = TensorView::contiguous(out.w13_global_.data(), DType::kF32, {count_, 2});
+    pk.w2_global = TensorView::contiguous(out.w2_global_.data(), DType::kF32, {count_});
+  }
+}
+
+// The packed weights and block scales stay in the mapping (views offset to the first expert);
+// only the global scales are copied (they may be unaligned, and [E] becomes [E, 2]).
+void CheckpointLayerBuilder::load_fused(const TensorPattern& p, CheckpointLayer& out) {
+  const int64_t E = shapes_.E, H = shapes_.H, I = shapes_.I;
+  const std::string n13 = p.weight(layer_idx_, 0, kW13), n2 = p.weight(layer_idx_, 0, kW2);
+  const std::string r13 = fmt::format("layer {} fused {}", layer_idx_, p.proj_names[kW13]);
+  const std::string r2 = fmt::format("layer {} fused {}", layer_idx_, p.proj_names[kW2]);
+  const CheckpointTensor& w13 = ck_->get(n13, r13 + " weight");
+  const CheckpointTensor& w2 = ck_->get(n2, r2 + " weight");
+  const CheckpointTensor& s13 = ck_->get(checkpoint::scale_name(n13), r13 + " weight_scale");
+  const CheckpointTensor& s2 = ck_->get(checkpoint::scale_name(n2), r2 + " weight_scale");
+  const std::string why = fmt::format("E, H, I from {}", shapes_.source);
+  expect_packed(w13, r13 + " weight", {E}, 2 * I, H, "[E, 2I, H", "; " + why);
+  expect_packed(w2, r2 + " weight", {E}, H, I, "[E, H, I", "; " + why);
+  MOE_EP_CHECK(s13.dtype == "U8" || s13.dtype == "F8_E8M0" || s13.dtype == "F8_E4M3",
+               "{}: dtype {}; expected U8 or F8_E8M0 (MXFP4) or F8_E4M3 (NVFP4)",
+               where(s13, r13 + " weight_scale"), s13.dtype);
+  const WeightFormat format = s13.dtype == "F8_E4M3" ? WeightFormat::kNVFP4 : WeightFormat::kMXFP4;
+  const int64_t B = format == WeightFormat::kNVFP4 ? kNvBlock : kMxBlock;
+  const std::string b = format == WeightFormat::kNVFP4 ? "16" : "32";
+  if (format == WeightFormat::kMXFP4) {
+    expect_dtype(s2, r2 + " weight_scale", {"U8", "F8_E8M0"});
+  } else {
+    expect_dtype(s2, r2 + " weight_scale", {"F8_E4M3"});
+  }
+  expect_shape(s13, r13 + " weight_scale", {E, 2 * I, H / B}, fmt::format("[E, 2I, H/{}] ({})", b, why));
+  expect_shape(s2, r2 + " weight_scale", {E, H, I / B}, fmt::format("[E, H, I/{}] ({})", b, why));
+
+  const CheckpointTensor *g13 = nullptr, *g2 = nullptr;
+  if (format == WeightFormat::kNVFP4) {
+    g13 = &ck_->get(checkpoint::global_scale_name(n13), r13 + " weight_scale_2");
+    g2 = &ck_->get(checkpoint::global_scale_name(n2), r2 + " weight_scale_2");
+    expect_dtype(*g13, r13 + " weight_scale_2", {"F32"});
+    const bool pair = g13->shape == std::vector<int64_t>{E, 2};
+    MOE_EP_CHECK(pair || g13->shape == std::vector<int64_t>(1, E),
+                 "{}: shape {}; expected [E, 2] (gate, up) or [E] = [{}]",
+                 where(*g13, r13 + " weight_scale_2"), g13->shape_str(), E);
+    expect_dtype(*g2, r2 + " weight_scale_2", {"F32"});
+    expect_shape(*g2, r2 + " weight_scale_2", {E}, "[E]");
+  }
+
+  out.format = format;
+  const int64_t w13_packed = 2 * I * H / 2, w13_scales = 2 * I * H / B;
+  const int64_t w2_packed = H * I / 2, w2_scales = H * I / B;
+  for (const CheckpointTensor* t : {&w13, &w2, &s13, &s2}) ck_->file_of(*t).prefetch(*t);
+  bytes_ = count_ * (w13_packed + w13_scales + w2_packed + w2_scales);
+  if (format == WeightFormat::kNVFP4) {
+    out.w13_global_.resize(static_cast<size_t>(2 * count_));
+    out.w2_global_.resize(static_cast<size_t>(count_));
+    bytes_ += count_ * (g13->shape.size() == 2 ? 12 : 8);
+  }
+  checkpoint::parallel_tasks(count_, threads_, [&](int64_t i) {
+    const int64_t e = first_ + i;
+    check_scale_values(s13, r13 + " weight_scale", format, e * w13_scales, w13_scales);
+    check_scale_values(s2, r2 + " weight_scale", format, e * w2_scales, w2_scales);
+    if (format == WeightFormat::kNVFP4) {
+      const bool pair = g13->shape.size() == 2;
+      out.w13_global_[2 * i] = checked_global(*g13, r13 + " weight_scale_2", pair ? 2 * e : e);
+      out.w13_global_[2 * i + 1] = checked_global(*g13, r13 + " weight_scale_2", pair ? 2 * e + 1 : e);
+      out.w2_global_[i] = checked_global(*g2, r2 + " weight_scale_2", e);
+    }
+  });
+
+  auto view = [&](const CheckpointTensor& t, int64_t per_expert, DType dtype, std::initializer_list<int64_t> shape) {
+    // The mapping is read-only; layers copy or convert weights and never write through a pack.
+    return TensorView::contiguous(const_cast<uint8_t*>(t.data) + first_ * per_expert, dtype, shape);
+  };
+  const DType scale_dtype = format == WeightFormat::kNVFP4 ? DType::kE4M3 : DType::kE8M0;
+  WeightPack& pk = out.pack_;
+  pk.format = format;
+  pk.w13 = view(w13, w13_packed, DType::kU8, {count_, 2 * I, H / 2});
+  pk.w13_scale = view(s13, w13_scales, scale_dtype, {count_, 2 * I, H / B});
+  pk.w2 = view(w2, w2_packed, DType::kU8, {count_, H, I / 2});
+  pk.w2_scale = view(s2, w2_scales, scale_dtype, {count_, H, I / B});
+  if (format == WeightFormat::kNVFP4) {
+    pk.w13_global = TensorView::contiguous(out.w13_global_.data(), DType::kF32, {count_, 2});
+    pk.w2_global = TensorView::contiguous(out.w2_global_.data(), DType::kF32, {count_});
+  }
+}
+
+std::unique_ptr<CheckpointLayer> CheckpointLayerBuilder::build() {
+  const auto start = std::chrono::steady_clock::now();
+  MOE_EP_CHECK(layer_idx_ >= 0, "layer {}; expected >= 0", layer_idx_);
+  if (const auto& c = ck_->config(); c && c->num_hidden_layers > 0)
+    MOE_EP_CHECK(layer_idx_ < c->num_hidden_layers, "layer {} is outside [0, {}) (num_hidden_layers "
+                 "of {})", layer_idx_, c->num_hidden_layers, c->source);
+  const TensorPattern p = resolve_pattern();
+  shapes_ = resolve_shapes(p);
+  first_ = options_.first_expert;
+  count_ = options_.num_experts < 0 ? shapes_.E - first_ : options_.num_experts;
+  MOE_EP_CHECK(first_ >= 0 && count_ > 0 && first_ + count_ <= shapes_.E,
+               "experts [{}, {}) of layer {} are outside [0, E = {}) ({})", first_, first_ + count_,
+               layer_idx_, shapes_.E, shapes_.source);
+
+  auto out = std::make_unique<CheckpointLayer>();
+  out->checkpoint_ = ck_;
+  out->layer_idx = layer_idx_;
+  out->num_experts = count_;
+  out->total_experts = shapes_.E;
+  out->first_expert = first_;
+  out->hidden_size = shapes_.H;
+  out->intermediate_size = shapes_.I;
+  out->layout = p.per_expert ? "per-expert" : "fused";
+  out->tensor_pattern = p.with_layer(layer_idx_);
+  if (p.per_expert)
+    load_per_expert(p, *out);
+  else
+    load_fused(p, *out);
+  out->notes.push_back(fmt::format("{} {} experts [{}, {}) of {} from '{}' (E, H, I from {})",
+                                   weight_format_name(out->format), out->layout, first_,
+                                   first_ + count_, shapes_.E, out->tensor_pattern, shapes_.source));
+  if (const auto& c = ck_->config()) {
+    const bool says_nvfp4 = c->quant_algo.find("NVFP4") != std::string::npos ||
+                            c->quant_algo.find("nvfp4") != std::string::npos;
+    const bool says_mxfp4 = c->quant_method == "mxfp4";
+    if ((says_nvfp4 && out->format != WeightFormat::kNVFP4) ||
+        (says_mxfp4 && out->format != WeightFormat::kMXFP4))
+      out->notes.push_back(fmt::format("{} quantization_config says quant_method '{}' quant_algo "
+                                       "'{}', but the expert scales are {}", c->source,
+                                       c->quant_method, c->quant_algo, weight_format_name(out->format)));
+  }
+  bytes_ += checkpoint::load_router(*ck_, layer_idx_, shapes_.E, shapes_.H, *out);
+  bytes_ += checkpoint::load_shared_expert(*ck_, layer_idx_, shapes_.H, threads_, *out);
+
+  out->stats.checkpoint_bytes = bytes_;
+  out->stats.num_threads = threads_;
+  out->stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+int64_t CheckpointLayer::pack_bytes() const {
+  int64_t n = 0;
+  for (const TensorView* t : {&pack_.w13, &pack_.w13_scale, &pack_.w13_global, &pack_.w2,
+                              &pack_.w2_scale, &pack_.w2_global})
+    if (t->defined()) n += t->nbytes();
+  return n;
+}
+
+std::unique_ptr<CheckpointLayer> load_checkpoint_layer(std::shared_ptr<const Checkpoint> checkpoint,
+                                                       int64_t layer, const LayerLoadOptions& options) {
+  MOE_EP_CHECK(checkpoint != nullptr, "load_checkpoint_layer: checkpoint is null");
+  return CheckpointLayerBuilder(std::move(checkpoint), layer, options).build();
+}
+
+std::vector<int64_t> find_moe_layers(const Checkpoint& ck, const LayerLoadOptions& options) {
+  std::vector<TensorPattern> patterns;
+  if (!options.tensor_pattern.empty()) {
+    patterns.push_back(TensorPattern::parse(options.tensor_pattern, options.proj_names, "tensor pattern"));
+  } else {
+    if (options.layout != "fused") patterns.push_back(TensorPattern::per_expert_default());
+    if (options.layout != "per-expert") patterns.push_back(TensorPattern::fused_default());
+  }
+  // A layer is found by its first expert's gate (per-expert) or its w13 (fused) tensor: the
+  // names are matched against the pattern with {L} read as a decimal number.
+  std::vector<int64_t> layers;
+  for (const std::string& name : ck.tensor_names()) {
+    for (const TensorPattern& p : patterns) {
+      const size_t at = p.text.find("{L}");
+      const std::string prefix =
+          TensorPattern{p.text.substr(0, at), p.per_expert, p.proj_names}.weight(0, options.first_expert, 0);
+      const TensorPattern rest{p.text.substr(at + 3), p.per_expert, p.proj_names};
+      const std::string suffix = rest.weight(0, options.first_expert, 0);
+      if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        continue;
+      const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+      if (digits.empty() || digits.size() > 9 ||
+          !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        continue;
+      layers.push_back(std::stoll(digits));
+    }
+  }
+  std::sort(layers.begin(), layers.end());
+  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+  return layers;
+}
+
+}  // namespace moe_ep

@@ -1,0 +1,55 @@
+// `moe_ep run --checkpoint DIR --layer N` (and `bench`): one real MoE layer of a safetensors
+// checkpoint in place of the synthetic weights, on the same synthetic activations and with the
+// same checks. The hook into run/bench is three calls:
+//
+//   setup   = checkpoint.given() ? plan_checkpoint_problem(...) : plan_problem(...);
+//   weights = checkpoint.given() ? checkpoint_weights(setup)    : generate_weights(...);
+//   print_checkpoint_summary(setup) / add_checkpoint_json(setup, json)   (no-ops otherwise)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/cli_common.h"
+#include "cli/problem.h"
+#include "testing/synthetic.h"
+
+namespace moe_ep::cli {
+
+struct CheckpointRunOptions {
+  std::string path;                     // --checkpoint
+  int64_t layer = -1;                   // --layer; -1: the first MoE layer found
+  std::string layout = "auto";          // --layout
+  std::string tensor_pattern;           // --tensor-pattern
+  std::vector<std::string> proj_names;  // --proj-names
+  int64_t top_k = 0;                    // --top-k; 0: num_experts_per_tok of config.json
+  const CLI::App* command = nullptr;    // to tell whether --backend was typed
+
+  bool given() const { return !path.empty(); }
+};
+
+// Registers --checkpoint --layer --layout --tensor-pattern --proj-names --top-k.
+void add_checkpoint_run_options(CLI::App& cmd, CheckpointRunOptions& options);
+
+// Throws kUnsupported when --checkpoint is combined with expert parallelism (--ranks,
+// --layers, --router, EPLB, GPU ranks): those runs generate their own weights.
+void refuse_checkpoint_expert_parallel(const CheckpointRunOptions& options, bool expert_parallel);
+
+// Loads the layer (timed: checkpoint bytes per second) and plans the problem for its shapes,
+// with the library's checks of plan_problem. Without --backend the checkpoint's own format
+// picks the family (mxfp4 or nvfp4); --weights must be native or the checkpoint's format.
+ProblemSetup plan_checkpoint_problem(const ProblemOptions& problem, const CheckpointRunOptions& options,
+                                     int64_t max_num_tokens, int world_size);
+
+// The loaded layer's weights for a setup of plan_checkpoint_problem (the loaded copy is
+// released).
+testing::HostWeights checkpoint_weights(const ProblemSetup& setup);
+
+// Nothing for setups of plan_problem.
+void print_checkpoint_summary(const ProblemSetup& setup);
+void add_checkpoint_json(const ProblemSetup& setup, Json& json);
+
+}  // namespace moe_ep::cli

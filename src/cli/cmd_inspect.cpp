@@ -1,0 +1,222 @@
+// `moe_ep inspect CHECKPOINT`: what a safetensors checkpoint holds for this library: the MoE
+// shapes of config.json, the MoE layers found, each layer's weight format, layout and bytes,
+// its load throughput, and the FP8-window statistics of SPEC.md §5 (rows inside / outside,
+// widest exponent span, a histogram of per-row block-exponent spans) that tell whether the
+// GPU's folded MXFP4 -> FP8 path applies to the model.
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "core/check.h"
+#include "moe_ep/checkpoint.h"
+
+namespace moe_ep::cli {
+namespace {
+
+struct InspectOptions {
+  std::string path;
+  bool json = false;
+  std::vector<int64_t> layers;  // empty: every MoE layer found
+  std::string layout = "auto";
+  std::string tensor_pattern;
+  std::vector<std::string> proj_names;
+  int threads = 0;
+  bool stats = true;
+};
+
+Json config_json(const ModelConfig& c) {
+  Json j;
+  j["source"] = c.source;
+  j["model_type"] = c.model_type;
+  j["E"] = c.n_routed_experts;
+  j["H"] = c.hidden_size;
+  j["I"] = c.moe_intermediate_size;
+  j["K"] = c.num_experts_per_tok;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["first_k_dense_replace"] = c.first_k_dense_replace;
+  j["n_shared_experts"] = c.n_shared_experts;
+  j["routed_scaling_factor"] = c.routed_scaling_factor;
+  j["swiglu_limit"] = c.swiglu_limit ? Json(*c.swiglu_limit) : Json(nullptr);
+  j["quant_method"] = c.quant_method;
+  j["quant_algo"] = c.quant_algo;
+  j["weight_block_size"] = {c.fp8_block_n, c.fp8_block_k};
+  return j;
+}
+
+Json layer_json(const CheckpointLayer& l, const Fp8WindowReport* w) {
+  Json j;
+  j["layer"] = l.layer_idx;
+  j["format"] = weight_format_name(l.format);
+  j["layout"] = l.layout;
+  j["tensor_pattern"] = l.tensor_pattern;
+  j["E"] = l.total_experts;
+  j["H"] = l.hidden_size;
+  j["I"] = l.intermediate_size;
+  j["weight_bytes"] = l.pack_bytes();
+  j["checkpoint_bytes"] = l.stats.checkpoint_bytes;
+  j["load_ms"] = json_number(l.stats.seconds * 1e3);
+  j["load_gbps"] = json_number(l.stats.gbps());
+  j["router"] = !l.router_weight.empty();
+  j["router_bias"] = !l.router_bias.empty();
+  j["shared_intermediate"] = l.shared_intermediate_size;
+  j["notes"] = l.notes;
+  if (w) {
+    j["fp8_window"] = {{"rows", w->rows},
+                       {"rows_inside", w->rows_inside},
+                       {"rows_outside", w->rows - w->rows_inside},
+                       {"w13_rows_inside", w->w13_rows_inside},
+                       {"w13_rows", w->w13_rows},
+                       {"w2_rows_inside", w->w2_rows_inside},
+                       {"w2_rows", w->w2_rows},
+                       {"experts", w->experts},
+                       {"experts_inside", w->experts_inside},
+                       {"max_row_span", w->max_row_span},
+                       {"span_histogram", w->span_histogram}};
+  } else {
+    j["fp8_window"] = nullptr;
+  }
+  return j;
+}
+
+void add_histogram(std::vector<int64_t>& total, const std::vector<int64_t>& h) {
+  if (total.size() < h.size()) total.resize(h.size(), 0);
+  for (size_t i = 0; i < h.size(); ++i) total[i] += h[i];
+}
+
+int inspect_command(const InspectOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  auto ck = Checkpoint::open(o.path);
+  LayerLoadOptions load;
+  load.layout = o.layout;
+  load.tensor_pattern = o.tensor_pattern;
+  load.proj_names = o.proj_names;
+  load.num_threads = o.threads;
+  const std::vector<int64_t> found = find_moe_layers(*ck, load);
+  const std::vector<int64_t> layers = o.layers.empty() ? found : o.layers;
+  const auto& config = ck->config();
+
+  if (!o.json) {
+    fmt::print("moe_ep inspect: {}\n", o.path);
+    fmt::print("  files: {}, {} tensors, {:.1f} MB of tensor data\n", ck->files().size(),
+               ck->tensor_names().size(), ck->total_tensor_bytes() / 1e6);
+    if (config)
+      fmt::print("  config ({}): {} E={} H={} I={} K={}, {} layers (first {} dense), "
+                 "routed_scaling_factor {}, n_shared_experts {}, quantization_config {}{}\n",
+                 config->source, config->model_type.empty() ? "model" : config->model_type,
+                 config->n_routed_experts, config->hidden_size, config->moe_intermediate_size,
+                 config->num_experts_per_tok, config->num_hidden_layers,
+                 config->first_k_dense_replace, config->routed_scaling_factor,
+                 config->n_shared_experts, config->quant_method.empty() ? "-" : config->quant_method,
+                 config->quant_algo.empty() ? "" : " " + config->quant_algo);
+    else
+      fmt::print("  config: no config.json; shapes come from the tensors\n");
+    fmt::print("  MoE layers found: {}{}\n", found.size(),
+               found.empty() ? std::string(" (none; give --tensor-pattern)")
+                             : fmt::format(" ({})", fmt::join(found, ", ")));
+    if (!layers.empty())
+      fmt::print("  {:>5} {:>6} {:>10} {:>4} {:>5} {:>5} {:>10} {:>8} {:>6}  {:>17} {:>7} {:>8} {:>11}\n",
+                 "layer", "format", "layout", "E", "H", "I", "MB", "load_ms", "GB/s",
+                 "rows_inside/rows", "outside", "max_span", "experts_in");
+  }
+
+  Json layer_list = Json::array();
+  std::vector<int64_t> histogram;
+  int64_t total_bytes = 0, total_rows = 0, total_inside = 0;
+  double total_seconds = 0;
+  for (int64_t idx : layers) {
+    const std::unique_ptr<CheckpointLayer> l = load_checkpoint_layer(ck, idx, load);
+    std::unique_ptr<Fp8WindowReport> w;
+    if (o.stats && l->format == WeightFormat::kMXFP4)
+      w = std::make_unique<Fp8WindowReport>(analyze_fp8_window(*l, o.threads));
+    total_bytes += l->stats.checkpoint_bytes;
+    total_seconds += l->stats.seconds;
+    if (w) {
+      add_histogram(histogram, w->span_histogram);
+      total_rows += w->rows;
+      total_inside += w->rows_inside;
+    }
+    if (o.json) {
+      layer_list.push_back(layer_json(*l, w.get()));
+      continue;
+    }
+    fmt::print("  {:>5} {:>6} {:>10} {:>4} {:>5} {:>5} {:>10.2f} {:>8.1f} {:>6.2f}  {:>17} {:>7} {:>8} {:>11}\n",
+               idx, weight_format_name(l->format), l->layout, l->total_experts, l->hidden_size,
+               l->intermediate_size, l->stats.checkpoint_bytes / 1e6, l->stats.seconds * 1e3,
+               l->stats.gbps(),
+               w ? fmt::format("{}/{}", w->rows_inside, w->rows) : std::string("n/a"),
+               w ? fmt::format("{}", w->rows - w->rows_inside) : std::string("-"),
+               w ? fmt::format("{}", w->max_row_span) : std::string("-"),
+               w ? fmt::format("{}/{}", w->experts_inside, w->experts) : std::string("-"));
+  }
+  const double gbps = total_seconds > 0 ? total_bytes / total_seconds * 1e-9 : 0.0;
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  if (o.json) {
+    Json j;
+    j["command"] = "inspect";
+    j["version"] = MOE_EP_VERSION;
+    j["checkpoint"] = o.path;
+    Json files = Json::array();
+    for (const auto& f : ck->files())
+      files.push_back({{"path", f->path()}, {"bytes", f->file_size()}, {"tensors", f->tensors().size()}});
+    j["files"] = files;
+    j["tensors"] = ck->tensor_names().size();
+    j["tensor_bytes"] = ck->total_tensor_bytes();
+    j["config"] = config ? config_json(*config) : Json(nullptr);
+    j["moe_layers"] = found;
+    j["layers"] = layer_list;
+    j["span_histogram"] = histogram;
+    j["fp8_window_max_span"] = Fp8WindowReport::kMaxSpan;
+    j["load_bytes"] = total_bytes;
+    j["load_gbps"] = json_number(gbps);
+    j["wall_s"] = json_number(wall_s);
+    fmt::print("{}\n", j.dump());
+    return kExitOk;
+  }
+  if (!layers.empty())
+    fmt::print("  loaded {:.1f} MB of checkpoint tensors in {:.1f} ms: {:.2f} GB/s ({} threads; "
+               "wall {:.2f} s with the statistics)\n",
+               total_bytes / 1e6, total_seconds * 1e3, gbps,
+               o.threads > 0 ? fmt::format("{}", o.threads) : std::string("all"), wall_s);
+  if (!histogram.empty()) {
+    fmt::print("  per-row block-exponent span (max - min E8M0 over non-zero blocks), rows over "
+               "{} layers; spans > {} are outside the FP8 window ({}/{} rows inside):\n",
+               layers.size(), Fp8WindowReport::kMaxSpan, total_inside, total_rows);
+    const int64_t peak = *std::max_element(histogram.begin(), histogram.end());
+    for (size_t s = 0; s < histogram.size(); ++s) {
+      if (histogram[s] == 0) continue;
+      const int bar = peak > 0 ? static_cast<int>(40.0 * histogram[s] / peak + 0.5) : 0;
+      fmt::print("    {:>3}{} {:>12}  {}\n", s, static_cast<int>(s) > Fp8WindowReport::kMaxSpan ? "*" : " ",
+                 histogram[s], std::string(std::max(bar, 1), '#'));
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_inspect_command(CLI::App& app) {
+  auto o = std::make_shared<InspectOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "Describe a safetensors checkpoint: MoE layers, shapes, weight format, bytes, load "
+                 "throughput, and the FP8-window statistics of its MXFP4 expert weights.");
+  cmd->add_option("checkpoint", o->path, "checkpoint directory or .safetensors file")->required();
+  cmd->add_flag("--json", o->json, "print exactly one JSON object on stdout");
+  cmd->add_option("--layers", o->layers, "comma-separated layers (default: every MoE layer found)")
+      ->delimiter(',')->check(integer_at_least(0));
+  cmd->add_option("--layout", o->layout, "expert tensors per-expert, fused, or auto")
+      ->check(CLI::IsMember({"auto", "per-expert", "fused"}))->capture_default_str();
+  cmd->add_option("--tensor-pattern", o->tensor_pattern,
+                  "name of the expert weight tensors with {L}, {proj} and (per expert) {e}");
+  cmd->add_option("--proj-names", o->proj_names, "the {proj} names: gate,up,down or w13,w2")
+      ->delimiter(',');
+  cmd->add_option("--threads", o->threads, "loader threads (default: all)")->check(integer_at_least(1));
+  cmd->add_flag("--stats,!--no-stats", o->stats, "FP8-window statistics (default on)");
+  return {cmd, [o] { return run_guarded("inspect", [o] { return inspect_command(*o); }); }};
+}
+
+}  // namespace moe_ep::cli

@@ -1,0 +1,111 @@
+// `moe_ep inspect` and `moe_ep run/bench --checkpoint` on the generated checkpoints, as a user
+// runs them.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint_test_data.h"
+#include "cli/cli_runner.h"
+
+namespace moe_ep::test {
+namespace {
+
+std::string describe(const CliResult& r) {
+  return "command: " + r.command + "\nexit code: " + std::to_string(r.exit_code) +
+         "\nstdout:\n" + r.out + "\nstderr:\n" + r.err;
+}
+
+nlohmann::json parse_json(const CliResult& r) {
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "stdout is not one JSON object: " << e.what() << "\n" << describe(r);
+  }
+  return {};
+}
+
+TEST(CheckpointCli, InspectReportsLayersShapesAndTheFp8Window) {
+  const CliResult r = run_cli("inspect " + testckpt::checkpoint_dir("heavy_tailed") + " --json");
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const nlohmann::json j = parse_json(r);
+  EXPECT_EQ(j["moe_layers"], nlohmann::json::array({1}));
+  EXPECT_EQ(j["config"]["E"], 8);
+  EXPECT_EQ(j["config"]["K"], 2);
+  ASSERT_EQ(j["layers"].size(), 1u);
+  const auto& layer = j["layers"][0];
+  EXPECT_EQ(layer["format"], "mxfp4");
+  EXPECT_EQ(layer["layout"], "per-expert");
+  const auto& want = testckpt::manifest()["heavy_tailed_window"];
+  const auto& w = layer["fp8_window"];
+  EXPECT_EQ(w["rows_inside"], want["w13_rows_inside"].get<int64_t>() + want["w2_rows_inside"].get<int64_t>());
+  EXPECT_EQ(w["rows_outside"], want["w13_rows"].get<int64_t>() - want["w13_rows_inside"].get<int64_t>());
+  EXPECT_EQ(w["max_row_span"], want["max_row_span"]);
+  EXPECT_EQ(j["span_histogram"], want["span_histogram"]);
+  EXPECT_GT(j["load_gbps"].get<double>(), 0.0);
+}
+
+TEST(CheckpointCli, InspectTextNamesTheLayersAndTheHistogram) {
+  const CliResult r = run_cli("inspect " + testckpt::checkpoint_dir("mxfp4_fused_sharded"));
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("files: 3"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("MoE layers found: 2 (1, 2)"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("3072/3072"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("per-row block-exponent span"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("GB/s"), std::string::npos) << describe(r);
+}
+
+TEST(CheckpointCli, InspectOfABadFileIsAUsageErrorNamingTheTensor) {
+  const CliResult r = run_cli("inspect " + testckpt::bad_dir("scale_0xff"));
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("model.layers.1.mlp.experts.3.up_proj.weight_scale"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("0xFF"), std::string::npos) << describe(r);
+}
+
+TEST(CheckpointCli, RunARealLayerPassesTheUsualChecks) {
+  for (const std::string& args :
+       {"--checkpoint " + testckpt::checkpoint_dir("mxfp4_per_expert") + " --layer 2",
+        "--checkpoint " + testckpt::checkpoint_dir("nvfp4_per_expert_sharded"),
+        "--checkpoint " + testckpt::checkpoint_dir("heavy_tailed") + " --backend nvfp4",
+        "--checkpoint " + testckpt::checkpoint_dir("pattern_no_config") +
+            " --tensor-pattern 'model.layers.{L}.block_sparse_moe.experts.{e}.{proj}.weight'"
+            " --proj-names w1,w3,w2 --top-k 2"}) {
+    const CliResult r = run_cli("run --device cpu -T 40 --json " + args);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    const nlohmann::json j = parse_json(r);
+    EXPECT_EQ(j["check_passed"], true) << describe(r);
+    EXPECT_EQ(j["E"], 8);
+    EXPECT_EQ(j["H"], 128);
+    EXPECT_EQ(j["K"], 2);
+    ASSERT_TRUE(j.contains("checkpoint")) << describe(r);
+    EXPECT_GT(j["checkpoint"]["checkpoint_bytes"].get<int64_t>(), 0);
+  }
+}
+
+TEST(CheckpointCli, RunRefusesWhatItCannotDo) {
+  const std::string ck = "--checkpoint " + testckpt::checkpoint_dir("nvfp4_fused");
+  CliResult r = run_cli("run --device cpu " + ck + " --backend mxfp4");
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("--weights nvfp4 is not accepted by recipe 'mxfp4'"), std::string::npos) << describe(r);
+  r = run_cli("run --device cpu " + ck + " --weights bf16");
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("the weights are the checkpoint's (nvfp4)"), std::string::npos) << describe(r);
+  r = run_cli("run --device cpu " + ck + " --ranks 2");
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("--checkpoint runs one layer on one rank"), std::string::npos) << describe(r);
+  r = run_cli("run --device cpu --checkpoint " + testckpt::checkpoint_dir("mxfp4_per_expert") + " --layer 0");
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("no routed-expert weights"), std::string::npos) << describe(r);
+}
+
+TEST(CheckpointCli, BenchRunsARealLayer) {
+  const CliResult r = run_cli("bench --device cpu -T 1,16 --iters 1 --warmup 0 --bandwidth-gbps 10 "
+                              "--compute-tflops 1 --json --checkpoint " +
+                              testckpt::checkpoint_dir("mxfp4_fused_sharded") + " --layer 1");
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const nlohmann::json j = parse_json(r);
+  EXPECT_EQ(j["rows"].size(), 2u);
+  EXPECT_EQ(j["checkpoint"]["layout"], "fused");
+}
+
+}  // namespace
+}  // namespace moe_ep::test
