@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "call_guard.h"
 #include "check.h"
+#include "collective_create.h"
 #include "layer_impl.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/quant.h"
@@ -267,8 +269,13 @@ std::unique_ptr<Layer> Layer::create(std::shared_ptr<Runtime> runtime, const Fle
   MOE_EP_CHECK_CODE(req.implementation != nullptr, ErrorCode::kUnsupported, "{}", reason);
 
   const int64_t num_local = fleet.num_experts / runtime->world_size();
-  check_weight_layout(weights, fleet, config, num_local, device);
-  if (pack_on_host(weights)) check_weight_values(weights);
+  try {
+    check_weight_layout(weights, fleet, config, num_local, device);
+    if (pack_on_host(weights)) check_weight_values(weights);
+  } catch (const Error& e) {
+    detail::fail_collective_create(*runtime, e.message());  // the other ranks fail at once
+    throw;
+  }
 
   req.runtime = runtime;
   req.fleet = fleet;
@@ -311,6 +318,7 @@ std::unique_ptr<Layer> Layer::create(std::shared_ptr<Runtime> runtime, const Fle
 }
 
 void Layer::forward(const ForwardArgs& args) {
+  const detail::LayerCallGuard guard(impl_.get(), *impl_->runtime, "Layer::forward");
   try {
     check_forward_args(args, impl_->info, impl_->config);
   } catch (const Error& e) {
@@ -340,6 +348,7 @@ void Layer::Impl::replace_expert_weights(int64_t, const WeightPack&) {
 }
 
 void Layer::forward_rows(const ForwardArgs& args, std::span<const int64_t> rows) {
+  const detail::LayerCallGuard guard(impl_.get(), *impl_->runtime, "Layer::forward_rows");
   check_forward_args(args, impl_->info, impl_->config);
   const int64_t T = impl_->config.quantize_input ? args.x.shape[0] : args.a.shape[0];
   for (size_t i = 0; i < rows.size(); ++i)
