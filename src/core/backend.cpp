@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "check.h"
+#include "host_memory.h"
 
 namespace moe_ep {
 namespace {
@@ -99,6 +100,15 @@ void validate_config(const FleetParams& fleet, const KernelConfig& config, int w
   MOE_EP_CHECK(config.top_k >= 1 && config.top_k <= fleet.num_experts,
                "top_k = {} is invalid; expected 1..num_experts ({})", config.top_k,
                fleet.num_experts);
+  // Sizes derived from these (weights E x 2I x H, activations T x K x H) must fit in int64.
+  MOE_EP_CHECK(detail::saturating_bytes({fleet.num_experts, 2, config.intermediate_size,
+                                         fleet.hidden_size}) < INT64_MAX &&
+                   detail::saturating_bytes({fleet.max_tokens_per_rank, config.top_k,
+                                             fleet.hidden_size}) < INT64_MAX,
+               "num_experts = {}, intermediate_size = {}, hidden_size = {}, max_tokens_per_rank = "
+               "{}, top_k = {}: E x 2I x H or T x K x H overflows int64; expected sizes that fit",
+               fleet.num_experts, config.intermediate_size, fleet.hidden_size,
+               fleet.max_tokens_per_rank, config.top_k);
   if (config.activation_clamp) {
     const float c = *config.activation_clamp;
     MOE_EP_CHECK(std::isfinite(c) && c >= 0.0f,

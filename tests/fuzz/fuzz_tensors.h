@@ -48,8 +48,12 @@ struct Expected {
   std::vector<int64_t> shape;
 };
 
+// Two's-complement wrap-around (expected dimensions may be huge; the harness must not overflow).
+inline int64_t wrap_add(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
+
 inline int64_t wild_dim(FuzzBytes& in, int64_t expected) {
-  return in.pick<int64_t>({0, 1, -1, expected - 1, expected + 1, 2 * expected, expected / 2,
+  return in.pick<int64_t>({0, 1, -1, wrap_add(expected, -1), wrap_add(expected, 1),
+                           wrap_add(expected, expected), expected / 2,
                            int64_t{1} << 31, int64_t{1} << 40, std::numeric_limits<int64_t>::max(),
                            std::numeric_limits<int64_t>::min(), expected});
 }
@@ -129,7 +133,7 @@ inline FuzzTensor make_tensor(FuzzBytes& in, const Expected& e, int mutate_one_i
     int64_t want = 1;
     for (int d = v.ndim - 1; d >= 0; --d) {
       if (v.shape[d] != 1 && v.strides[d] != want) strides_ok = false;
-      want *= v.shape[d];
+      want = static_cast<int64_t>(static_cast<uint64_t>(want) * static_cast<uint64_t>(v.shape[d]));
     }
   }
   (void)stride_bent;

@@ -71,7 +71,9 @@ int run(FuzzBytes& in) {
   const bool clamp_ok = !config.activation_clamp ||
                         (std::isfinite(*config.activation_clamp) && *config.activation_clamp >= 0);
   const bool config_ok = family_ok && E >= 1 && fleet.max_tokens_per_rank >= 1 && H >= 1 &&
-                         H % 128 == 0 && I >= 1 && I % 128 == 0 && K >= 1 && K <= E && clamp_ok;
+                         H % 128 == 0 && I >= 1 && I % 128 == 0 && K >= 1 && K <= E && clamp_ok &&
+                         mul(mul(mul(E, 2), I), H) >= 0 &&  // the sizes fit in int64
+                         mul(mul(fleet.max_tokens_per_rank, K), H) >= 0;
   const bool format_known = static_cast<int>(format) >= 0 && static_cast<int>(format) <= 2;
   const bool format_ok = format_known && family_ok && accepts(family, format);
 
