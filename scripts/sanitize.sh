@@ -10,14 +10,15 @@ moe_ep_install_pip
 
 TSAN_TESTS='^(ThreadPool|SimTransport|Rendezvous|Runtime|Concurrency|EpFailures|EpFaults|EpLayer|EpRouting|EpDeterminism|EpWorkspace|EpEplb)\.'
 
-sanitize_build() {  # folder, sanitizers
-  local dir="$MOE_EP_ROOT/$1"
+sanitize_build() {  # folder, sanitizers[, build target]
+  local dir="$MOE_EP_ROOT/$1" target=()
+  [ $# -ge 3 ] && target=(--target "$3")
   moe_ep_log "configuring $1 (-fsanitize=$2, CPU only)"
   # -O1: sanitizer reports keep their frames, and the build is faster than -O2.
   cmake -S "$MOE_EP_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
         -DMOE_EP_CUDA=OFF -DMOE_EP_SANITIZE="$2" >/dev/null
   moe_ep_log "building $1 with $MOE_EP_JOBS jobs"
-  cmake --build "$dir" -j "$MOE_EP_JOBS"
+  cmake --build "$dir" -j "$MOE_EP_JOBS" "${target[@]}"
 }
 
 run_asan() {
@@ -30,7 +31,7 @@ run_asan() {
 }
 
 run_tsan() {
-  sanitize_build build-tsan thread
+  sanitize_build build-tsan thread moe_ep_tests  # the TSan tests are all in moe_ep_tests
   moe_ep_log "ctest under TSan: $TSAN_TESTS"
   # setarch -R: TSan of GCC 12 cannot map its shadow with the high mmap randomization of
   # recent kernels ("unexpected memory mapping"); without ASLR it can.

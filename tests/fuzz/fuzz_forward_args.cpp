@@ -130,7 +130,8 @@ int run(FuzzBytes& in) {
                           {T, nv ? kH / 16 : kH / 32}}, mutate);
   }
   if ((caller && nv) || in.flag(16)) ag = make_tensor(in, {{DType::kF32}, {T}}, mutate);
-  FuzzTensor ids = make_tensor(in, {{id_dtype}, {T, kK}}, mutate);
+  const DType other_id_dtype = id_dtype == DType::kI32 ? DType::kI64 : DType::kI32;
+  FuzzTensor ids = make_tensor(in, {{id_dtype, other_id_dtype}, {T, kK}}, mutate);
   FuzzTensor tw = make_tensor(in, {{DType::kF32}, {T, kK}}, mutate);
   FuzzTensor y = make_tensor(in, {{DType::kBF16}, {T, kH}}, mutate);
 
@@ -162,7 +163,7 @@ int run(FuzzBytes& in) {
   if (!caller) ok = ok && x.layout_ok && !a.present && !as.present && !ag.present;
   else ok = ok && !x.present && a.layout_ok && as.layout_ok && (nv ? ag.layout_ok : !ag.present);
   for (int64_t i = 0; ok && i < ids.numel; ++i) {
-    const int64_t v = id_dtype == DType::kI32 ? reinterpret_cast<const int32_t*>(ids.bytes())[i]
+    const int64_t v = ids.view.dtype == DType::kI32 ? reinterpret_cast<const int32_t*>(ids.bytes())[i]
                                               : reinterpret_cast<const int64_t*>(ids.bytes())[i];
     ok = v >= -1 && v < kE;
   }
