@@ -157,9 +157,24 @@ int run(FuzzBytes& in) {
     }
   }
   const std::vector<uint64_t> y_before = y.storage;
+  // The layer takes T from the activation it reads (x, or a when the caller quantizes): when the
+  // input bent that tensor's first dimension, every other tensor is judged against that T.
+  const FuzzTensor& act = caller ? a : x;
+  const int64_t T_seen = act.present && act.view.ndim == 2 ? act.view.shape[0] : T;
+  if (T_seen != T) {
+    judge(x, {{DType::kBF16}, {T_seen, kH}});
+    judge(a, {nv ? std::vector<DType>{DType::kU8} : std::vector<DType>{DType::kE4M3, DType::kU8},
+              {T_seen, nv ? kH / 2 : kH}});
+    judge(as, {nv ? std::vector<DType>{DType::kU8, DType::kE4M3} : std::vector<DType>{DType::kU8, DType::kE8M0},
+               {T_seen, nv ? kH / 16 : kH / 32}});
+    judge(ag, {{DType::kF32}, {T_seen}});
+    judge(ids, {{id_dtype, other_id_dtype}, {T_seen, kK}});
+    judge(tw, {{DType::kF32}, {T_seen, kK}});
+    judge(y, {{DType::kBF16}, {T_seen, kH}});
+  }
 
   // The model's verdict.
-  bool ok = T <= kMaxT && ids.layout_ok && tw.layout_ok && y.layout_ok;
+  bool ok = T_seen >= 0 && T_seen <= kMaxT && ids.layout_ok && tw.layout_ok && y.layout_ok;
   if (!caller) ok = ok && x.layout_ok && !a.present && !as.present && !ag.present;
   else ok = ok && !x.present && a.layout_ok && as.layout_ok && (nv ? ag.layout_ok : !ag.present);
   for (int64_t i = 0; ok && i < ids.numel; ++i) {

@@ -58,6 +58,34 @@ inline int64_t wild_dim(FuzzBytes& in, int64_t expected) {
                            std::numeric_limits<int64_t>::min(), expected});
 }
 
+// The model: whether the layer must accept t as the tensor e (sets layout_ok and numel).
+inline void judge(FuzzTensor& t, const Expected& e) {
+  const TensorView& v = t.view;
+  if (!t.present) {
+    t.layout_ok = false;
+    t.numel = 0;
+    return;
+  }
+  bool dtype_ok = false;
+  for (DType d : e.dtypes) dtype_ok |= v.dtype == d;
+  bool shape_ok = v.ndim == static_cast<int32_t>(e.shape.size());
+  for (size_t d = 0; shape_ok && d < e.shape.size(); ++d) shape_ok = v.shape[d] == e.shape[d];
+  bool strides_ok = true;
+  int64_t numel = 1;
+  if (shape_ok) {
+    int64_t want = 1;
+    for (int d = v.ndim - 1; d >= 0; --d) {
+      if (v.shape[d] != 1 && v.strides[d] != want) strides_ok = false;
+      if (__builtin_mul_overflow(want, v.shape[d], &want)) want = INT64_MAX;  // no such buffer
+      numel = want;
+    }
+  }
+  // Buffers exist only for shapes of at most kMaxTensorBytes, so numel is exact where used.
+  const bool data_ok = shape_ok && (numel == 0 || v.data != nullptr);
+  t.layout_ok = dtype_ok && shape_ok && strides_ok && data_ok && v.device == Device::cpu();
+  t.numel = t.layout_ok ? numel : 0;
+}
+
 // `mutate_one_in`: roughly one tensor in that many is bent at all.
 inline FuzzTensor make_tensor(FuzzBytes& in, const Expected& e, int mutate_one_in) {
   FuzzTensor t;
@@ -93,11 +121,9 @@ inline FuzzTensor make_tensor(FuzzBytes& in, const Expected& e, int mutate_one_i
     v.strides[d] = stride;
     stride = (v.shape[d] > 0 && stride <= (int64_t{1} << 40) / v.shape[d]) ? stride * v.shape[d] : 1;
   }
-  bool stride_bent = false;
   if (nd > 0 && in.flag(mutate_one_in * 2)) {
     const int d = in.u8() % nd;
     v.strides[d] = in.pick<int64_t>({0, -1, 2, v.strides[d] + 1, int64_t{1} << 40, v.strides[d]});
-    stride_bent = true;
   }
 
   // Bytes of the declared shape; -1 when ndim is outside 1..4, a dimension is negative, or the
@@ -123,24 +149,7 @@ inline FuzzTensor make_tensor(FuzzBytes& in, const Expected& e, int mutate_one_i
   }
   t.present = v.ndim > 0 || v.data != nullptr;
 
-  // The model: what the layer must accept.
-  bool dtype_ok = false;
-  for (DType d : e.dtypes) dtype_ok |= v.dtype == d;
-  bool shape_ok = v.ndim == static_cast<int32_t>(e.shape.size());
-  for (size_t d = 0; shape_ok && d < e.shape.size(); ++d) shape_ok = v.shape[d] == e.shape[d];
-  bool strides_ok = true;
-  if (shape_ok) {
-    int64_t want = 1;
-    for (int d = v.ndim - 1; d >= 0; --d) {
-      if (v.shape[d] != 1 && v.strides[d] != want) strides_ok = false;
-      want = static_cast<int64_t>(static_cast<uint64_t>(want) * static_cast<uint64_t>(v.shape[d]));
-    }
-  }
-  (void)stride_bent;
-  const bool data_ok = shape_ok && (numel == 0 || v.data != nullptr);
-  t.layout_ok = t.present && dtype_ok && shape_ok && strides_ok && data_ok &&
-                v.device == Device::cpu();
-  t.numel = t.layout_ok ? numel : 0;
+  judge(t, e);
   return t;
 }
 
