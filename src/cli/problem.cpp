@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/host_budget.h"
 #include "cli/progress.h"
 #include "core/check.h"
 #include "moe_ep/quant.h"
@@ -124,6 +125,7 @@ ProblemSetup plan_problem(const ProblemOptions& o, int64_t max_num_tokens, int w
   MOE_EP_CHECK_CODE(reason.empty(), ErrorCode::kUnsupported, "--device {} with --backend {}: {}",
                     o.device, o.backend, reason);
   s.implementation = std::string(select_implementation(d, world_size, s.device.device, s.weight_format));
+  check_host_budget(s, max_num_tokens);
   return s;
 }
 

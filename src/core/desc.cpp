@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "check.h"
+#include "host_memory.h"
 
 namespace moe_ep {
 
@@ -37,6 +38,15 @@ void validate_desc(const MoeDesc& d, int world_size) {
                "multiple of {}", d.intermediate_size, recipe.name, recipe.intermediate_align);
   MOE_EP_CHECK(d.top_k >= 1 && d.top_k <= fleet.num_experts,
                "top_k = {} is invalid; expected 1..num_experts ({})", d.top_k, fleet.num_experts);
+  // Sizes derived from these (weights E x 2I x H, activations T x K x H) must fit in int64.
+  MOE_EP_CHECK(detail::saturating_bytes({fleet.num_experts, 2, d.intermediate_size,
+                                         fleet.hidden_size}) < INT64_MAX &&
+                   detail::saturating_bytes({fleet.max_tokens_per_rank, d.top_k,
+                                             fleet.hidden_size}) < INT64_MAX,
+               "num_experts = {}, intermediate_size = {}, hidden_size = {}, max_tokens_per_rank = "
+               "{}, top_k = {}: E x 2I x H or T x K x H overflows int64; expected sizes that fit",
+               fleet.num_experts, d.intermediate_size, fleet.hidden_size,
+               fleet.max_tokens_per_rank, d.top_k);
   if (d.activation_clamp) {
     const float c = *d.activation_clamp;
     MOE_EP_CHECK(std::isfinite(c) && c >= 0.0f,

@@ -37,7 +37,12 @@ const DTypeRow& row(DType dtype) {
 }  // namespace
 
 int64_t dtype_size(DType dtype) { return row(dtype).size; }
-std::string_view dtype_name(DType dtype) { return row(dtype).name; }
+// Never throws: messages about a caller's bad dtype value name it instead of failing themselves.
+std::string_view dtype_name(DType dtype) {
+  for (const auto& r : kRows)
+    if (r.dtype == dtype) return r.name;
+  return "<not a moe_ep dtype>";
+}
 DLTypeCode dtype_to_dlpack(DType dtype) { return row(dtype).dl; }
 
 DType dtype_from_dlpack(DLTypeCode code) {

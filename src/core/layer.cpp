@@ -8,7 +8,9 @@
 
 #include <cstdlib>
 
+#include "call_guard.h"
 #include "check.h"
+#include "collective_create.h"
 #include "core/registry.h"
 #include "layer_impl.h"
 #include "moe_ep/formats.h"
@@ -260,8 +262,13 @@ std::unique_ptr<Layer> Layer::create(std::shared_ptr<Runtime> runtime, const Moe
   MOE_EP_ASSERT(backend != nullptr && backend->info.name == implementation);
 
   const int64_t num_local = desc.fleet.num_experts / runtime->world_size();
-  check_weight_layout(weights, desc, num_local, device);
-  if (pack_on_host(weights)) check_weight_values(weights);
+  try {
+    check_weight_layout(weights, desc, num_local, device);
+    if (pack_on_host(weights)) check_weight_values(weights);
+  } catch (const Error& e) {
+    detail::fail_collective_create(*runtime, e.message());  // the other ranks fail at once
+    throw;
+  }
 
   LayerRequest req;
   req.runtime = runtime;
@@ -283,6 +290,7 @@ std::unique_ptr<Layer> Layer::create(std::shared_ptr<Runtime> runtime, const Moe
 }
 
 void Layer::forward(const ForwardArgs& args) {
+  const detail::LayerCallGuard guard(impl_.get(), *impl_->runtime, "Layer::forward");
   try {
     check_forward_args(args, impl_->info);
   } catch (const Error& e) {
@@ -312,6 +320,7 @@ void Layer::Impl::replace_expert_weights(int64_t, const WeightPack&) {
 }
 
 void Layer::forward_rows(const ForwardArgs& args, std::span<const int64_t> rows) {
+  const detail::LayerCallGuard guard(impl_.get(), *impl_->runtime, "Layer::forward_rows");
   check_forward_args(args, impl_->info);
   const int64_t T = impl_->info.desc.quantize_input ? args.x.shape[0] : args.a.shape[0];
   for (size_t i = 0; i < rows.size(); ++i)

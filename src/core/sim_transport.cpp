@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "core/host_memory.h"
 
 namespace moe_ep::detail {
 namespace {
@@ -138,6 +139,12 @@ std::byte* SimWorld::allocate_window(int rank, int64_t bytes, std::chrono::milli
       error = fmt::format("rank {} already has a window of {} bytes; it is allocated once",
                           rank, window_bytes_);
     } else {
+      error = detail::host_allocation_problem(
+          bytes, fmt::format("rank {}'s workspace window", rank),
+          "workspace_bytes(R, E, max_tokens_per_rank, H, I, K) of the reserved shape "
+          "(moe_ep/workspace.h)");
+    }
+    if (error.empty()) {
       try {
         const size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 1));
         mine = static_cast<std::byte*>(::operator new[](n, std::align_val_t{256}));

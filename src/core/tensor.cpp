@@ -29,13 +29,18 @@ TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list
   return t;
 }
 
+// A caller's view may carry any ndim; only 0..kMaxTensorDims index the shape.
+static bool ndim_ok(int32_t ndim) { return ndim >= 0 && ndim <= kMaxTensorDims; }
+
 int64_t TensorView::numel() const {
+  if (!ndim_ok(ndim)) return 0;
   int64_t n = 1;
   for (int d = 0; d < ndim; ++d) n *= shape[d];
   return ndim == 0 ? 0 : n;
 }
 
 bool TensorView::is_contiguous() const {
+  if (!ndim_ok(ndim)) return false;
   int64_t stride = 1;
   for (int d = ndim - 1; d >= 0; --d) {
     if (shape[d] != 1 && strides[d] != stride) return false;
@@ -45,6 +50,7 @@ bool TensorView::is_contiguous() const {
 }
 
 std::string TensorView::shape_str() const {
+  if (!ndim_ok(ndim)) return fmt::format("<ndim {}, not 0..{}>", ndim, kMaxTensorDims);
   std::string s = "[";
   for (int d = 0; d < ndim; ++d) s += fmt::format("{}{}", d ? ", " : "", shape[d]);
   return s + "]";

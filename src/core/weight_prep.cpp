@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "check.h"
+#include "host_memory.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/quant.h"
 
@@ -217,6 +218,12 @@ HostExpertWeights prepare_host_weights(Recipe recipe, const WeightPack& pack,
   HostExpertWeights w;
   w.shape = shape;
   w.format = traits.native_format;
+  detail::require_host_bytes(
+      detail::saturating_bytes({shape.num_experts, w.w13_packed_per_expert() + w.w13_scales_per_expert() +
+                                                       w.w2_packed_per_expert() + w.w2_scales_per_expert()}),
+      fmt::format("the layer's copy of {} experts' weights in {}", shape.num_experts,
+                  weight_format_name(w.format)),
+      "num_experts / world_size, hidden_size and intermediate_size");
 
   if (pack.format == w.format) {
     w.w13 = copy_bytes(pack.w13);

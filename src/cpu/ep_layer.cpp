@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "core/fault_points.h"
 #include "core/layer_impl.h"
 #include "cpu/cpu_layers.h"
 #include "core/runtime_state.h"
@@ -113,7 +114,8 @@ CpuEpLayer::CpuEpLayer(const LayerRequest& req)
   layer_index_ = state.next_layer_index();
   send_rows_.resize(R_);
 
-  // Layer::create is collective: a rank whose weights fail to convert tells the others.
+  // Layer::create is collective: a rank whose weights fail to convert tells the others (and
+  // one whose weights failed the checks in Layer::create does too: core/collective_create.cpp).
   std::string error;
   std::exception_ptr local;
   try {
@@ -191,7 +193,10 @@ void CpuEpLayer::forward(const ForwardArgs& args) {
     finish_step(phase + " of " + tag, local, message, after_dispatch);
   };
   step("dispatch", true, [&] { dispatch(args, T); });
-  step("combine", false, [&] { compute_and_return(); });
+  step("combine", false, [&] {
+    detail::fault_point(rank_, "combine");
+    compute_and_return();
+  });
   reduce(args, T);
 }
 
@@ -257,6 +262,7 @@ void CpuEpLayer::dispatch(const ForwardArgs& args, int64_t T) {
       if (global_scales_) dst_global[i] = global[t];
     });
     region<int32_t>(d, Region::kRecvCounts)[rank_] = static_cast<int32_t>(rows.size());
+    if (d == 0) detail::fault_point(rank_, "dispatch");
   }
 }
 

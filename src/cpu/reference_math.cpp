@@ -56,7 +56,15 @@ void decode_fp4_rows(const uint8_t* packed, const uint8_t* scales, const ByteTab
 
 // The AVX2 clone computes the same 16 partial sums in 8-wide registers: no reassociation and no
 // contraction (FMA is not enabled), so every clone gives the same bits.
-__attribute__((target_clones("avx2", "default")))
+// ThreadSanitizer instruments the ifunc resolver that target_clones emits; the resolver runs
+// during relocation, before the TSan runtime is up, and the program crashes at load. TSan builds
+// keep the default clone only.
+#if defined(__SANITIZE_THREAD__)
+#define MOE_EP_DOT_CLONES
+#else
+#define MOE_EP_DOT_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+MOE_EP_DOT_CLONES
 float dot_fp32(const float* a, const float* b, int64_t n) {
   float p[kLanes] = {};
   for (int64_t i = 0; i < n; i += kLanes)

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/host_memory.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/quant.h"
 
@@ -113,6 +114,10 @@ HostWeights make_weights(const WeightSpec& spec, const ProgressFn& progress) {
   const auto [w13_elem, w13_scale] = tensor_bytes(spec.format, 2 * I, H);
   const auto [w2_elem, w2_scale] = tensor_bytes(spec.format, H, I);
   const size_t n = ids.size();
+  detail::require_host_bytes(
+      detail::saturating_bytes({static_cast<int64_t>(n), static_cast<int64_t>(w13_elem + w13_scale + w2_elem + w2_scale)}),
+      fmt::format("synthetic {} weights of {} experts", weight_format_name(spec.format), n),
+      "WeightSpec.num_slots (or expert_ids), hidden_size and intermediate_size");
   w.w13.resize(n * w13_elem);
   w.w13_scale.resize(n * w13_scale);
   w.w2.resize(n * w2_elem);
@@ -210,6 +215,9 @@ HostInputs make_inputs(const InputSpec& spec) {
   MOE_EP_CHECK(K >= 1 && K <= E, "make_inputs: top_k = {}; expected 1..num_experts ({})", K, E);
   MOE_EP_CHECK(spec.hole_fraction >= 0.0 && spec.hole_fraction <= 1.0,
                "make_inputs: hole_fraction = {}; expected 0..1", spec.hole_fraction);
+  detail::require_host_bytes(detail::saturating_bytes({T, 2 * H + 8 * K}),
+                             "synthetic inputs (x bf16 [T, H], topk_ids and topk_weights [T, K])",
+                             fmt::format("InputSpec.num_tokens = {}", T));
   HostInputs in;
   in.num_tokens = T;
   in.hidden_size = H;

@@ -51,7 +51,7 @@ TEST(EpFailures, BadInputOnOneRankFailsEveryRankAtOnceAndTheNextForwardWorks) {
   std::vector<HostTensor<uint16_t>> y(R);
   std::vector<std::string> first_error(R);
   std::vector<ErrorCode> first_code(R);
-  std::vector<bool> counts_clean(R);
+  std::vector<char> counts_clean(R);  // not vector<bool>: each rank writes its own element (TSan)
   const auto start = std::chrono::steady_clock::now();
   auto out = run_ranks(R, [&](int r) {
     // A long timeout: the other ranks must learn of the failure, not wait it out.

@@ -1,0 +1,15 @@
+// The host memory a synthetic run will need, checked before anything is generated.
+#pragma once
+
+#include <cstdint>
+
+#include "cli/problem.h"
+
+namespace moe_ep::cli {
+
+// Throws kUnsupported when the inputs, outputs and weights of a run of `tokens_per_rank` tokens
+// on setup.world_size ranks do not fit in the available host memory; the message names the
+// bytes, the available figure and the flags (--tokens, --ranks, --preset) that drive the size.
+void check_host_budget(const ProblemSetup& setup, int64_t tokens_per_rank);
+
+}  // namespace moe_ep::cli
