@@ -93,6 +93,10 @@ class Runtime {
   // nullptr until the first reserve_workspace().
   const Workspace* workspace() const;
 
+  // Collective: returns once every rank of the world entered a barrier of the same `phase`;
+  // bounded by timeout_ms (kTimeout naming the rank and the phase). A world of one returns at once.
+  void barrier(std::string_view phase);
+
   // Internal: the transport and the workspace memory (src/core/runtime_state.h).
   detail::RuntimeState& state() const { return *state_; }
 

@@ -27,7 +27,6 @@
 #include "cli/run_ep.h"
 #include "cli/workspace_report.h"
 #include "core/check.h"
-#include "core/runtime_state.h"
 #include "moe_ep/eplb.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/layer.h"
@@ -227,10 +226,9 @@ void run_rank(const Plan& p, const RunOptions& o, const testing::HostWeights& lo
   pass();
   out.y = y.back();
   // Every rank is past its last forward between these barriers: the count regions must be zero.
-  detail::Transport& transport = rt->state().transport();
-  transport.barrier("check workspace clean");
+  rt->barrier("check workspace clean");
   out.workspace_clean = counts_clean(*rt->workspace(), r);
-  transport.barrier("checked workspace clean");
+  rt->barrier("checked workspace clean");
   const int iters = o.iters > 0 ? o.iters : 1;
   for (int i = 0; i < std::max(o.warmup, 0); ++i) pass();
   for (int i = 0; i < iters; ++i) {

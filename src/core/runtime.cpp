@@ -227,4 +227,6 @@ const Workspace* Runtime::workspace() const {
   return state_->workspace() ? &*state_->workspace() : nullptr;
 }
 
+void Runtime::barrier(std::string_view phase) { state_->transport().barrier(phase); }
+
 }  // namespace moe_ep
