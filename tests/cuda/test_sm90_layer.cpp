@@ -281,6 +281,21 @@ TEST_P(Sm90LayerTiny, SmallCaseForSanitizers) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, Sm90LayerTiny, ::testing::Values("mxfp4", "nvfp4"));
 
+// The sanitizer case on each mxfp4 GEMM family pinned in turn (the auto choice at T = 70 is
+// decode only), so compute-sanitizer covers decode, mma.sync and wgmma kernels.
+TEST(Sm90Sanitizer, SmallCaseOfEveryMxfp4GemmFamily) {
+  MOE_EP_REQUIRE_CUDA();
+  for (const GemmKernel k : {GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma}) {
+    Problem p = tiny("mxfp4", 80);
+    p.overrides.gemm = k;
+    p.exact_accumulation = k != GemmKernel::kWgmma;  // wgmma is refused with exact accumulation
+    const WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 10);
+    const Inputs in = testsupport::random_inputs(p, 70, 15, {.skip_fraction = 0.2});
+    expect_matches_cpu(p, w, in, fmt::format("mxfp4 sanitizer case, {} GEMMs", gemm_kernel_name(k)),
+                       k == GemmKernel::kWgmma ? wgmma_recipe_tolerance() : -1.0);
+  }
+}
+
 TEST(Sm90LayerErrors, NoDeviceGivesAClearErrorAtCreation) {
   if (cuda_unavailable_reason().empty()) GTEST_SKIP() << "a CUDA device is present; this checks the message without one";
   const Problem p = tiny("mxfp4", 16);
