@@ -10,20 +10,6 @@
 namespace moe_ep::test {
 namespace {
 
-std::string describe(const CliResult& r) {
-  return "command: " + r.command + "\nexit code: " + std::to_string(r.exit_code) +
-         "\nstdout:\n" + r.out + "\nstderr:\n" + r.err;
-}
-
-nlohmann::json parse_json(const CliResult& r) {
-  try {
-    return nlohmann::json::parse(r.out);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "stdout is not one JSON object: " << e.what() << "\n" << describe(r);
-  }
-  return {};
-}
-
 TEST(CheckpointCli, InspectReportsLayersShapesAndTheFp8Window) {
   const CliResult r = run_cli("inspect " + testckpt::checkpoint_dir("heavy_tailed") + " --json");
   ASSERT_EQ(r.exit_code, 0) << describe(r);

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <gtest/gtest.h>
+
 namespace moe_ep::test {
 
 namespace {
@@ -50,6 +52,20 @@ CliResult run_cli(const std::string& args) {
   r.err = ss.str();
   std::remove(err_path);
   return r;
+}
+
+std::string describe(const CliResult& r) {
+  return "command: " + r.command + "\nexit code: " + std::to_string(r.exit_code) +
+         "\nstdout:\n" + r.out + "\nstderr:\n" + r.err;
+}
+
+nlohmann::json parse_json(const CliResult& r) {
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "stdout is not one JSON object: " << e.what() << "\n" << describe(r);
+  }
+  return {};
 }
 
 }  // namespace moe_ep::test

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace moe_ep::test {
 
 struct CliResult {
@@ -14,5 +16,10 @@ struct CliResult {
 
 // `args` is appended to the binary path unquoted (shell words).
 CliResult run_cli(const std::string& args);
+
+// The command, exit code, stdout and stderr, for failure messages.
+std::string describe(const CliResult& r);
+// stdout as one JSON object; a test failure naming the output when it is not.
+nlohmann::json parse_json(const CliResult& r);
 
 }  // namespace moe_ep::test

@@ -9,20 +9,6 @@
 namespace moe_ep::test {
 namespace {
 
-std::string describe(const CliResult& r) {
-  return "command: " + r.command + "\nexit code: " + std::to_string(r.exit_code) +
-         "\nstdout:\n" + r.out + "\nstderr:\n" + r.err;
-}
-
-nlohmann::json parse_json(const CliResult& r) {
-  try {
-    return nlohmann::json::parse(r.out);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "stdout is not one JSON object: " << e.what() << "\n" << describe(r);
-  }
-  return {};
-}
-
 TEST(CliRunEp, RanksLayersEplbRouterPassTheirBitwiseCheck) {
   const CliResult r = run_cli("run --device cpu --ranks 4 --layers 3 --eplb-redundant 4 --router "
                               "--tokens 24 --max-tokens-per-rank 32 --json");

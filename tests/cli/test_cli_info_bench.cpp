@@ -16,11 +16,6 @@
 namespace moe_ep::test {
 namespace {
 
-std::string describe(const CliResult& r) {
-  return "command: " + r.command + "\nexit code: " + std::to_string(r.exit_code) +
-         "\nstdout:\n" + r.out + "\nstderr:\n" + r.err;
-}
-
 TEST(CliInfo, JsonDescribesRecipesBackendsTransportsAndDevices) {
   const CliResult r = run_cli("info --json");
   ASSERT_EQ(r.exit_code, 0) << describe(r);

@@ -8,22 +8,6 @@
 namespace moe_ep::test {
 namespace {
 
-std::string describe(const CliResult& r) {
-  return "command: " + r.command + "\nexit code: " + std::to_string(r.exit_code) +
-         "\nstdout:\n" + r.out + "\nstderr:\n" + r.err;
-}
-
-// stdout must be exactly one JSON object.
-nlohmann::json parse_json(const CliResult& r) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(r.out);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "stdout is not one JSON object: " << e.what() << "\n" << describe(r);
-  }
-  return j;
-}
-
 TEST(CliRun, DefaultRunPassesItsCheck) {
   const CliResult r = run_cli("run");
   ASSERT_EQ(r.exit_code, 0) << describe(r);
