@@ -1,8 +1,11 @@
 // load_checkpoint_layer: layout and shapes resolved and every expert tensor checked serially
 // (names, dtypes, shapes: cheap), then bytes copied and scale values checked in parallel over
 // experts.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 
@@ -86,10 +89,11 @@ std::string index_str(const CheckpointTensor& t, int64_t flat) {
   return dims_str(idx);
 }
 
-// Elements [begin, begin + n) of a scale tensor: no E8M0 NaN (MXFP4) / e4m3 NaN (NVFP4).
-void check_scale_values(const CheckpointTensor& t, std::string_view role, WeightFormat format,
-                        int64_t begin, int64_t n) {
-  const uint8_t* p = t.data + begin;
+// Elements [begin, begin + n) of scale tensor t, read from `bytes` (its copy or its mapping):
+// no E8M0 NaN (MXFP4) / e4m3 NaN (NVFP4).
+void check_scale_values(const uint8_t* bytes, const CheckpointTensor& t, std::string_view role,
+                        WeightFormat format, int64_t begin, int64_t n) {
+  const uint8_t* p = bytes;
   for (int64_t i = 0; i < n; ++i) {
     if (format == WeightFormat::kMXFP4 && p[i] == 0xFF)
       MOE_EP_FAIL(ErrorCode::kInvalidArgument, "{}: element {} = 0xFF is the E8M0 NaN; expected a "
@@ -105,6 +109,17 @@ float checked_global(const CheckpointTensor& t, std::string_view role, int64_t i
   MOE_EP_CHECK(std::isfinite(v) && v > 0.0f, "{}: element {} = {}; expected a finite "
                "weight_scale_2 > 0", where(t, role), index_str(t, i), v);
   return v;
+}
+
+// Uninitialised host memory for stacked weights, advised to use transparent huge pages: the
+// first touch of a multi-GB layer then costs few page faults.
+std::shared_ptr<uint8_t> alloc_weights(int64_t bytes) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t n = (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, std::max(n, kHugePage));
+  if (!p) throw std::bad_alloc();
+  ::madvise(p, std::max(n, kHugePage), MADV_HUGEPAGE);
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
 }
 
 struct Shapes {
@@ -260,39 +275,38 @@ void CheckpointLayerBuilder::load_per_expert(const TensorPattern& p, CheckpointL
   const int64_t B = format == WeightFormat::kNVFP4 ? kNvBlock : kMxBlock;
   const int64_t w13_packed = 2 * I * H / 2, w13_scales = 2 * I * H / B;
   const int64_t w2_packed = H * I / 2, w2_scales = H * I / B;
-  out.w13_.resize(static_cast<size_t>(count_ * w13_packed));
-  out.w13_scale_.resize(static_cast<size_t>(count_ * w13_scales));
-  out.w2_.resize(static_cast<size_t>(count_ * w2_packed));
-  out.w2_scale_.resize(static_cast<size_t>(count_ * w2_scales));
+  out.w13_ = alloc_weights(count_ * w13_packed);
+  out.w13_scale_ = alloc_weights(count_ * w13_scales);
+  out.w2_ = alloc_weights(count_ * w2_packed);
+  out.w2_scale_ = alloc_weights(count_ * w2_scales);
   if (format == WeightFormat::kNVFP4) {
     out.w13_global_.resize(static_cast<size_t>(2 * count_));
     out.w2_global_.resize(static_cast<size_t>(count_));
     out.input_scales.assign(static_cast<size_t>(3 * count_), NAN);
   }
   for (const auto& expert : experts)
-    for (const Proj& t : expert) {
+    for (const Proj& t : expert)
       for (const CheckpointTensor* x : {t.weight, t.scale, t.global, t.input})
-        if (x) {
-          ck_->file_of(*x).prefetch(*x);
-          bytes_ += x->nbytes;
-        }
-    }
+        if (x) bytes_ += x->nbytes;
 
   // Parallel: W13 rows [0, I) gate, [I, 2I) up; W2 = down.
   checkpoint::parallel_tasks(count_, threads_, [&](int64_t i) {
     const int64_t e = first_ + i;
     const auto& x = experts[i];
+    uint8_t* w13 = out.w13_.get() + i * w13_packed;
+    uint8_t* s13 = out.w13_scale_.get() + i * w13_scales;
+    uint8_t* s2 = out.w2_scale_.get() + i * w2_scales;
+    auto read = [&](const CheckpointTensor& t, uint8_t* dst) { ck_->file_of(t).read(t, dst); };
+    read(*x[kGate].weight, w13);
+    read(*x[kUp].weight, w13 + w13_packed / 2);
+    read(*x[kDown].weight, out.w2_.get() + i * w2_packed);
+    read(*x[kGate].scale, s13);
+    read(*x[kUp].scale, s13 + w13_scales / 2);
+    read(*x[kDown].scale, s2);
+    const uint8_t* copies[3] = {s13, s13 + w13_scales / 2, s2};
     for (int proj = 0; proj < 3; ++proj)
-      check_scale_values(*x[proj].scale, role(e, p.proj_names[proj], "weight_scale"), format, 0,
-                         x[proj].scale->numel());
-    uint8_t* w13 = out.w13_.data() + i * w13_packed;
-    uint8_t* s13 = out.w13_scale_.data() + i * w13_scales;
-    std::memcpy(w13, x[kGate].weight->data, w13_packed / 2);
-    std::memcpy(w13 + w13_packed / 2, x[kUp].weight->data, w13_packed / 2);
-    std::memcpy(s13, x[kGate].scale->data, w13_scales / 2);
-    std::memcpy(s13 + w13_scales / 2, x[kUp].scale->data, w13_scales / 2);
-    std::memcpy(out.w2_.data() + i * w2_packed, x[kDown].weight->data, w2_packed);
-    std::memcpy(out.w2_scale_.data() + i * w2_scales, x[kDown].scale->data, w2_scales);
+      check_scale_values(copies[proj], *x[proj].scale, role(e, p.proj_names[proj], "weight_scale"),
+                         format, 0, x[proj].scale->numel());
     if (format == WeightFormat::kNVFP4) {
       out.w13_global_[2 * i] = checked_global(*x[kGate].global, role(e, p.proj_names[0], "weight_scale_2"), 0);
       out.w13_global_[2 * i + 1] = checked_global(*x[kUp].global, role(e, p.proj_names[1], "weight_scale_2"), 0);
@@ -305,10 +319,10 @@ void CheckpointLayerBuilder::load_per_expert(const TensorPattern& p, CheckpointL
   const DType scale_dtype = format == WeightFormat::kNVFP4 ? DType::kE4M3 : DType::kE8M0;
   WeightPack& pk = out.pack_;
   pk.format = format;
-  pk.w13 = TensorView::contiguous(out.w13_.data(), DType::kU8, {count_, 2 * I, H / 2});
-  pk.w13_scale = TensorView::contiguous(out.w13_scale_.data(), scale_dtype, {count_, 2 * I, H / B});
-  pk.w2 = TensorView::contiguous(out.w2_.data(), DType::kU8, {count_, H, I / 2});
-  pk.w2_scale = TensorView::contiguous(out.w2_scale_.data(), scale_dtype, {count_, H, I / B});
+  pk.w13 = TensorView::contiguous(out.w13_.get(), DType::kU8, {count_, 2 * I, H / 2});
+  pk.w13_scale = TensorView::contiguous(out.w13_scale_.get(), scale_dtype, {count_, 2 * I, H / B});
+  pk.w2 = TensorView::contiguous(out.w2_.get(), DType::kU8, {count_, H, I / 2});
+  pk.w2_scale = TensorView::contiguous(out.w2_scale_.get(), scale_dtype, {count_, H, I / B});
   if (format == WeightFormat::kNVFP4) {
     pk.w13_global = TensorView::contiguous(out.w13_global_.data(), DType::kF32, {count_, 2});
     pk.w2_global = TensorView::contiguous(out.w2_global_.data(), DType::kF32, {count_});
@@ -368,8 +382,10 @@ void CheckpointLayerBuilder::load_fused(const TensorPattern& p, CheckpointLayer&
   }
   checkpoint::parallel_tasks(count_, threads_, [&](int64_t i) {
     const int64_t e = first_ + i;
-    check_scale_values(s13, r13 + " weight_scale", format, e * w13_scales, w13_scales);
-    check_scale_values(s2, r2 + " weight_scale", format, e * w2_scales, w2_scales);
+    check_scale_values(s13.data + e * w13_scales, s13, r13 + " weight_scale", format,
+                       e * w13_scales, w13_scales);
+    check_scale_values(s2.data + e * w2_scales, s2, r2 + " weight_scale", format, e * w2_scales,
+                       w2_scales);
     if (format == WeightFormat::kNVFP4) {
       const bool pair = g13->shape.size() == 2;
       out.w13_global_[2 * i] = checked_global(*g13, r13 + " weight_scale_2", pair ? 2 * e : e);

@@ -177,8 +177,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     ST_FAIL("{}: file is {} bytes; a safetensors file starts with an 8-byte header length", path,
             f->size_);
   }
+  f->fd_ = fd;  // kept for read(); closed by the destructor
   void* map = ::mmap(nullptr, static_cast<size_t>(f->size_), PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);  // the mapping keeps the file
   if (map == MAP_FAILED) ST_FAIL("{}: cannot map {} bytes ({})", path, f->size_, std::strerror(errno));
   f->map_ = static_cast<const uint8_t*>(map);
 
@@ -237,6 +237,22 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
 
 SafetensorsFile::~SafetensorsFile() {
   if (map_) ::munmap(const_cast<uint8_t*>(map_), static_cast<size_t>(size_));
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SafetensorsFile::read(const CheckpointTensor& t, void* dst) const {
+  auto* out = static_cast<uint8_t*>(dst);
+  int64_t done = 0;
+  while (done < t.nbytes) {
+    const ssize_t n = ::pread(fd_, out + done, static_cast<size_t>(t.nbytes - done),
+                              static_cast<off_t>(t.offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      ST_FAIL("{}: tensor '{}': reading bytes [{}, {}) failed at {} ({})", path_, t.name, t.offset,
+              t.offset + t.nbytes, t.offset + done,
+              n == 0 ? "end of file: the file shrank after it was opened" : std::strerror(errno));
+    done += n;
+  }
 }
 
 const CheckpointTensor* SafetensorsFile::find(std::string_view name) const {
