@@ -175,6 +175,22 @@ testing::HostWeights checkpoint_weights(const ProblemSetup& setup) {
   return w;
 }
 
+WeightPack checkpoint_pack(const ProblemSetup& setup) {
+  CheckpointPreset* entry = find_entry(setup);
+  MOE_EP_ASSERT(entry != nullptr && entry->layer != nullptr);
+  return entry->layer->pack();
+}
+
+double checkpoint_load_seconds(const ProblemSetup& setup) {
+  CheckpointPreset* entry = find_entry(setup);
+  MOE_EP_ASSERT(entry != nullptr && entry->layer != nullptr);
+  return entry->layer->stats.seconds;
+}
+
+void release_checkpoint(const ProblemSetup& setup) {
+  if (CheckpointPreset* entry = find_entry(setup)) entry->layer.reset();
+}
+
 void print_checkpoint_summary(const ProblemSetup& setup) {
   const CheckpointPreset* entry = find_entry(setup);
   if (!entry) return;

@@ -48,6 +48,12 @@ ProblemSetup plan_checkpoint_problem(const ProblemOptions& problem, const Checkp
 // released).
 testing::HostWeights checkpoint_weights(const ProblemSetup& setup);
 
+// The loaded layer of a setup of plan_checkpoint_problem, without a copy (`moe_ep bench --load`):
+// its pack (views into the loaded layer), its load time and bytes, and its release.
+WeightPack checkpoint_pack(const ProblemSetup& setup);
+double checkpoint_load_seconds(const ProblemSetup& setup);
+void release_checkpoint(const ProblemSetup& setup);
+
 // Nothing for setups of plan_problem.
 void print_checkpoint_summary(const ProblemSetup& setup);
 void add_checkpoint_json(const ProblemSetup& setup, Json& json);

@@ -13,6 +13,7 @@
 
 #include "cli/batch.h"
 #include "cli/bench_ep.h"
+#include "cli/bench_load.h"
 #include "cli/checkpoint_problem.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
@@ -35,6 +36,8 @@ struct BenchOptions {
   int iters = 0;        // 0: 50 on CUDA, 5 on the CPU
   int warmup = -1;      // -1: 5 on CUDA, 1 on the CPU
   bool eager = false;
+  bool load = false;     // --load: time the layer's weight loading instead of forwards
+  int load_repeats = 3;
   double bandwidth_gbps = 0.0;  // 0: measure
   double compute_tflops = 0.0;  // 0: measure
   // expert parallelism (cli/cmd_bench_ep.cpp)
@@ -73,6 +76,7 @@ int bench_command(BenchOptions o, const CheckpointRunOptions& ck) {
   if (!o.preset_given)
     o.problem.preset = resolve_device(o.problem.device).device.type == DeviceType::kCUDA
                            ? "deepseek-v4-flash" : "tiny";
+  if (o.load) return bench_load(o.problem, ck, o.load_repeats, o.json);  // cli/bench_load.cpp
   BenchEpOptions ep{o.problem, o.tokens_given ? o.tokens : std::vector<int64_t>{1, 128, 4096},
                     o.ranks, o.simulate_ranks_on_one_gpu, o.iters, o.warmup, o.eager, o.json,
                     o.csv, o.timeout_ms, o.ep_rank, o.ep_rendezvous};
@@ -207,6 +211,11 @@ Command add_bench_command(CLI::App& app) {
       ->check(integer_at_least(1));
   cmd->add_option("--warmup", o->warmup, "untimed forwards per T (default: 5 on CUDA, 1 on the CPU)")
       ->check(integer_at_least(0));
+  cmd->add_flag("--load", o->load,
+                "time loading instead: Layer::create from host weights, or with --checkpoint the "
+                "file read + Layer::create, in GB/s of expert weight bytes");
+  cmd->add_option("--load-repeats", o->load_repeats, "repeats of --load (the best is reported)")
+      ->check(integer_at_least(1))->capture_default_str();
   cmd->add_flag("--eager", o->eager, "CUDA: time eager forwards instead of CUDA graph replays");
   cmd->add_option("--bandwidth-gbps", o->bandwidth_gbps, "memory bandwidth for the floor (default: measured)")
       ->check(number_at_least(0, true));

@@ -39,16 +39,10 @@ bool is_e4m3_nan(uint8_t b) { return (b & 0x7F) == 0x7F; }
 void check_scale_bytes(const TensorView& t, std::string_view name, WeightFormat format) {
   const auto* p = t.ptr<const uint8_t>();
   const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    if (format == WeightFormat::kMXFP4 && p[i] == kE8M0NaN)
-      MOE_EP_FAIL(ErrorCode::kInvalidArgument,
-                  "{}{} = 0xFF is the E8M0 NaN; expected a finite UE8M0 scale byte (0x00..0xFE)",
-                  name, index_str(t, i));
-    if (format == WeightFormat::kNVFP4 && is_e4m3_nan(p[i]))
-      MOE_EP_FAIL(ErrorCode::kInvalidArgument,
-                  "{}{} = 0x{:02X} is an e4m3 NaN; expected a finite e4m3 block scale", name,
-                  index_str(t, i), p[i]);
-  }
+  for (int64_t i = 0; i < n; ++i)
+    if ((format == WeightFormat::kMXFP4 && p[i] == kE8M0NaN) ||
+        (format == WeightFormat::kNVFP4 && is_e4m3_nan(p[i])))
+      fail_invalid_scale_byte(t, name, format, i);
 }
 
 void check_global_scales(const TensorView& t, std::string_view name) {
@@ -189,6 +183,18 @@ void add_note(std::string& notes, const std::string& line) {
 
 }  // namespace
 
+void fail_invalid_scale_byte(const TensorView& scales, std::string_view name, WeightFormat format,
+                             int64_t flat) {
+  if (format == WeightFormat::kMXFP4)
+    MOE_EP_FAIL(ErrorCode::kInvalidArgument,
+                "{}{} = 0xFF is the E8M0 NaN; expected a finite UE8M0 scale byte (0x00..0xFE)",
+                name, index_str(scales, flat));
+  const uint8_t byte = scales.device.type == DeviceType::kCPU ? scales.ptr<const uint8_t>()[flat] : 0x7F;
+  MOE_EP_FAIL(ErrorCode::kInvalidArgument,
+              "{}{} = 0x{:02X} is an e4m3 NaN; expected a finite e4m3 block scale", name,
+              index_str(scales, flat), byte);
+}
+
 void check_weight_values(const WeightPack& pack) {
   const TensorView* all[] = {&pack.w13, &pack.w13_scale, &pack.w13_global,
                              &pack.w2, &pack.w2_scale, &pack.w2_global};
@@ -284,13 +290,11 @@ struct TensorWindow {
   bool tensor_inside = true;
 };
 
-// Block exponents of a [rows, k] MXFP4 tensor: per row and over the whole tensor.
-TensorWindow analyze_tensor(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t k) {
+// Block exponents of one expert's MXFP4 tensor: per row and over the whole tensor.
+TensorWindow summarize_tensor(std::span<const Mxfp4RowExponents> rows) {
   TensorWindow out;
-  const int64_t num_blocks = k / kMxBlock;
   int tensor_min = 255, tensor_max = -1;
-  for (int64_t r = 0; r < rows; ++r) {
-    const Mxfp4RowExponents ex = mxfp4_row_exponents(packed + r * k / 2, scales + r * num_blocks, k);
+  for (const Mxfp4RowExponents& ex : rows) {
     const int row_min = ex.lo, row_max = ex.hi;
     const int span = row_max >= 0 ? row_max - row_min : 0;
     out.max_row_span = std::max(out.max_row_span, span);
@@ -304,23 +308,34 @@ TensorWindow analyze_tensor(const uint8_t* packed, const uint8_t* scales, int64_
 
 }  // namespace
 
+Fp8WindowStats fp8_window_from_rows(int64_t experts, std::span<const Mxfp4RowExponents> w13_rows,
+                                    std::span<const Mxfp4RowExponents> w2_rows) {
+  MOE_EP_ASSERT(experts > 0 && w13_rows.size() % experts == 0 && w2_rows.size() % experts == 0);
+  const size_t n13 = w13_rows.size() / experts, n2 = w2_rows.size() / experts;
+  Fp8WindowStats stats;
+  stats.experts = experts;
+  stats.rows = static_cast<int64_t>(w13_rows.size() + w2_rows.size());
+  for (int64_t e = 0; e < experts; ++e) {
+    const TensorWindow w13 = summarize_tensor(w13_rows.subspan(e * n13, n13));
+    const TensorWindow w2 = summarize_tensor(w2_rows.subspan(e * n2, n2));
+    stats.rows_inside += w13.rows_inside + w2.rows_inside;
+    stats.experts_inside += w13.tensor_inside && w2.tensor_inside;
+    stats.max_row_span = std::max({stats.max_row_span, w13.max_row_span, w2.max_row_span});
+  }
+  return stats;
+}
+
 Fp8WindowStats analyze_fp8_window(const HostExpertWeights& w, const ParallelFor& parallel_for) {
   MOE_EP_ASSERT(w.format == WeightFormat::kMXFP4);
   const int64_t H = w.shape.hidden, I = w.shape.intermediate, E = w.shape.num_experts;
-  std::vector<TensorWindow> w13(E), w2(E);
+  std::vector<Mxfp4RowExponents> w13(E * 2 * I), w2(E * H);
   parallel_for(E, [&](int64_t e) {
-    w13[e] = analyze_tensor(w.w13_packed(e), w.w13_scales(e), 2 * I, H);
-    w2[e] = analyze_tensor(w.w2_packed(e), w.w2_scales(e), H, I);
+    for (int64_t r = 0; r < 2 * I; ++r)
+      w13[e * 2 * I + r] = mxfp4_row_exponents(w.w13_packed(e) + r * H / 2, w.w13_scales(e) + r * (H / kMxBlock), H);
+    for (int64_t r = 0; r < H; ++r)
+      w2[e * H + r] = mxfp4_row_exponents(w.w2_packed(e) + r * I / 2, w.w2_scales(e) + r * (I / kMxBlock), I);
   });
-  Fp8WindowStats stats;
-  stats.experts = E;
-  stats.rows = E * (2 * I + H);
-  for (int64_t e = 0; e < E; ++e) {
-    stats.rows_inside += w13[e].rows_inside + w2[e].rows_inside;
-    stats.experts_inside += w13[e].tensor_inside && w2[e].tensor_inside;
-    stats.max_row_span = std::max({stats.max_row_span, w13[e].max_row_span, w2[e].max_row_span});
-  }
-  return stats;
+  return fp8_window_from_rows(E, w13, w2);
 }
 
 std::string describe_fp8_window(const Fp8WindowStats& s, std::string_view outside_behaviour) {

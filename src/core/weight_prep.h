@@ -15,7 +15,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "core/thread_pool.h"
 #include "moe_ep/recipe.h"
@@ -89,6 +91,15 @@ struct Mxfp4RowExponents {
   int lo = 255, hi = -1;
 };
 Mxfp4RowExponents mxfp4_row_exponents(const uint8_t* packed_row, const uint8_t* scale_row, int64_t k);
+// The statistics above from the row exponents of every canonical row, experts outermost:
+// w13_rows [E * 2I], w2_rows [E * H] (a backend that scans the rows itself, on a GPU).
+Fp8WindowStats fp8_window_from_rows(int64_t experts, std::span<const Mxfp4RowExponents> w13_rows,
+                                    std::span<const Mxfp4RowExponents> w2_rows);
+
+// Throws kInvalidArgument for the invalid scale byte at flat index `flat` of `scales` (the
+// message check_weight_values gives, naming the tensor and the element).
+[[noreturn]] void fail_invalid_scale_byte(const TensorView& scales, std::string_view name,
+                                          WeightFormat format, int64_t flat);
 
 // "mxfp4->fp8 window: ..." followed by `outside_behaviour` (what the backend does for rows
 // outside the window).

@@ -11,6 +11,7 @@
 #include "cuda/device_info.h"
 #include "cuda/errors.h"
 #include "cuda/weight_layout.h"
+#include "cuda/weight_upload.h"
 
 namespace moe_ep::cuda {
 namespace {
@@ -82,20 +83,38 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
                     "the grouped GEMM kernels do not fit on cuda:{} ({})", device_index, dev.name);
   plan_ = make_plan(shape);
 
-  // Weights: to host (when on the GPU), canonical per recipe, kernel layout, upload.
-  HostCopy c13 = copy_to_host(in.w13), c13s = copy_to_host(in.w13_scale), c13g = copy_to_host(in.w13_global),
-           c2 = copy_to_host(in.w2), c2s = copy_to_host(in.w2_scale), c2g = copy_to_host(in.w2_global);
-  const WeightPack host_pack{in.format, c13.view, c13s.view, c13g.view, c2.view, c2s.view, c2g.view};
+  // Weights: MXFP4 as given goes to the GPU as it is (validated, analysed and converted there);
+  // any other pack becomes canonical on the host first (copied there when it lives on a GPU).
   auto pool = shared_thread_pool(resolve_num_threads(overrides.num_threads));
   const ParallelFor parallel = parallel_for_of(*pool);
   {
-    const HostExpertWeights canonical = prepare_host_weights(
-        desc.recipe, host_pack, {shape.num_experts, shape.hidden, shape.intermediate}, parallel);
-    notes_ = canonical.notes;
+    const ExpertShape expert_shape{shape.num_experts, shape.hidden, shape.intermediate};
+    const Fp8Fold fold = config_.fold ? Fp8Fold::kWhenInside : Fp8Fold::kNever;
+    DeviceKernelWeights kw;
+    if (mxfp4 && in.format == WeightFormat::kMXFP4) {
+      CanonicalWeights c;
+      c.format = WeightFormat::kMXFP4;
+      c.shape = expert_shape;
+      c.w13 = in.w13.ptr<const uint8_t>();
+      c.w13_scale = in.w13_scale.ptr<const uint8_t>();
+      c.w2 = in.w2.ptr<const uint8_t>();
+      c.w2_scale = in.w2_scale.ptr<const uint8_t>();
+      c.on_device = in.w13.device.type == DeviceType::kCUDA;
+      c.validate = &in;
+      kw = prepare_device_weights(c, fold, parallel);
+      notes_ = fmt::format("weights: {} as given", weight_format_name(WeightFormat::kMXFP4));
+    } else {
+      HostCopy c13 = copy_to_host(in.w13), c13s = copy_to_host(in.w13_scale), c13g = copy_to_host(in.w13_global),
+               c2 = copy_to_host(in.w2), c2s = copy_to_host(in.w2_scale), c2g = copy_to_host(in.w2_global);
+      const WeightPack host_pack{in.format, c13.view, c13s.view, c13g.view, c2.view, c2s.view, c2g.view};
+      const HostExpertWeights canonical = prepare_host_weights(desc.recipe, host_pack, expert_shape, parallel);
+      notes_ = canonical.notes;
+      kw = prepare_device_weights(canonical_view(canonical), fold, parallel);
+    }
     if (mxfp4) {
       notes_ += '\n';
       notes_ += describe_fp8_window(
-          analyze_fp8_window(canonical, parallel),
+          *kw.window,
           "a GEMM whose rows are all inside is folded (e4m3 = e2m1 * 2^(d - 8), one fp32 column "
           "factor; overrides.fold_fp8 = false turns this off); with a row outside it keeps its E8M0 "
           "block scales, applied in fp32 at every k block (exact for any spread, slower)");
@@ -103,17 +122,15 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
       notes_ += "\nnvfp4 on SM90: operands decoded to f16 (e2m1 * e4m3 is exact in f16), f16 tensor "
                 "cores with fp32 accumulation, global scales applied in the epilogue";
     }
-    const KernelWeights kw =
-        make_kernel_weights(canonical, parallel, config_.fold ? Fp8Fold::kWhenInside : Fp8Fold::kNever);
-    w13_tiles_ = DeviceBuffer::upload(kw.w13.tiles);
-    w13_scales_ = DeviceBuffer::upload(kw.w13.scales);
-    w13_global_ = DeviceBuffer::upload(kw.w13_global);
-    w2_tiles_ = DeviceBuffer::upload(kw.w2.tiles);
-    w2_scales_ = DeviceBuffer::upload(kw.w2.scales);
-    w2_global_ = DeviceBuffer::upload(kw.w2_global);
-    // Folded tensors carry shifts in place of E8M0 bytes: their column factors must go along.
-    if (kw.w13.folded) w13_col_scale_ = DeviceBuffer::upload(kw.w13.row_factors());
-    if (kw.w2.folded) w2_col_scale_ = DeviceBuffer::upload(kw.w2.row_factors());
+    w13_tiles_ = std::move(kw.w13.tiles);
+    w13_scales_ = std::move(kw.w13.scales);
+    w13_global_ = std::move(kw.w13_global);
+    w2_tiles_ = std::move(kw.w2.tiles);
+    w2_scales_ = std::move(kw.w2.scales);
+    w2_global_ = std::move(kw.w2_global);
+    // Folded tensors carry shifts in place of E8M0 bytes: their column factors go along.
+    w13_col_scale_ = std::move(kw.w13.col_scale);
+    w2_col_scale_ = std::move(kw.w2.col_scale);
     facts.w13_folded = kw.w13.folded;
     facts.w2_folded = kw.w2.folded;
   }

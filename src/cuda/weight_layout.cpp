@@ -69,19 +69,14 @@ void convert_expert(const uint8_t* packed, const uint8_t* scales, int64_t n_dim,
 template <class SourceRow>
 void fold_into_fp8_window(KernelWeightTensor& t, SourceRow source_row, const ParallelFor& parallel_for) {
   const int64_t steps = t.k / kStepK, n_dim = t.n, blocks = t.k / kMxBlock;
-  std::vector<uint8_t> base(static_cast<size_t>(t.num_experts * n_dim));
-  std::vector<uint8_t> inside(static_cast<size_t>(t.num_experts), 1);
-  parallel_for(t.num_experts, [&](int64_t e) {
-    for (int64_t n = 0; n < n_dim; ++n) {
-      const auto [packed, scales] = source_row(e, n);
-      Mxfp4RowExponents ex = mxfp4_row_exponents(packed, scales, t.k);
-      if (ex.hi < 0) ex.lo = ex.hi = 127;  // an all-zero row
-      if (ex.hi - ex.lo > kFoldedShifts - 1 || ex.lo > 246) inside[static_cast<size_t>(e)] = 0;
-      base[static_cast<size_t>(e * n_dim + n)] = static_cast<uint8_t>(ex.lo);
-    }
-  });
-  for (uint8_t ok : inside)
-    if (!ok) return;
+  std::vector<uint8_t> base = fold_row_bases(
+      t.num_experts, n_dim,
+      [&](int64_t e, int64_t n) {
+        const auto [packed, scales] = source_row(e, n);
+        return mxfp4_row_exponents(packed, scales, t.k);
+      },
+      parallel_for);
+  if (base.empty()) return;
   parallel_for(t.num_experts, [&](int64_t e) {
     uint8_t* sc = t.scales.data() + e * steps * n_dim * 4;
     for (int64_t n = 0; n < n_dim; ++n) {
@@ -98,10 +93,32 @@ void fold_into_fp8_window(KernelWeightTensor& t, SourceRow source_row, const Par
 
 }  // namespace
 
-std::vector<float> KernelWeightTensor::row_factors() const {
+std::vector<uint8_t> fold_row_bases(int64_t experts, int64_t n_dim,
+                                    const std::function<Mxfp4RowExponents(int64_t, int64_t)>& row,
+                                    const ParallelFor& parallel_for) {
+  std::vector<uint8_t> base(static_cast<size_t>(experts * n_dim));
+  std::vector<uint8_t> inside(static_cast<size_t>(experts), 1);
+  parallel_for(experts, [&](int64_t e) {
+    for (int64_t n = 0; n < n_dim; ++n) {
+      Mxfp4RowExponents ex = row(e, n);
+      if (ex.hi < 0) ex.lo = ex.hi = 127;  // an all-zero row
+      if (ex.hi - ex.lo > kFoldedShifts - 1 || ex.lo > 246) inside[static_cast<size_t>(e)] = 0;
+      base[static_cast<size_t>(e * n_dim + n)] = static_cast<uint8_t>(ex.lo);
+    }
+  });
+  for (uint8_t ok : inside)
+    if (!ok) return {};
+  return base;
+}
+
+std::vector<float> row_factors_of(const std::vector<uint8_t>& row_base) {
   std::vector<float> f(row_base.size());
   for (size_t i = 0; i < f.size(); ++i) f[i] = std::ldexp(1.0f, static_cast<int>(row_base[i]) - 119);
   return f;
+}
+
+std::vector<float> KernelWeightTensor::row_factors() const {
+  return row_factors_of(row_base);
 }
 
 int64_t gemm1_source_row(int64_t n, int64_t intermediate) {

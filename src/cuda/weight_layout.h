@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/weight_prep.h"
@@ -37,6 +38,15 @@ struct KernelWeights {
   KernelWeightTensor w2;   // N = H
   std::vector<float> w13_global, w2_global;  // nvfp4 weight_scale_2 [E]
 };
+
+// The fold of one GEMM's weights (kernel rows n of each expert e, row(e, n) = the exponents of
+// its canonical source row): the row bases [E][N] when every row is inside the window, else
+// empty (the tensor keeps its E8M0 scales).
+std::vector<uint8_t> fold_row_bases(int64_t experts, int64_t n_dim,
+                                    const std::function<Mxfp4RowExponents(int64_t, int64_t)>& row,
+                                    const ParallelFor& parallel_for = serial_for);
+// 2^(row_base - 119) of each row: the column factors a folded tensor's GEMM applies.
+std::vector<float> row_factors_of(const std::vector<uint8_t>& row_base);
 
 // Source row (0..2I-1 of canonical W13) of kernel row n of GEMM 1.
 int64_t gemm1_source_row(int64_t n, int64_t intermediate);
