@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "core/fault_points.h"
 #include "core/layer_impl.h"
 #include "core/runtime_state.h"
 #include "core/sim_transport.h"
@@ -129,6 +130,7 @@ class SimGpuLayer final : public Layer::Impl {
     SimGroup& g = *group_;
     auto stream = static_cast<cudaStream_t>(args.stream);
     std::string error;
+    std::exception_ptr local;  // this rank's own failure, rethrown to it after the meeting
     try {
       MOE_EP_CUDA_CHECK(cudaSetDevice(device_.index));
       // The previous forward's group launch (on rank 0's stream) reads this rank's send rows
@@ -137,10 +139,20 @@ class SimGpuLayer final : public Layer::Impl {
       g.args[rank_] = g.engines[rank_]->prepare(args, stream);
       g.args[rank_].rank = rank_;
       MOE_EP_CUDA_CHECK(cudaEventRecord(g.ready[rank_], stream));
+      detail::fault_point(rank_, "dispatch");
     } catch (const Error& e) {
       error = e.message();
+      local = std::current_exception();
+    } catch (const std::exception& e) {
+      error = e.what();
+      local = std::current_exception();
     }
-    meet("prepare of " + tag, error);
+    try {
+      meet("prepare of " + tag, error);
+    } catch (...) {
+      if (local) std::rethrow_exception(local);
+      throw;
+    }
     if (rank_ == 0) {
       try {
         launch_group(stream);
@@ -148,6 +160,7 @@ class SimGpuLayer final : public Layer::Impl {
         error = e.message();
       }
     }
+    detail::fault_point(rank_, "combine");
     meet("launch of " + tag, error);
     if (rank_ != 0) MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, g.done, 0));
   }
