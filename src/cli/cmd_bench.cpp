@@ -4,7 +4,10 @@
 // --compare torch is accepted here but measured elsewhere: the PyTorch pipelines of the same
 // layer run from the device test runner (scripts/device_*.sh) in the same device session, and
 // their times are merged into bench/RESULTS.md there. This binary only marks the columns.
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <map>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -15,6 +18,7 @@
 #include "cli/bench_ep.h"
 #include "cli/bench_load.h"
 #include "cli/checkpoint_problem.h"
+#include "cli/plot_svg.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/problem.h"
@@ -36,6 +40,9 @@ struct BenchOptions {
   int iters = 0;        // 0: 50 on CUDA, 5 on the CPU
   int warmup = -1;      // -1: 5 on CUDA, 1 on the CPU
   bool eager = false;
+  std::vector<std::string> variants;  // --variants: GEMM kernels to bench one after another
+  std::string plot;                   // --plot FILE.svg
+  std::vector<std::string> plot_with; // --plot-with: more CSV series
   bool load = false;     // --load: time the layer's weight loading instead of forwards
   int load_repeats = 3;
   double bandwidth_gbps = 0.0;  // 0: measure
@@ -50,6 +57,7 @@ struct BenchOptions {
 };
 
 struct BenchRow {
+  std::string variant;  // the GEMM kernel override ("auto": the selected config)
   int64_t tokens = 0, valid_slots = 0, unique_experts = 0;
   double time_us = 0.0, min_us = 0.0;
   Roofline floor;
@@ -58,7 +66,7 @@ struct BenchRow {
 const char* kCsvHeader =
     "preset,backend,implementation,device,weight_format,tokens,valid_slots,unique_experts,"
     "time_us,min_us,weight_bytes,flops,memory_floor_us,compute_floor_us,floor_us,"
-    "fraction_of_floor,tflops,bandwidth_gbps,compute_tflops,compute_rate_kind";
+    "fraction_of_floor,tflops,bandwidth_gbps,compute_tflops,compute_rate_kind,variant";
 
 // RFC 4180 quoting for free-text fields.
 std::string csv_field(const std::string& text) {
@@ -95,8 +103,7 @@ int bench_command(BenchOptions o, const CheckpointRunOptions& ck) {
   Bootstrap boot;
   boot.device = s.device.device;
   auto runtime = Runtime::acquire(boot);
-  std::unique_ptr<Layer> layer;
-  layer = Layer::create(runtime, s.desc, weights.pack(), s.overrides);
+  if (o.variants.empty()) o.variants.push_back(o.problem.kernel.empty() ? "auto" : o.problem.kernel);
 
   RooflineRates rates;
   rates.bandwidth_bytes_per_s =
@@ -117,10 +124,24 @@ int bench_command(BenchOptions o, const CheckpointRunOptions& ck) {
                rates.bandwidth_bytes_per_s / 1e9, rates.compute_flop_per_s / 1e12, rate_kind,
                cuda && !o.eager ? "cuda graph replays" : "forwards", iters, warmup);
     print_checkpoint_summary(s);
+  }
+  std::vector<BenchRow> rows;
+  for (const std::string& variant : o.variants) {
+  KernelOverrides overrides = s.overrides;
+  overrides.gemm = parse_gemm_kernel(variant, "--variants");
+  std::unique_ptr<Layer> layer;
+  try {
+    layer = Layer::create(runtime, s.desc, weights.pack(), overrides);
+  } catch (const Error& e) {
+    if (o.variants.size() == 1) throw;
+    fmt::print(stderr, "moe_ep bench: variant {} refused: {}\n", variant, e.message());
+    continue;
+  }
+  if (!o.json) {
+    if (o.variants.size() > 1) fmt::print("  variant {}:\n", variant);
     fmt::print("  {:>6} {:>7} {:>5} {:>12} {:>12} {:>9} {:>9}\n", "T", "slots", "exp", "time_us",
                "floor_us", "of_floor", "TFLOP/s");
   }
-  std::vector<BenchRow> rows;
   for (int64_t T : o.tokens) {
     const testing::HostInputs in = generate_inputs(s, o.problem, T, T);
     DeviceBatch batch = upload_batch(*driver, in);
@@ -129,6 +150,7 @@ int bench_command(BenchOptions o, const CheckpointRunOptions& ck) {
         [&](void*) { layer->forward(batch.args); }, warmup, iters, cuda && !o.eager);
     layer->check_error_flags();
     BenchRow r;
+    r.variant = variant;
     r.tokens = T;
     r.valid_slots = in.num_valid_slots();
     r.unique_experts = testing::count_unique_experts(in);
@@ -142,6 +164,27 @@ int bench_command(BenchOptions o, const CheckpointRunOptions& ck) {
                  r.unique_experts, r.time_us, r.floor.floor_us, 100.0 * r.floor.floor_us / r.time_us,
                  r.floor.flops / r.time_us * 1e-6);
   }
+  }
+  if (!o.plot.empty()) {
+    std::vector<PlotSeries> series;
+    std::map<double, double> floor_us;
+    for (const BenchRow& r : rows) {
+      auto it = std::find_if(series.begin(), series.end(), [&](const PlotSeries& x) { return x.label == r.variant; });
+      if (it == series.end()) it = series.insert(series.end(), PlotSeries{r.variant, {}});
+      it->points.push_back({static_cast<double>(r.tokens), r.time_us});
+      floor_us[static_cast<double>(r.tokens)] = r.floor.floor_us;
+    }
+    for (const std::string& f : o.plot_with)
+      for (PlotSeries& x : read_plot_csv(f)) {
+        if (std::any_of(series.begin(), series.end(), [&](const PlotSeries& y) { return y.label == x.label; }))
+          x.label = std::filesystem::path(f).stem().string() + ":" + x.label;
+        series.push_back(std::move(x));
+      }
+    write_plot_svg(o.plot, fmt::format("moe_ep bench: {} on {} ({})", s.preset->name, s.device.name,
+                                       weight_format_name(s.weight_format)),
+                   series, floor_us);
+    if (!o.json) fmt::print("  plot: {}\n", o.plot);
+  }
   if (!o.compare.empty())
     fmt::print(stderr, "moe_ep bench: --compare {}: the PyTorch pipelines run from the device test "
                "runner (scripts/device_*.sh), not from this binary; no torch columns here\n",
@@ -153,14 +196,14 @@ int bench_command(BenchOptions o, const CheckpointRunOptions& ck) {
     csv << kCsvHeader << "\n";
     for (const BenchRow& r : rows)
       csv << fmt::format("{},{},{},{},{},{},{},{},{:.3f},{:.3f},{},{:.6g},{:.3f},{:.3f},{:.3f},{:.5f},"
-                         "{:.5f},{:.2f},{:.4f},{}\n",
+                         "{:.5f},{:.2f},{:.4f},{},{}\n",
                          s.preset->name, s.desc.traits().name, s.implementation, s.device.device.str(),
                          weight_format_name(s.weight_format), r.tokens, r.valid_slots,
                          r.unique_experts, r.time_us, r.min_us, r.floor.weight_bytes, r.floor.flops,
                          r.floor.memory_floor_us, r.floor.compute_floor_us, r.floor.floor_us,
                          r.floor.floor_us / r.time_us, r.floor.flops / r.time_us * 1e-6,
                          rates.bandwidth_bytes_per_s / 1e9, rates.compute_flop_per_s / 1e12,
-                         csv_field(rate_kind));
+                         csv_field(rate_kind), r.variant);
   }
   if (o.json) {
     Json j;
@@ -175,7 +218,7 @@ int bench_command(BenchOptions o, const CheckpointRunOptions& ck) {
     j["compute_rate_kind"] = rate_kind;
     Json arr = Json::array();
     for (const BenchRow& r : rows)
-      arr.push_back({{"tokens", r.tokens}, {"valid_slots", r.valid_slots},
+      arr.push_back({{"variant", r.variant}, {"tokens", r.tokens}, {"valid_slots", r.valid_slots},
                      {"unique_experts", r.unique_experts}, {"time_us", json_number(r.time_us)},
                      {"min_us", json_number(r.min_us)}, {"weight_bytes", r.floor.weight_bytes},
                      {"flops", r.floor.flops}, {"memory_floor_us", json_number(r.floor.memory_floor_us)},
@@ -211,6 +254,13 @@ Command add_bench_command(CLI::App& app) {
       ->check(integer_at_least(1));
   cmd->add_option("--warmup", o->warmup, "untimed forwards per T (default: 5 on CUDA, 1 on the CPU)")
       ->check(integer_at_least(0));
+  cmd->add_option("--variants", o->variants,
+                  "GEMM kernels to bench one after another (auto,decode,mma,wgmma; default: --kernel or auto)")
+      ->delimiter(',')->check(CLI::IsMember({"auto", "decode", "mma", "wgmma"}));
+  cmd->add_option("--plot", o->plot, "write time and fraction of floor against T as an SVG file");
+  cmd->add_option("--plot-with", o->plot_with,
+                  "CSV files to add to --plot (other bench --csv runs, bench/torch_peer.py --csv)")
+      ->delimiter(',');
   cmd->add_flag("--load", o->load,
                 "time loading instead: Layer::create from host weights, or with --checkpoint the "
                 "file read + Layer::create, in GB/s of expert weight bytes");
