@@ -10,7 +10,7 @@ moe_ep_install_apt
 
 FUZZ_SECONDS="${MOE_EP_FUZZ_SECONDS:-30}"
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(weight_pack forward_args)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(weight_pack forward_args checkpoint_reader)
 dir="$MOE_EP_ROOT/build-fuzz"
 
 moe_ep_log "configuring build-fuzz (clang++, libFuzzer, ASan + UBSan)"
@@ -26,9 +26,11 @@ for t in "${TARGETS[@]}"; do
   mkdir -p "$dir/corpus/$t" "$dir/crashes/$t"
   moe_ep_log "fuzz_$t for $FUZZ_SECONDS s"
   # -rss_limit_mb: a fuzzed shape may ask for a large (valid) allocation; 2 GiB is a finding.
+  # Checkpoint inputs are whole files and directories (seeds of 8-10 KB).
+  max_len=4096; [ "$t" = checkpoint_reader ] && max_len=65536
   if ! ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
        "$dir/tests/fuzz/fuzz_$t" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=20 \
-       -max_len=4096 -print_final_stats=1 -artifact_prefix="$dir/crashes/$t/" \
+       -max_len=$max_len -print_final_stats=1 -artifact_prefix="$dir/crashes/$t/" \
        "$dir/corpus/$t" "$MOE_EP_ROOT/tests/fuzz/corpus/$t" 2>"$dir/fuzz_$t.log"; then
     status=1
     moe_ep_log "fuzz_$t FOUND A CRASH: $(ls "$dir/crashes/$t" | head -3); log: $dir/fuzz_$t.log"
