@@ -140,6 +140,16 @@ uint64_t hash_bits(const std::vector<uint16_t>& y) {
   return h;
 }
 
+Bootstrap simulated_gpu_bootstrap(int world_size, int rank, int64_t timeout_ms) {
+  Bootstrap b;
+  b.world_size = world_size;
+  b.rank = rank;
+  b.device = Device::cuda(0);
+  b.comm = CommSource::kSimulated;
+  b.timeout_ms = timeout_ms;
+  return b;
+}
+
 testsupport::Problem preset_problem(const std::string& preset, const std::string& family, int64_t max_tokens) {
   const testing::Preset& pr = testing::find_preset(preset);
   testsupport::Problem p;

@@ -64,6 +64,8 @@ DeviceInputs to_device(const testsupport::Problem& p, const testsupport::Inputs&
 std::vector<uint16_t> run_on_gpu(Layer& layer, const DeviceInputs& in, cudaStream_t stream = nullptr);
 
 std::shared_ptr<Runtime> gpu_runtime();
+// Rank r of R simulated ranks on cuda:0 (Bootstrap{comm = simulated}).
+Bootstrap simulated_gpu_bootstrap(int world_size, int rank, int64_t timeout_ms);
 std::unique_ptr<Layer> make_gpu_layer(const testsupport::Problem& p, const WeightPack& w);
 
 // y of the CPU layer for `rows` (all rows when empty), in double; rows not computed are NaN.

@@ -46,13 +46,7 @@ std::vector<RankOutcome> run_ranks(const Problem& p, const WeightSet& w, const s
   for (int r = 0; r < R; ++r)
     threads.emplace_back([&, r] {
       try {
-        Bootstrap b;
-        b.world_size = R;
-        b.rank = r;
-        b.device = Device::cuda(0);
-        b.comm = CommSource::kSimulated;
-        b.timeout_ms = timeout_ms;
-        auto rt = Runtime::acquire(b);
+        auto rt = Runtime::acquire(simulated_gpu_bootstrap(R, r, timeout_ms));
         auto layer = Layer::create(rt, p.desc(), testsupport::slice_experts(w.pack(), r * E_loc, E_loc), p.overrides);
         if (r == absent_rank) return;
         cudaStream_t stream = nullptr;

@@ -73,13 +73,7 @@ class EpSimFaults : public ::testing::Test {
       threads.emplace_back([&, r] {
         Outcome& o = out[r];
         try {
-          Bootstrap b;
-          b.world_size = R;
-          b.rank = r;
-          b.device = Device::cuda(0);
-          b.comm = CommSource::kSimulated;
-          b.timeout_ms = timeout_ms;
-          auto rt = Runtime::acquire(b);
+          auto rt = Runtime::acquire(simulated_gpu_bootstrap(R, r, timeout_ms));
           const int64_t E_loc = p_.num_experts / R;
           auto layer = Layer::create(rt, p_.desc(), testsupport::slice_experts(w_.pack(), r * E_loc, E_loc), p_.overrides);
           const DeviceInputs d = to_device(p_, in_[r]);

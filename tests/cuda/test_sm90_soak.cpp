@@ -8,12 +8,8 @@
 //
 //   MOE_EP_GPU_SOAK_FORWARDS    forwards (default 300; the full soak is 20000)
 //   MOE_EP_GPU_SOAK_MAX_TOKENS  max_tokens_per_rank of the layer (default 512)
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <fstream>
 #include <random>
 
 #include <fmt/format.h>
@@ -21,21 +17,13 @@
 
 #include "cuda/errors.h"
 #include "cuda_test_util.h"
+#include "support/soak_env.h"
 
 namespace moe_ep::cudatest {
 namespace {
 
-int64_t env_int(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoll(v, nullptr, 10) : fallback;
-}
-
-int64_t resident_bytes() {
-  std::ifstream f("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  f >> size >> resident;
-  return resident * sysconf(_SC_PAGESIZE);
-}
+using testsupport::env_int;
+using testsupport::resident_bytes;
 
 size_t device_free_bytes() {
   size_t free = 0, total = 0;

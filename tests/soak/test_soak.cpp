@@ -9,17 +9,15 @@
 //   MOE_EP_SOAK_MAX_TOKENS  FleetParams.max_tokens_per_rank (default 32)
 //   MOE_EP_SOAK_SEED        seed (default 16)
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <fstream>
 #include <random>
 
 #include <fmt/format.h>
 
 #include "moe_ep/error.h"
 #include "support/layer_problem.h"
+#include "support/soak_env.h"
 
 namespace moe_ep {
 namespace {
@@ -37,18 +35,6 @@ constexpr bool kUnderAsan = false;
 #else
 constexpr bool kUnderAsan = false;
 #endif
-
-int64_t env_int(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoll(v, nullptr, 10) : fallback;
-}
-
-int64_t resident_bytes() {
-  std::ifstream f("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  f >> size >> resident;
-  return resident * sysconf(_SC_PAGESIZE);
-}
 
 TEST(Soak, TinyPresetForwardsStayFlatAndDeterministic) {
   const int64_t forwards = env_int("MOE_EP_SOAK_FORWARDS", 2000);
