@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -76,6 +77,42 @@ TEST(CliBench, CpuSweepWritesCsvAndJson) {
   std::remove(csv.c_str());
   ASSERT_EQ(lines.size(), 4u) << describe(r);
   EXPECT_EQ(lines[0].rfind("preset,backend,", 0), 0u) << lines[0];
+}
+
+TEST(CliBench, PlotDrawsEveryVariantAndTheSeriesOfOtherCsvFiles) {
+  const std::string base = "/tmp/moe_ep_cli_plot_test_" + std::to_string(::getpid());
+  {
+    std::ofstream peer(base + "_peer.csv");
+    peer << "preset,peer,tokens,time_us,tflops,rel_err\ntiny,torch-bf16,1,900.5,0,0\ntiny,torch-bf16,4,950,0,0\n";
+  }
+  const CliResult r = run_cli("bench --device cpu --preset tiny --tokens 1,4 --iters 1 --warmup 0 "
+                              "--bandwidth-gbps 10 --compute-tflops 0.1 --variants auto --plot " + base +
+                              ".svg --plot-with " + base + "_peer.csv");
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::ifstream in(base + ".svg");
+  const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u) << svg.substr(0, 80);
+  EXPECT_NE(svg.find(">auto</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">torch-bf16</text>"), std::string::npos);
+  EXPECT_NE(svg.find("roofline floor"), std::string::npos);
+  std::remove((base + ".svg").c_str());
+  std::remove((base + "_peer.csv").c_str());
+  // A CSV without the columns is refused naming them.
+  const CliResult bad = run_cli("bench --device cpu --preset tiny --tokens 1 --iters 1 --warmup 0 --plot " +
+                                base + ".svg --plot-with /dev/null");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--plot-with"), std::string::npos) << describe(bad);
+}
+
+TEST(CliBench, LoadReportsBytesAndRateOfEveryRepeat) {
+  const CliResult r = run_cli("bench --device cpu --preset tiny --load --load-repeats 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const nlohmann::json j = parse_json(r);
+  EXPECT_EQ(j.at("command"), "bench-load");
+  ASSERT_EQ(j.at("repeats").size(), 2u);
+  // tiny: 16 experts x (3 x 256 x 128 / 2 codes + 3 x 256 x 128 / 32 scales)
+  EXPECT_EQ(j.at("weight_bytes").get<int64_t>(), 16 * (3 * 256 * 128 / 2 + 3 * 256 * 128 / 32));
+  for (const auto& rep : j["repeats"]) EXPECT_GT(rep.at("gbps").get<double>(), 0.0) << rep.dump();
 }
 
 TEST(CliBench, CompareAcceptsTorchOnly) {
