@@ -32,6 +32,14 @@ TensorView to_view(const nb::ndarray<>& a, const char* name, std::optional<DType
     v.shape[d] = static_cast<int64_t>(a.shape(d));
     v.strides[d] = static_cast<int64_t>(a.stride(d));
   }
+  // Strides of size-1 dimensions and of empty tensors address nothing; exporters differ in what
+  // they report there (0, or anything), so they become the row-major ones.
+  int64_t row_major = 1, numel = 1;
+  for (int32_t d = 0; d < v.ndim; ++d) numel *= v.shape[d];
+  for (int32_t d = v.ndim - 1; d >= 0; --d) {
+    if (v.shape[d] == 1 || numel == 0) v.strides[d] = row_major;
+    row_major *= v.shape[d];
+  }
   const nb::dlpack::dtype dt = a.dtype();
   v.dtype = dtype ? *dtype : dtype_from_dlpack({dt.code, dt.bits, dt.lanes});
   switch (a.device_type()) {
