@@ -1,6 +1,7 @@
 // moe_ep.Layer: one MoE layer (include/moe_ep/layer.h) built from a moe_ep.WeightPack, with a
 // DLPack forward. A CUDA forward runs on the given stream, else on torch's current stream of
 // the layer's device (when torch is imported), else on the legacy default stream.
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -200,6 +201,21 @@ void bind_layer(nb::module_& m) {
           },
           nb::arg("physical_expert"), nb::arg("weights"),
           "Replace one physical expert's weights in place (EPLB); a WeightPack of one expert.")
+      .def(
+          "_host_time_forward",
+          [](PyLayer& s, nb::handle x, nb::handle ids, nb::handle w, nb::handle out, int iters) {
+            // moe_ep.bench: host seconds of `iters` library forwards with the arguments imported
+            // once (no Python per call); the baseline of the binding's call overhead.
+            ImportedTensor tx = import_required(x, "x"), ti = import_required(ids, "topk_ids"),
+                           tw = import_required(w, "topk_weights"), ty = import_required(out, "out");
+            ForwardArgs args{.x = tx.view, .topk_ids = ti.view, .topk_weights = tw.view, .y = ty.view};
+            if (s.on_cuda) args.stream = torch_current_stream(s.device_index);
+            nb::gil_scoped_release release;
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < iters; ++i) s.layer->forward(args);
+            return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          },
+          nb::arg("x"), nb::arg("topk_ids"), nb::arg("topk_weights"), nb::arg("out"), nb::arg("iters"))
       .def_prop_ro("runtime", [](const PyLayer& s) { return s.runtime; })
       .def_prop_ro("device", [](const PyLayer& s) { return s.layer->info().device.str(); });
 }
