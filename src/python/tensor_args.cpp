@@ -67,12 +67,17 @@ std::optional<ImportedTensor> import_tensor(nb::handle obj, const char* name) {
     return t;
   }
   if (nb::hasattr(obj, "dtype") && nb::hasattr(obj, "view")) {
-    nb::object dt = obj.attr("dtype");
-    if (!nb::hasattr(dt, "name") || !nb::isinstance<nb::str>(dt.attr("name"))) dt = nb::none();
-    const std::string dtype_name = dt.is_none() ? "" : nb::cast<std::string>(dt.attr("name"));
+    // numpy: dtype.name "bfloat16", view("uint16"); torch: str(dtype) "torch.float8_e4m3fn",
+    // view(torch.uint8) (for a torch whose DLPack export lacks the type).
+    std::string dtype_name =
+        nb::cast<std::string>(nb::module_::import_("builtins").attr("str")(obj.attr("dtype")));
+    const bool is_torch = dtype_name.rfind("torch.", 0) == 0;
+    if (is_torch) dtype_name = dtype_name.substr(6);
     for (const StorageAlias& alias : kAliases) {
       if (dtype_name != alias.name) continue;
-      t.keepalive = obj.attr("view")(alias.storage);
+      nb::object storage = nb::str(alias.storage);
+      if (is_torch) storage = nb::module_::import_("torch").attr(alias.storage);
+      t.keepalive = obj.attr("view")(storage);
       if (nb::try_cast(t.keepalive, t.array, false)) {
         t.view = to_view(t.array, name, alias.dtype);
         return t;
