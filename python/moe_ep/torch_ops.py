@@ -14,6 +14,7 @@ a fresh ``empty_like(x)``; the fake kernel only states that shape, dtype and dev
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import threading
 
@@ -37,6 +38,15 @@ def register(layer: Layer) -> int:
 def unregister(handle: int) -> None:
     with _lock:
         _layers.pop(handle, None)
+
+
+def unregister_all() -> None:
+    """Drop every registered layer (their runtime is released with the last reference)."""
+    with _lock:
+        _layers.clear()
+
+
+atexit.register(unregister_all)  # layers die before the interpreter tears the extension down
 
 
 def _layer(handle: int) -> Layer:

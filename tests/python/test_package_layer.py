@@ -174,3 +174,15 @@ def test_runtime_is_shared_and_a_different_world_is_refused():
     assert repr(a) == repr(b) and a.world_size == 1 and a.device == "cpu"
     with pytest.raises(RuntimeError, match="world"):
         moe_ep.Runtime.acquire(world_size=2, rank=0, device="cpu", comm="simulated")
+
+
+def test_a_released_world_can_be_replaced():
+    import gc
+    a = moe_ep.Runtime.acquire(device="cpu")
+    del a
+    gc.collect()
+    b = moe_ep.Runtime.acquire(world_size=2, rank=0, device="cpu", comm="simulated")
+    assert b.world_size == 2 and b.rank == 0
+    del b
+    gc.collect()
+    assert moe_ep.Runtime.acquire(device="cpu").world_size == 1
