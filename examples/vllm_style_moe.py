@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""A 4-layer model of tiny-preset MoE layers (H=256, I=128, E=16, K=4, clamp 10), written the
+way an inference engine's model file is: each MoE block owns fused-expert parameters
+(w13_weight / w13_weight_scale / w2_weight / w2_weight_scale, vLLM's MXFP4 layout), turns them
+into a moe_ep layer after "checkpoint loading", and every block shares one runtime. Runs the
+model eagerly and under a CUDA graph, checks that both agree bit for bit, and prints the
+workspace bytes shared.
+
+    python examples/vllm_style_moe.py [--device cuda:0] [--tokens 8]
+"""
+
+import argparse
+
+import torch
+
+import moe_ep
+import moe_ep.torch_ops  # registers torch.ops.moe_ep.forward
+from moe_ep.integrations import SharedRuntime, is_supported, pack_fused_expert_weights
+
+H, I, E, K, CLAMP = 256, 128, 16, 4, 10.0
+
+
+class MoeBlock(torch.nn.Module):
+    def __init__(self, device: str, max_tokens: int, seed: int) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        u8 = dict(dtype=torch.uint8, generator=g)
+        # what the checkpoint loader fills in (random MXFP4 bytes here)
+        self.w13_weight = torch.nn.Parameter(torch.randint(0, 256, (E, 2 * I, H // 2), **u8), requires_grad=False)
+        self.w13_weight_scale = torch.nn.Parameter(torch.randint(119, 123, (E, 2 * I, H // 32), **u8), requires_grad=False)
+        self.w2_weight = torch.nn.Parameter(torch.randint(0, 256, (E, H, I // 2), **u8), requires_grad=False)
+        self.w2_weight_scale = torch.nn.Parameter(torch.randint(119, 123, (E, H, I // 32), **u8), requires_grad=False)
+        self.gate = torch.nn.Linear(H, E, bias=False, dtype=torch.bfloat16, device=device)
+        self.device, self.max_tokens = device, max_tokens
+
+    def process_weights_after_loading(self) -> None:
+        self.shared = SharedRuntime.acquire(device=self.device)
+        layer = moe_ep.Layer(self.shared.runtime, num_experts=E, hidden_size=H, intermediate_size=I,
+                             top_k=K, max_tokens_per_rank=self.max_tokens, activation_clamp=CLAMP,
+                             weights=pack_fused_expert_weights(self))
+        self.handle = moe_ep.torch_ops.register(layer)
+        self.layer = layer
+        for name in ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"):
+            delattr(self, name)  # the layer holds its own converted copy
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.gate(x).float()
+        w, ids = torch.topk(torch.softmax(logits, dim=-1), K, dim=-1)
+        y = torch.ops.moe_ep.forward(x, ids.to(torch.int32), w, self.handle)
+        return x + y
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tokens", type=int, default=8)
+    args = ap.parse_args()
+    dev = torch.device(args.device)
+    cap = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
+    print(f"moe_ep {moe_ep.__version__}: mxfp4 supported on {args.device}: {is_supported(cap, 'mxfp4')}")
+    model = torch.nn.Sequential(*[MoeBlock(args.device, 64, seed=10 + i) for i in range(4)]).to(dev)
+    for block in model:
+        block.process_weights_after_loading()
+    shared = model[0].shared
+    assert all(b.shared is shared for b in model) and shared.count == 4
+    x = torch.randn(args.tokens, H, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16).to(dev)
+    with torch.no_grad():
+        eager = model(x)
+        print(f"eager: y[{args.tokens}, {H}] mean |y| = {eager.float().abs().mean().item():.4f}")
+        if dev.type == "cuda":
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                model(x)
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_y = model(x)
+            graph.replay()
+            torch.cuda.synchronize()
+            same = torch.equal(static_y.view(torch.int16), eager.view(torch.int16))
+            print(f"CUDA graph replay equals eager bitwise: {same}")
+            if not same:
+                return 1
+    print(f"runtime shared by {shared.count} layers: {shared.runtime}")
+    print(f"symmetric workspace reserved: {shared.workspace_bytes} bytes (one for all layers; a "
+          f"world-size-1 CUDA layer keeps its own scratch)")
+    print(f"workspace of this model at EP=8 (host layout): "
+          f"{moe_ep.workspace_bytes(8, E, 64, H, I, K)} bytes, shared by all 4 layers")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,37 @@
+"""moe_ep: expert-parallel Mixture-of-Experts inference with FP4 expert weights.
+
+The C++ library is the product; this package is its binding (the extension ``moe_ep._core``)
+plus pure-Python helpers. Tensors are torch tensors (CPU or CUDA) or numpy arrays (CPU),
+passed zero-copy through DLPack::
+
+    rt = moe_ep.Runtime.acquire(device="cuda:0")
+    layer = moe_ep.Layer(rt, num_experts=E, hidden_size=H, intermediate_size=I, top_k=K,
+                         max_tokens_per_rank=T, activation_clamp=10.0,
+                         weights=moe_ep.WeightPack.mxfp4(w13, w13_scale, w2, w2_scale))
+    y = layer.forward(x, topk_ids, topk_weights)
+
+Errors of the library arrive as ValueError (bad argument), TypeError (not a tensor / unknown
+dtype), UnsupportedError (a NotImplementedError), TimeoutError, DeviceError and RuntimeError,
+with the library's message naming the parameter, the value and what was expected.
+"""
+
+from moe_ep._core import (  # noqa: F401
+    DeviceError,
+    Layer,
+    Runtime,
+    UnsupportedError,
+    workspace_bytes,
+)
+from moe_ep._core import info as _build_info
+from moe_ep.weights import WeightPack  # noqa: F401
+
+__version__: str = _build_info()["version"]
+
+
+def info() -> dict:
+    """Build facts: version, whether CUDA/NCCL are compiled in, backends, transports."""
+    return _build_info()
+
+
+__all__ = ["DeviceError", "Layer", "Runtime", "UnsupportedError", "WeightPack", "info",
+           "workspace_bytes", "__version__"]
