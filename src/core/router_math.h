@@ -65,11 +65,11 @@ MOE_EP_HD float exp_neg(float a) {
   const float n = rint(mul(x, 1.44269504088896341f));  // -124 <= n <= 0
   float r = fma(n, -0.693145751953125f, x);             // ln2 split: hi has 16 bits
   r = fma(n, -1.42860676533018704e-06f, r);
-  float p = 1.0f / 5040.0f;
-  p = fma(p, r, 1.0f / 720.0f);
-  p = fma(p, r, 1.0f / 120.0f);
-  p = fma(p, r, 1.0f / 24.0f);
-  p = fma(p, r, 1.0f / 6.0f);
+  float p = 1.98412701e-4f;  // 1/7!, then 1/6! ... (fp32 roundings of the Taylor coefficients)
+  p = fma(p, r, 1.38888892e-3f);
+  p = fma(p, r, 8.33333377e-3f);
+  p = fma(p, r, 4.16666679e-2f);
+  p = fma(p, r, 1.66666672e-1f);
   p = fma(p, r, 0.5f);
   p = fma(p, r, 1.0f);
   p = fma(p, r, 1.0f);

@@ -52,6 +52,7 @@ void DeviceEplb::set_placement(const EplbPlacement& p) {
                                cudaMemcpyHostToDevice));
   MOE_EP_CUDA_CHECK(cudaMemcpy(buf_->replica_count.get(), p.replica_count.data(),
                                sizeof(int32_t) * p.num_logical, cudaMemcpyHostToDevice));
+  MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
   placement_ = p;
 }
 
@@ -59,6 +60,7 @@ void DeviceEplb::set_recording(bool on) {
   const int32_t v = on ? 1 : 0;
   MOE_EP_CUDA_CHECK(cudaSetDevice(device_index_));
   MOE_EP_CUDA_CHECK(cudaMemcpy(buf_->flag.get(), &v, sizeof v, cudaMemcpyHostToDevice));
+  MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());  // visible to kernels on non-blocking streams
 }
 
 std::vector<int64_t> DeviceEplb::counter_values() const {
@@ -74,6 +76,7 @@ void DeviceEplb::reset_counters() {
   MOE_EP_CUDA_CHECK(cudaSetDevice(device_index_));
   MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
   MOE_EP_CUDA_CHECK(cudaMemset(buf_->counters.get(), 0, buf_->counters.bytes()));
+  MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 const int32_t* DeviceEplb::device_logical_to_physical() const { return buf_->l2p.get<int32_t>(); }
@@ -100,6 +103,7 @@ Sm90Router::Sm90Router(const RouterConfig* router, int64_t num_logical, int64_t 
   MOE_EP_CUDA_CHECK(cudaSetDevice(device_index_));
   MOE_EP_CUDA_CHECK(cudaMalloc(&error_flags_, sizeof(uint32_t)));
   MOE_EP_CUDA_CHECK(cudaMemset(error_flags_, 0, sizeof(uint32_t)));
+  MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 Sm90Router::~Sm90Router() {
@@ -168,7 +172,10 @@ uint32_t Sm90Router::read_error_flags(bool clear) {
   MOE_EP_CUDA_CHECK(cudaSetDevice(device_index_));
   MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
   MOE_EP_CUDA_CHECK(cudaMemcpy(&v, error_flags_, sizeof v, cudaMemcpyDeviceToHost));
-  if (clear && v) MOE_EP_CUDA_CHECK(cudaMemset(error_flags_, 0, sizeof(uint32_t)));
+  if (clear && v) {
+    MOE_EP_CUDA_CHECK(cudaMemset(error_flags_, 0, sizeof(uint32_t)));
+    MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   return v;
 }
 

@@ -113,6 +113,7 @@ struct DeviceOut {
   void poison() {
     MOE_EP_CUDA_CHECK(cudaMemset(ids.get(), 0x7F, ids.bytes()));
     MOE_EP_CUDA_CHECK(cudaMemset(weights.get(), 0xFF, weights.bytes()));
+    MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());  // before launches on non-blocking streams
   }
 };
 
@@ -234,11 +235,14 @@ TEST(Sm90Routing, HashLayersTakeIdsFromTheDeviceTable) {
   EXPECT_EQ(router.read_error_flags(true), 0u);
 }
 
-// Placement replicating the hottest logical experts of a skewed load (several replicas each).
-EplbPlacement hot_placement(int64_t L, int64_t redundant, uint64_t seed) {
+// Placement replicating the hot logical experts (l % hot_every == hot_first) of a skewed load,
+// several replicas each.
+EplbPlacement hot_placement(int64_t L, int64_t redundant, uint64_t seed, int64_t hot_every = 37,
+                            int64_t hot_first = 0) {
   std::vector<int64_t> load(L);
   std::mt19937_64 rng(seed);
-  for (int64_t l = 0; l < L; ++l) load[l] = static_cast<int64_t>(rng() % 100) + (l % 7 == 0 ? 5000 : 0);
+  for (int64_t l = 0; l < L; ++l)
+    load[l] = static_cast<int64_t>(rng() % 100) + (l % hot_every == hot_first ? 50000 : 0);
   return make_eplb_placement(L, plan_redundant_experts(load, redundant));
 }
 
@@ -307,7 +311,7 @@ TEST(Sm90Routing, CapturedGraphFollowsRecordingFlagAndPlacement) {
   MOE_EP_REQUIRE_CUDA();
   const Case c{300, 256, 6, false, true, false, 0, 1.5f, 77};
   const EplbPlacement first = hot_placement(c.L, 32, 1);
-  EplbPlacement second = hot_placement(c.L, 32, 2);
+  EplbPlacement second = hot_placement(c.L, 32, 2, 41, 3);
   ASSERT_NE(first.logical_to_physical, second.logical_to_physical);
   HostRouting h = make_logits(c);
   cpu_route(c, h, 0, 0, nullptr, nullptr, 0);
