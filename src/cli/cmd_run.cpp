@@ -265,6 +265,8 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--eplb-redundant", o->eplb_redundant, "redundant physical experts (EPLB)")
       ->check(integer_at_least(0))->capture_default_str();
   cmd->add_flag("--router", o->router, "run the DeepSeek V4 router on synthetic logits first");
+  cmd->add_flag("--shared-expert", o->shared_expert, "--device cuda: add a synthetic bf16 shared expert "
+                "(I = the preset's) to every layer's y, on the GPU");
   cmd->add_option("--hash-layers", o->hash_layers, "--router: the first N layers route by a synthetic "
                   "[vocab, K] hash table indexed by synthetic token ids")
       ->check(integer_at_least(0))->capture_default_str();

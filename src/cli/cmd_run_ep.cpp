@@ -64,6 +64,9 @@ struct Plan {
 
 Plan make_plan(const RunOptions& o) {
   MOE_EP_CHECK(o.hash_layers == 0 || o.router, "--hash-layers {} needs --router", o.hash_layers);
+  MOE_EP_CHECK_CODE(!o.shared_expert, ErrorCode::kUnsupported,
+                    "--shared-expert runs with --device cuda --ranks 1 in this build (the CPU "
+                    "library has SharedExpert; the simulated-rank run does not add it)");
   Plan p;
   ProblemOptions opts = o.problem;
   if (opts.device == "auto") opts.device = "cpu";
@@ -427,7 +430,7 @@ int report(const Plan& p, const RunOptions& o, const std::vector<RankResult>& ra
 }  // namespace
 
 bool wants_expert_parallel_run(const RunOptions& o) {
-  return o.ranks > 1 || o.layers > 1 || o.eplb_redundant > 0 || o.router;
+  return o.ranks > 1 || o.layers > 1 || o.eplb_redundant > 0 || o.router || o.shared_expert;
 }
 
 int run_expert_parallel(const RunOptions& o) {

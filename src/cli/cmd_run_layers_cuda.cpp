@@ -1,16 +1,17 @@
-// `moe_ep run --device cuda --layers N [--router [--hash-layers H]] [--eplb-redundant M]` on one
-// GPU (world size 1):
+// `moe_ep run --device cuda --layers N [--router [--hash-layers H]] [--eplb-redundant M]
+// [--shared-expert]` on one GPU (world size 1):
 //
 //   1. the synthetic problem of cmd_run_ep.cpp with R = 1: L logical experts, E = L + M physical
 //      ones (the M replicas planned from layer 0's logical load, identical weights), per layer the
 //      router's ids and weights on synthetic logits (or the generated routing);
 //   2. N CUDA layers on one runtime, sharing its one scratch (cuda/layer_scratch.h); per layer
 //      the device routing stage (cuda/sm90_routing.h: router or hash table, EPLB remap, load
-//      counters) and the layer, back to back on one stream; layer l + 1 takes layer l's y as x;
+//      counters), the layer and the shared expert (cuda/sm90_shared_expert.h, added to y), back
+//      to back on one stream; layer l + 1 takes layer l's y as x;
 //      timed as one CUDA graph of all N layers;
 //   3. checks: the device ids, weights and load counters bitwise equal to the CPU router and CPU
-//      Eplb; each layer's y against the CPU layer (L logical experts) on that layer's device
-//      input, by the recipe's threshold; the y after the timed replays bitwise equal to the first.
+//      Eplb; each layer's y against the CPU layer (L logical experts, plus the CPU SharedExpert)
+//      on that layer's device input, by the recipe's threshold; the y after the timed replays bitwise equal to the first.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -29,9 +30,11 @@
 #include "moe_ep/layer.h"
 #include "moe_ep/router.h"
 #include "moe_ep/runtime.h"
+#include "moe_ep/shared_expert.h"
 #include "testing/tolerances.h"
 #ifdef MOE_EP_WITH_CUDA
 #include "cuda/layer_scratch.h"
+#include "cuda/sm90_shared_expert.h"
 #include "cuda/sm90_routing.h"
 #endif
 
@@ -40,7 +43,7 @@ namespace moe_ep::cli {
 bool wants_cuda_layers_run(const RunOptions& o) {
   const bool cuda = o.problem.device.rfind("cuda", 0) == 0;
   return cuda && o.ranks == 1 && !o.nccl && !o.simulate_ranks_on_one_gpu && o.ep_rank < 0 &&
-         (o.layers > 1 || o.eplb_redundant > 0 || o.router);
+         (o.layers > 1 || o.eplb_redundant > 0 || o.router || o.shared_expert);
 }
 
 #ifndef MOE_EP_WITH_CUDA
@@ -135,13 +138,23 @@ int run_cuda_layers(const RunOptions& o) {
   const testing::HostWeights logical_weights = generate_weights(setup, seed);
   const std::vector<int32_t> p2l = placement.physical_to_logical();
   const testing::HostWeights physical_weights = gather_slots(logical_weights, p2l);
+  const int64_t I = setup.desc.intermediate_size;
+  std::vector<SharedExpertWeights> shared_w;
+  if (o.shared_expert)
+    for (int l = 0; l < N; ++l) shared_w.push_back(synthetic_shared_expert(seed, l, H, I));
+  auto shared_view = [&](int l, bool w13) {
+    return w13 ? TensorView::contiguous(shared_w[l].w13.data(), DType::kBF16, {2 * I, H})
+               : TensorView::contiguous(shared_w[l].w2.data(), DType::kBF16, {H, I});
+  };
 
   // ---- the GPU chain ----
   std::vector<std::vector<uint16_t>> y_first(N);
   std::vector<std::vector<int32_t>> dev_ids(N);
   std::vector<std::vector<float>> dev_weights(N);
   std::vector<int64_t> dev_counters, counters_after_timing;
-  std::vector<double> times_us, routing_times_us;
+  std::vector<double> times_us, routing_times_us, shared_times_us;
+  double copy_bandwidth = NAN;
+  int64_t shared_weight_bytes = 0;
   int64_t scratch_bytes = 0, plan_bytes = 0;
   bool rerun_equal = false;
   uint32_t routing_flags = 0;
@@ -166,6 +179,12 @@ int run_cuda_layers(const RunOptions& o) {
     std::unique_ptr<cuda::DeviceEplb> eplb;
     if (routing_stage) router = std::make_unique<cuda::Sm90Router>(o.router ? &rc : nullptr, L, K, dev);
     if (o.eplb_redundant > 0) eplb = std::make_unique<cuda::DeviceEplb>(placement, dev);
+    std::vector<std::unique_ptr<cuda::Sm90SharedExpert>> shared;
+    for (int l = 0; l < static_cast<int>(shared_w.size()); ++l)
+      shared.push_back(std::make_unique<cuda::Sm90SharedExpert>(H, I, setup.desc.activation_clamp,
+                                                                shared_view(l, true), shared_view(l, false),
+                                                                T, dev));
+    if (!shared.empty()) shared_weight_bytes = shared[0]->weight_bytes();
     void* d_x = upload_vec(*driver, inputs.x);
     void* d_bias = upload_vec(*driver, bias);
     void* d_tokens = upload_vec(*driver, tokens);
@@ -213,6 +232,7 @@ int run_cuda_layers(const RunOptions& o) {
         a.y = TensorView::contiguous(t[l].y, DType::kBF16, {T, H}, driver->device());
         a.stream = stream;
         layers[l]->forward(a);
+        if (o.shared_expert) shared[l]->add_to(static_cast<const uint16_t*>(a.x.data), static_cast<uint16_t*>(t[l].y), T, stream);
       }
     };
     for (int l = 0; l < N; ++l) {
@@ -237,15 +257,26 @@ int run_cuda_layers(const RunOptions& o) {
     const int iters = o.iters > 0 ? o.iters : 20;
     const int warmup = o.warmup >= 0 ? o.warmup : 3;
     times_us = driver->time_forward(chain, warmup, iters, !o.eager);
+    rerun_equal = download_vec<uint16_t>(*driver, t[N - 1].y, T * H) == y_first[N - 1];
     if (routing_stage)
       routing_times_us = driver->time_forward(
           [&](void* s) {
             for (int l = 0; l < N; ++l) route(l, s);
           },
           warmup, iters, !o.eager);
+    if (o.shared_expert) {
+      void* scratch_out = driver->allocate(T * H * 2);  // forward, not add_to: replays do not drift
+      shared_times_us = driver->time_forward(
+          [&](void* s) {
+            for (int l = 0; l < N; ++l)
+              shared[l]->forward(static_cast<const uint16_t*>(l == 0 ? d_x : t[l - 1].y),
+                                 static_cast<uint16_t*>(scratch_out), T, s);
+          },
+          warmup, iters, !o.eager);
+    }
+    if (routing_stage || o.shared_expert) copy_bandwidth = driver->measure_copy_bandwidth();
     for (auto& layer : layers) layer->check_error_flags();
     if (eplb) counters_after_timing = eplb->counter_values();
-    rerun_equal = download_vec<uint16_t>(*driver, t[N - 1].y, T * H) == y_first[N - 1];
   }  // layers, runtime and device buffers released: the CPU reference acquires its own runtime
 
   // ---- checks ----
@@ -273,11 +304,31 @@ int run_cuda_layers(const RunOptions& o) {
       if (l > 0) in.x = y_first[l - 1];
       in.topk_ids = routes[l].logical;
       in.topk_weights = routes[l].weights;
-      const std::vector<uint16_t> ref = cpu_reference_rows(setup, logical_weights, in, rows, o.problem.threads);
+      std::vector<uint16_t> ref = cpu_reference_rows(setup, logical_weights, in, rows, o.problem.threads);
+      if (o.shared_expert) {
+        const auto cpu_shared = SharedExpert::create(H, I, setup.desc.activation_clamp, shared_view(l, true),
+                                                     shared_view(l, false));
+        const int64_t n = static_cast<int64_t>(rows.size());
+        std::vector<uint16_t> xr(n * H), yr(n * H);
+        for (int64_t r = 0; r < n; ++r) {
+          std::copy_n(in.x.begin() + rows[r] * H, H, xr.begin() + r * H);
+          std::copy_n(ref.begin() + rows[r] * H, H, yr.begin() + r * H);
+        }
+        cpu_shared->add_to(TensorView::contiguous(xr.data(), DType::kBF16, {n, H}),
+                           TensorView::contiguous(yr.data(), DType::kBF16, {n, H}));
+        for (int64_t r = 0; r < n; ++r) std::copy_n(yr.begin() + r * H, H, ref.begin() + rows[r] * H);
+      }
       rel[l] = rel_err_rows(y_first[l], ref, H, rows);
       layers_ok = layers_ok && rel[l] <= threshold;
       std::string detail;
-      const bool ok = sanity_check(y_first[l], in, &detail);
+      bool ok = true;
+      if (o.shared_expert) {  // skipped tokens get the shared expert's output: only finiteness
+        ok = std::all_of(y_first[l].begin(), y_first[l].end(),
+                         [](uint16_t v) { return (v & 0x7F80) != 0x7F80; });
+        detail = ok ? "all values finite (shared expert: skipped tokens are not zero)" : "non-finite values in y";
+      } else {
+        ok = sanity_check(y_first[l], in, &detail);
+      }
       if (!ok && sanity_ok) sanity = fmt::format("layer {}: {}", l, detail);
       if (ok && l + 1 == N && sanity_ok) sanity = detail;
       sanity_ok = sanity_ok && ok;
@@ -287,6 +338,10 @@ int run_cuda_layers(const RunOptions& o) {
                       rerun_equal && routing_flags == 0;
   const double total = median(times_us);
   const double routing = routing_times_us.empty() ? NAN : median(routing_times_us);
+  const double shared_us = shared_times_us.empty() ? NAN : median(shared_times_us) / N;
+  // Floors: bytes a stage must move once / the measured copy bandwidth.
+  const double routing_floor_us = (T * L * 4.0 + T * K * 8.0 + (o.router ? L * 4.0 : 0.0)) / copy_bandwidth * 1e6;
+  const double shared_floor_us = shared_weight_bytes / copy_bandwidth * 1e6;
   const double max_rel = *std::max_element(rel.begin(), rel.end());
 
   if (o.json) {
@@ -313,6 +368,11 @@ int run_cuda_layers(const RunOptions& o) {
     j["time_us"] = json_number(total);
     j["time_per_layer_us"] = json_number(total / N);
     j["routing_stage_us_per_layer"] = json_number(routing / N);
+    j["routing_stage_floor_us"] = json_number(routing_floor_us);
+    j["shared_expert_us_per_layer"] = json_number(shared_us);
+    j["shared_expert_weight_bytes"] = shared_weight_bytes;
+    j["shared_expert_floor_us"] = json_number(shared_floor_us);
+    j["copy_bandwidth_bytes_per_s"] = json_number(copy_bandwidth);
     j["timing"] = fmt::format("{} of the {}-layer chain, median of {}", o.eager ? "eager forwards" : "cuda graph replays", N, times_us.size());
     j["routing_bitwise_equal_cpu"] = routing_equal;
     j["routing_mismatch"] = routing_mismatch;
@@ -346,13 +406,18 @@ int run_cuda_layers(const RunOptions& o) {
                  counters_after_timing == dev_counters ? " (unchanged by the replays with recording off)" : "");
     fmt::print("  forward: {:.1f} us for {} layers, {:.1f} us per layer ({}, median of {})\n", total, N,
                total / N, o.eager ? "eager" : "one cuda graph", times_us.size());
-    if (routing_stage) fmt::print("  routing stage: {:.2f} us per layer (its own graph of {} launches)\n", routing / N, N);
+    if (routing_stage)
+      fmt::print("  routing stage: {:.2f} us per layer (its own graph of {} launches; byte floor {:.2f} us at "
+                 "{:.0f} GB/s)\n", routing / N, N, routing_floor_us, copy_bandwidth / 1e9);
+    if (o.shared_expert)
+      fmt::print("  shared expert (bf16, I = {}): {:.2f} us per layer, weight-byte floor {:.2f} us ({:.2f}x)\n", I,
+                 shared_us, shared_floor_us, shared_us / shared_floor_us);
     fmt::print("  routing: device ids / weights {} the cpu router{}\n", routing_equal ? "bitwise equal to" : "DIFFER FROM",
                routing_equal ? "" : " (" + routing_mismatch + ")");
     fmt::print("  rerun: y {} the first forward's bitwise\n", rerun_equal ? "equals" : "DIFFERS FROM");
     if (o.check)
-      fmt::print("  check: each layer vs the cpu layer on its device input, {} rows: max rel_err {:.3e} "
-                 "(threshold {:g}); sanity: {}\n", rows.size(), max_rel, threshold, sanity);
+      fmt::print("  check: each layer vs the cpu layer{} on its device input, {} rows: max rel_err {:.3e} "
+                 "(threshold {:g}); sanity: {}\n", o.shared_expert ? " + cpu SharedExpert" : "", rows.size(), max_rel, threshold, sanity);
     fmt::print("  result: {}\n", passed ? "PASSED" : "FAILED");
   }
   if (!passed) {

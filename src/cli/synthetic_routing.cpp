@@ -1,7 +1,10 @@
 #include "cli/synthetic_routing.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
+
+#include "moe_ep/formats.h"
 
 namespace moe_ep::cli {
 
@@ -34,6 +37,18 @@ std::vector<int32_t> synthetic_hash_table(uint64_t seed, int layer, int64_t K, i
   std::vector<int32_t> v(kSyntheticVocab * K);
   for (int32_t& id : v) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(L));
   return v;
+}
+
+SharedExpertWeights synthetic_shared_expert(uint64_t seed, int layer, int64_t H, int64_t I) {
+  std::mt19937_64 rng(seed * 7919 + static_cast<uint64_t>(layer) + 3);
+  std::normal_distribution<float> a(0.0f, 4.0f / std::sqrt(static_cast<float>(H)));
+  std::normal_distribution<float> b(0.0f, 1.0f / std::sqrt(static_cast<float>(I)));
+  SharedExpertWeights w;
+  w.w13.resize(2 * I * H);
+  w.w2.resize(H * I);
+  for (uint16_t& v : w.w13) v = float_to_bf16(a(rng));
+  for (uint16_t& v : w.w2) v = float_to_bf16(b(rng));
+  return w;
 }
 
 testing::HostWeights gather_slots(const testing::HostWeights& all, std::span<const int32_t> ids) {

@@ -22,6 +22,13 @@ std::vector<int32_t> synthetic_token_ids(uint64_t seed, int rank, int64_t T);
 // Hash table of layer l: uniform ids in [0, L). [kSyntheticVocab, K]
 std::vector<int32_t> synthetic_hash_table(uint64_t seed, int layer, int64_t K, int64_t L);
 
+// A shared expert's bf16 weights for layer l: w13 [2I, H] ~ N(0, 4/sqrt(H)) (the clamp acts),
+// w2 [H, I] ~ N(0, 1/sqrt(I)).
+struct SharedExpertWeights {
+  std::vector<uint16_t> w13, w2;
+};
+SharedExpertWeights synthetic_shared_expert(uint64_t seed, int layer, int64_t H, int64_t I);
+
 // Expert slots `ids` of a full weight set (copies): a rank's experts, or EPLB physical slots.
 testing::HostWeights gather_slots(const testing::HostWeights& all, std::span<const int32_t> ids);
 
