@@ -18,6 +18,8 @@ __device__ __forceinline__ void dot16(const uint16_t* __restrict__ w, const uint
                                       int64_t act_stride, int n, int tokens, int j, float (&p)[kTok]) {
 #pragma unroll
   for (int tt = 0; tt < kTok; ++tt) p[tt] = 0.0f;
+  // Unrolled so that many independent weight loads are in flight; the adds keep their order.
+#pragma unroll 16
   for (int i = 0; i < n; i += 16) {
     const float wv = bf16_value(w[i + j]);
 #pragma unroll
