@@ -35,6 +35,9 @@ struct ForwardArgs {
 // Sticky device-side error bits, raised by kernels instead of a host sync (SPEC.md §8).
 enum ErrorFlag : uint32_t {
   kErrorExpertIdOutOfRange = 1u << 0,  // a topk id outside [-1, E) was treated as skipped
+  // The device routing stage (router / hash / EPLB before a layer): non-finite logits, a token
+  // id outside [0, vocab) or a hash-table id outside [0, L); such slots become -1.
+  kErrorRouterInput = 1u << 1,
 };
 
 struct LayerInfo {

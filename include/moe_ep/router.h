@@ -2,7 +2,9 @@
 // topk_ids and topk_weights.
 //
 // Recipe, per token t, all in fp32 (bf16 logits are widened exactly):
-//   softplus(v) = max(v, 0) + log1p(exp(-|v|))        (exact std::exp / std::log1p)
+//   softplus(v) = max(v, 0) + log1p(exp(-|v|))        (src/core/router_math.h: IEEE basic
+//                 operations only, a few ulp, so the CPU and the GPU give the same bits;
+//                 v < -86 gives softplus 0)
 //   s[e]        = sqrt(softplus(logits[t, e]))
 //   ids         = the K experts with the largest s[e] + bias[e], in decreasing order of that
 //                 value, ties to the lower id (bias only selects; absent bias = 0)

@@ -23,6 +23,8 @@
 #include "cli/commands.h"
 #include "cli/problem.h"
 #include "cli/roofline.h"
+#include "cli/run_ep.h"
+#include "cli/run_options.h"
 #include "core/check.h"
 #include "moe_ep/layer.h"
 #include "moe_ep/runtime.h"
@@ -54,7 +56,39 @@ struct BenchOptions {
   int64_t timeout_ms = 600000;
   int ep_rank = -1;
   std::string ep_rendezvous;
+  // the layer chain on one GPU (cli/cmd_run_layers_cuda.cpp)
+  int layers = 1;
+  bool router = false, shared_expert = false;
+  int64_t hash_layers = 0, eplb_redundant = 0;
 };
+
+// --layers / --router / --eplb-redundant / --shared-expert on one GPU: for each T, the N-layer
+// chain of `moe_ep run` (one CUDA graph, per-layer time, stage times and floors), check off.
+int bench_layer_chain(const BenchOptions& o) {
+  int rc = kExitOk;
+  for (int64_t t : o.tokens) {
+    RunOptions r;
+    r.problem = o.problem;
+    if (r.problem.device == "auto" && resolve_device("auto").device.type == DeviceType::kCUDA)
+      r.problem.device = "cuda";
+    r.tokens = t;
+    r.check = false;
+    r.json = o.json;
+    r.iters = o.iters > 0 ? o.iters : 50;
+    r.warmup = o.warmup >= 0 ? o.warmup : 5;
+    r.eager = o.eager;
+    r.layers = o.layers;
+    r.router = o.router;
+    r.hash_layers = o.hash_layers;
+    r.eplb_redundant = o.eplb_redundant;
+    r.shared_expert = o.shared_expert;
+    MOE_EP_CHECK_CODE(wants_cuda_layers_run(r), ErrorCode::kUnsupported,
+                      "bench --layers / --router / --eplb-redundant / --shared-expert runs on one GPU "
+                      "(--device cuda, --ranks 1); got --device {} --ranks {}", o.problem.device, o.ranks);
+    rc = std::max(rc, run_cuda_layers(r));
+  }
+  return rc;
+}
 
 struct BenchRow {
   std::string variant;  // the GEMM kernel override ("auto": the selected config)
@@ -89,6 +123,7 @@ int bench_command(BenchOptions o, const CheckpointRunOptions& ck) {
                     o.ranks, o.simulate_ranks_on_one_gpu, o.iters, o.warmup, o.eager, o.json,
                     o.csv, o.timeout_ms, o.ep_rank, o.ep_rendezvous};
   refuse_checkpoint_expert_parallel(ck, wants_bench_expert_parallel(ep));
+  if (o.layers > 1 || o.router || o.eplb_redundant > 0 || o.shared_expert) return bench_layer_chain(o);
   if (wants_bench_expert_parallel(ep)) return bench_expert_parallel(ep);  // cmd_bench_ep.cpp
   const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
   const ProblemSetup s = ck.given() ? plan_checkpoint_problem(o.problem, ck, max_t, 1)
@@ -278,6 +313,14 @@ Command add_bench_command(CLI::App& app) {
                 "run the --ranks ranks as simulated ranks on the one --device GPU");
   cmd->add_option("--timeout-ms", o->timeout_ms, "expert parallelism: bound on every wait for a peer")
       ->check(integer_at_least(1))->capture_default_str();
+  cmd->add_option("--layers", o->layers, "--device cuda: time an N-layer chain as one CUDA graph (per-layer time)")
+      ->check(integer_at_least(1));
+  cmd->add_flag("--router", o->router, "--device cuda: the device DeepSeek V4 router before each layer");
+  cmd->add_option("--hash-layers", o->hash_layers, "--router: the first N layers route by a hash table")
+      ->check(integer_at_least(0));
+  cmd->add_option("--eplb-redundant", o->eplb_redundant, "--device cuda: redundant physical experts (EPLB remap on the device)")
+      ->check(integer_at_least(0));
+  cmd->add_flag("--shared-expert", o->shared_expert, "--device cuda: a bf16 shared expert added to each layer's y");
   cmd->add_option("--ep-rank", o->ep_rank, "rank of a launched NCCL world (internal)")
       ->check(integer_at_least(0))->group("");
   cmd->add_option("--ep-rendezvous", o->ep_rendezvous, "unique-id file prefix (internal)")->group("");

@@ -198,6 +198,7 @@ Json result_json(const ProblemSetup& s, const RunOptions& o, const testing::Host
 int run_command(const RunOptions& o, const CheckpointRunOptions& ck) {
   refuse_checkpoint_expert_parallel(ck, wants_cuda_expert_parallel_run(o) || wants_expert_parallel_run(o));
   if (wants_cuda_expert_parallel_run(o)) return run_cuda_expert_parallel(o);  // cmd_run_ep_cuda.cpp
+  if (wants_cuda_layers_run(o)) return run_cuda_layers(o);  // cli/cmd_run_layers_cuda.cpp
   if (wants_expert_parallel_run(o)) return run_expert_parallel(o);  // cli/cmd_run_ep.cpp
   const ProblemSetup setup = ck.given() ? plan_checkpoint_problem(o.problem, ck, o.tokens, o.ranks)
                                         : plan_problem(o.problem, o.tokens, o.ranks);
@@ -264,6 +265,11 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--eplb-redundant", o->eplb_redundant, "redundant physical experts (EPLB)")
       ->check(integer_at_least(0))->capture_default_str();
   cmd->add_flag("--router", o->router, "run the DeepSeek V4 router on synthetic logits first");
+  cmd->add_flag("--shared-expert", o->shared_expert, "--device cuda: add a synthetic bf16 shared expert "
+                "(I = the preset's) to every layer's y, on the GPU");
+  cmd->add_option("--hash-layers", o->hash_layers, "--router: the first N layers route by a synthetic "
+                  "[vocab, K] hash table indexed by synthetic token ids")
+      ->check(integer_at_least(0))->capture_default_str();
   cmd->add_option("--timeout-ms", o->timeout_ms, "expert parallelism: bound on every wait for a peer")
       ->check(integer_at_least(1))->capture_default_str();
   cmd->add_flag("--simulate-ranks-on-one-gpu", o->simulate_ranks_on_one_gpu,

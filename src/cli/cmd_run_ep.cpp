@@ -25,6 +25,7 @@
 #include "cli/output_check.h"
 #include "cli/problem.h"
 #include "cli/run_ep.h"
+#include "cli/synthetic_routing.h"
 #include "cli/workspace_report.h"
 #include "core/check.h"
 #include "moe_ep/eplb.h"
@@ -40,29 +41,6 @@ using Clock = std::chrono::steady_clock;
 
 double us_since(Clock::time_point start) {
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
-
-// Expert slots `ids` of a full weight set (copies): a rank's experts, or EPLB physical slots.
-testing::HostWeights gather_slots(const testing::HostWeights& all, std::span<const int32_t> ids) {
-  testing::HostWeights w;
-  w.format = all.format;
-  w.num_slots = static_cast<int64_t>(ids.size());
-  w.hidden_size = all.hidden_size;
-  w.intermediate_size = all.intermediate_size;
-  auto gather = [&](const auto& src, auto& dst) {
-    if (src.empty()) return;
-    const size_t per = src.size() / static_cast<size_t>(all.num_slots);
-    dst.resize(per * ids.size());
-    for (size_t i = 0; i < ids.size(); ++i)
-      std::copy_n(src.begin() + ids[i] * per, per, dst.begin() + i * per);
-  };
-  gather(all.w13, w.w13);
-  gather(all.w13_scale, w.w13_scale);
-  gather(all.w2, w.w2);
-  gather(all.w2_scale, w.w2_scale);
-  gather(all.w13_global, w.w13_global);
-  gather(all.w2_global, w.w2_global);
-  return w;
 }
 
 struct Route {
@@ -84,25 +62,19 @@ struct Plan {
   RouterConfig router;
 };
 
-// Synthetic gate logits of layer l on rank r: N(0, 1), seeded by (seed, l, r) only.
-std::vector<float> synthetic_logits(uint64_t seed, int layer, int rank, int64_t T, int64_t L) {
-  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(layer) * 1000003u +
-                      static_cast<uint64_t>(rank) + 17);
-  std::normal_distribution<float> n01(0.0f, 1.0f);
-  std::vector<float> v(T * L);
-  for (float& x : v) x = n01(rng);
-  return v;
-}
-
 Plan make_plan(const RunOptions& o) {
+  MOE_EP_CHECK(o.hash_layers == 0 || o.router, "--hash-layers {} needs --router", o.hash_layers);
+  MOE_EP_CHECK_CODE(!o.shared_expert, ErrorCode::kUnsupported,
+                    "--shared-expert runs with --device cuda --ranks 1 in this build (the CPU "
+                    "library has SharedExpert; the simulated-rank run does not add it)");
   Plan p;
   ProblemOptions opts = o.problem;
   if (opts.device == "auto") opts.device = "cpu";
   p.setup = plan_problem(opts, o.tokens, 1);
   MOE_EP_CHECK_CODE(p.setup.device.device.type == DeviceType::kCPU, ErrorCode::kUnsupported,
-                    "--device {}: --ranks / --layers / --eplb-redundant / --router run on "
-                    "simulated ranks on the CPU in this build (NCCL ranks on GPUs are not "
-                    "implemented); use --device cpu", o.problem.device);
+                    "--device {}: --ranks > 1 with --layers / --eplb-redundant / --router runs on "
+                    "simulated ranks on the CPU (--device cpu); on a GPU these run with --ranks 1 "
+                    "(one GPU, cmd_run_layers_cuda)", o.problem.device);
   p.R = o.ranks;
   p.N = o.layers;
   p.T = o.tokens;
@@ -120,13 +92,8 @@ Plan make_plan(const RunOptions& o) {
   const int64_t K = p.setup.desc.top_k;
   for (int r = 0; r < p.R; ++r) p.inputs.push_back(generate_inputs(p.setup, opts, p.T, r));
 
-  p.router = {p.L, K, p.setup.preset->routed_scaling_factor, 0};
-  std::vector<float> bias(p.L);
-  {
-    std::mt19937_64 rng(o.problem.seed + 99);
-    std::normal_distribution<float> n(0.0f, 0.1f);
-    for (float& b : bias) b = n(rng);
-  }
+  p.router = {p.L, K, p.setup.preset->routed_scaling_factor, o.hash_layers};
+  std::vector<float> bias = synthetic_bias(o.problem.seed, p.L);
   p.routes.assign(p.N, std::vector<Route>(p.R));
   for (int l = 0; l < p.N; ++l)
     for (int r = 0; r < p.R; ++r) {
@@ -145,6 +112,13 @@ Plan make_plan(const RunOptions& o) {
       a.bias = TensorView::contiguous(bias.data(), DType::kF32, {p.L});
       a.topk_ids = TensorView::contiguous(route.ids.data(), DType::kI32, {p.T, K});
       a.topk_weights = TensorView::contiguous(route.weights.data(), DType::kF32, {p.T, K});
+      std::vector<int32_t> tokens, table;
+      if (is_hash_layer(p.router, l)) {
+        tokens = synthetic_token_ids(o.problem.seed, r, p.T);
+        table = synthetic_hash_table(o.problem.seed, l, K, p.L);
+        a.token_ids = TensorView::contiguous(tokens.data(), DType::kI32, {p.T});
+        a.hash_table = TensorView::contiguous(table.data(), DType::kI32, {kSyntheticVocab, K});
+      }
       route_deepseek_v4(p.router, a);
     }
 
@@ -418,7 +392,8 @@ int report(const Plan& p, const RunOptions& o, const std::vector<RankResult>& ra
                s.desc.top_k, s.desc.traits().name, p.R);
     fmt::print("  tokens {} per rank, {} layer(s) back to back, max_tokens_per_rank {}, seed {}{}\n",
                p.T, p.N, p.desc.fleet.max_tokens_per_rank, o.problem.seed,
-               o.router ? ", routing by the DeepSeek V4 router on synthetic logits" : "");
+               o.router ? fmt::format(", routing by the DeepSeek V4 router on synthetic logits ({} hash "
+                                      "layer(s))", p.router.num_hash_layers) : std::string());
     fmt::print("  workspace: {} bytes per rank ({:.2f} MiB) for {}, shared by the {} layer(s); "
                "clean after each forward: {}\n",
                r0.workspace_bytes, r0.workspace_bytes / 1048576.0, r0.workspace_shape, p.N,
@@ -455,7 +430,7 @@ int report(const Plan& p, const RunOptions& o, const std::vector<RankResult>& ra
 }  // namespace
 
 bool wants_expert_parallel_run(const RunOptions& o) {
-  return o.ranks > 1 || o.layers > 1 || o.eplb_redundant > 0 || o.router;
+  return o.ranks > 1 || o.layers > 1 || o.eplb_redundant > 0 || o.router || o.shared_expert;
 }
 
 int run_expert_parallel(const RunOptions& o) {

@@ -338,8 +338,9 @@ bool wants_cuda_expert_parallel_run(const RunOptions& o) {
 
 int run_cuda_expert_parallel(const RunOptions& o) {
   MOE_EP_CHECK_CODE(o.layers == 1 && o.eplb_redundant == 0 && !o.router, ErrorCode::kUnsupported,
-                    "--layers / --eplb-redundant / --router run on simulated CPU ranks (--device "
-                    "cpu); the CUDA expert-parallel path runs one layer");
+                    "--layers / --eplb-redundant / --router on GPUs run on one GPU (--device cuda "
+                    "--ranks 1) or on simulated CPU ranks (--device cpu); the CUDA expert-parallel "
+                    "path (--ranks > 1, --nccl, --simulate-ranks-on-one-gpu) runs one layer");
   MOE_EP_CHECK(!(o.simulate_ranks_on_one_gpu && o.nccl),
                "--simulate-ranks-on-one-gpu and --nccl exclude each other");
 #ifdef MOE_EP_WITH_CUDA

@@ -17,4 +17,9 @@ int run_expert_parallel(const RunOptions& options);
 bool wants_cuda_expert_parallel_run(const RunOptions& options);
 int run_cuda_expert_parallel(const RunOptions& options);
 
+// One GPU (cli/cmd_run_layers_cuda.cpp): --device cuda, --ranks 1, with --layers > 1,
+// --eplb-redundant or --router.
+bool wants_cuda_layers_run(const RunOptions& options);
+int run_cuda_layers(const RunOptions& options);
+
 }  // namespace moe_ep::cli

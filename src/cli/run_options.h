@@ -25,6 +25,8 @@ struct RunOptions {
   int layers = 1;             // layers run back to back on the shared workspace
   int64_t eplb_redundant = 0; // redundant physical experts (EPLB)
   bool router = false;        // DeepSeek V4 router on synthetic logits before the layer
+  bool shared_expert = false; // a synthetic bf16 shared expert added to every layer's y (--device cuda)
+  int64_t hash_layers = 0;    // --router: the first hash_layers layers route by a synthetic [vocab, K] table
   int64_t timeout_ms = 600000; // simulated ranks: bound on every wait for a peer
   // expert parallelism on GPUs (cli/cmd_run_ep_cuda.cpp)
   bool simulate_ranks_on_one_gpu = false;  // R simulated ranks on the one --device GPU

@@ -333,7 +333,8 @@ void Layer::check_error_flags() {
   const uint32_t flags = read_error_flags(true);
   MOE_EP_CHECK_CODE(flags == 0, ErrorCode::kDevice,
                     "device error flags 0x{:x} raised (bit 0: a topk id outside [-1, num_experts) "
-                    "was treated as skipped)", flags);
+                    "was treated as skipped; bit 1: bad router input, see kErrorRouterInput)",
+                    flags);
 }
 const LayerInfo& Layer::info() const { return impl_->info; }
 Runtime& Layer::runtime() const { return *impl_->runtime; }

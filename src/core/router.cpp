@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "check.h"
+#include "core/router_math.h"
 #include "moe_ep/formats.h"
 
 namespace moe_ep {
@@ -42,10 +43,6 @@ float read_logit(const TensorView& t, int64_t i) {
                                 : bf16_to_float(t.ptr<const uint16_t>()[i]);
 }
 
-float sqrt_softplus(float v) {
-  const float sp = std::max(v, 0.0f) + std::log1p(std::exp(-std::fabs(v)));
-  return std::sqrt(sp);
-}
 
 }  // namespace
 
@@ -122,7 +119,7 @@ void route_deepseek_v4(const RouterConfig& c, const RouterArgs& a) {
   auto* out_w = a.topk_weights.ptr<float>();
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t e = 0; e < E; ++e) {
-      s[e] = sqrt_softplus(read_logit(a.logits, t * E + e));
+      s[e] = router_math::sqrt_softplus(read_logit(a.logits, t * E + e));
       sel[e] = bias ? s[e] + bias[e] : s[e];
     }
     if (hashed) {
@@ -136,14 +133,13 @@ void route_deepseek_v4(const RouterConfig& c, const RouterArgs& a) {
     }
     float sum = 0.0f;
     for (int64_t k = 0; k < K; ++k) sum += s[ids[k]];
-    sum = std::max(sum, 1e-20f);
     for (int64_t k = 0; k < K; ++k) {
       const int64_t i = t * K + k;
       if (a.topk_ids.dtype == DType::kI32)
         a.topk_ids.ptr<int32_t>()[i] = static_cast<int32_t>(ids[k]);
       else
         a.topk_ids.ptr<int64_t>()[i] = ids[k];
-      out_w[i] = (s[ids[k]] / sum) * c.routed_scaling_factor;
+      out_w[i] = router_math::routed_weight(s[ids[k]], sum, c.routed_scaling_factor);
     }
   }
 }

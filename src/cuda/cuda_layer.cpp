@@ -1,10 +1,11 @@
 // The SM90 CUDA layer (world size 1): the expert engine over the caller's tokens, on the caller's
-// stream, with no host synchronization and no allocation after creation (CUDA-graph
+// stream, its scratch shared with the runtime's other layers (layer_scratch.h), with no host synchronization and no allocation after creation (CUDA-graph
 // capturable; a replay gives the eager bits).
 #include "core/check.h"
 #include "core/layer_impl.h"
 #include "cuda/cuda_layers.h"
 #include "cuda/errors.h"
+#include "cuda/layer_scratch.h"
 #include "cuda/sm90_experts.h"
 
 namespace moe_ep::cuda {
@@ -13,7 +14,10 @@ namespace {
 class CudaLayer final : public Layer::Impl {
  public:
   explicit CudaLayer(const LayerRequest& req)
-      : engine_(req.desc, req.overrides, req.weights, req.runtime->device().index) {
+      : engine_(req.desc, req.overrides, req.weights, req.runtime->device().index,
+                [&req](size_t bytes) {
+                  return shared_layer_scratch(req.runtime.get(), req.runtime->device().index, bytes);
+                }) {
     MOE_EP_CHECK_CODE(req.runtime->world_size() == 1, ErrorCode::kUnsupported,
                       "the CUDA layer runs with world_size 1 only over this transport; got "
                       "world_size = {}", req.runtime->world_size());

@@ -55,7 +55,8 @@ void probe_decode(const LayerShape& shape, Sm90Facts& f) {
 }  // namespace
 
 Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& overrides,
-                                   const WeightPack& in, int device_index)
+                                   const WeightPack& in, int device_index,
+                                   const ScratchSource& scratch)
     : device_index_(device_index) {
   const CudaDeviceInfo dev = device_info(device_index);
   MOE_EP_CUDA_CHECK(cudaSetDevice(device_index));
@@ -143,23 +144,28 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
   }
   select_sm90_kernels(config_, desc, overrides, facts);
 
-  workspace_ = DeviceBuffer(plan_.workspace.total_bytes);
+  shared_scratch_ = static_cast<bool>(scratch);
+  workspace_ = scratch ? scratch(plan_.workspace.total_bytes)
+                     : std::make_shared<DeviceBuffer>(plan_.workspace.total_bytes);
+  MOE_EP_ASSERT(workspace_ && workspace_->bytes() >= plan_.workspace.total_bytes);
   error_flags_ = DeviceBuffer(sizeof(uint32_t));
   MOE_EP_CUDA_CHECK(cudaMemset(error_flags_.get(), 0, sizeof(uint32_t)));
   const Sm90GemmWeights w13{w13_tiles_.get(), w13_scales_.get(), w13_global_.get<float>(), w13_col_scale_.get<float>()};
   const Sm90GemmWeights w2{w2_tiles_.get(), w2_scales_.get(), w2_global_.get<float>(), w2_col_scale_.get<float>()};
   pipeline_ = std::make_unique<Sm90Pipeline>(
       config_, plan_, desc.quantize_input, desc.activation_clamp.value_or(std::numeric_limits<float>::infinity()),
-      w13, w2, workspace_.get<std::byte>(), error_flags_.get<uint32_t>());
+      w13, w2, workspace_->get<std::byte>(), error_flags_.get<uint32_t>());
   MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 SelectedConfig Sm90ExpertEngine::selected() const {
   SelectedConfig out;
   config_.describe(out);
-  out.add("workspace_bytes", fmt::format("{} ({:.1f} MiB, this layer's scratch; max rows {}, max m-tiles {})",
+  out.add("workspace_bytes", fmt::format("{} ({:.1f} MiB, this layer's plan; max rows {}, max m-tiles {}); "
+                                         "scratch buffer {} bytes{}",
                                          plan_.workspace.total_bytes, plan_.workspace.total_bytes / 1048576.0,
-                                         plan_.max_rows, plan_.max_m_tiles));
+                                         plan_.max_rows, plan_.max_m_tiles, workspace_->bytes(),
+                                         shared_scratch_ ? ", shared with the runtime's other layers" : ""));
   pipeline_->describe(out);
   return out;
 }

@@ -10,6 +10,7 @@
 // no allocation, no host synchronization).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,8 +29,11 @@ namespace moe_ep::cuda {
 class Sm90ExpertEngine {
  public:
   // `weights`: desc.fleet.num_experts experts, layout already validated (host or this device).
+  // `scratch` (optional) gives the workspace for the plan's bytes (layer_scratch.h); without it
+  // the engine allocates its own.
+  using ScratchSource = std::function<std::shared_ptr<DeviceBuffer>(size_t bytes)>;
   Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& overrides, const WeightPack& weights,
-                   int device_index);
+                   int device_index, const ScratchSource& scratch = {});
   Sm90ExpertEngine(const Sm90ExpertEngine&) = delete;
   Sm90ExpertEngine& operator=(const Sm90ExpertEngine&) = delete;
 
@@ -37,6 +41,7 @@ class Sm90ExpertEngine {
 
   const Sm90Config& config() const { return config_; }
   const Plan& plan() const { return plan_; }
+  size_t workspace_bytes() const { return workspace_->bytes(); }
   // The selected config and the launch plan, for Layer::info().
   SelectedConfig selected() const;
   const std::string& notes() const { return notes_; }
@@ -52,7 +57,9 @@ class Sm90ExpertEngine {
   std::string notes_;
   DeviceBuffer w13_tiles_, w13_scales_, w13_global_, w13_col_scale_;
   DeviceBuffer w2_tiles_, w2_scales_, w2_global_, w2_col_scale_;
-  DeviceBuffer workspace_, error_flags_;
+  std::shared_ptr<DeviceBuffer> workspace_;  // maybe shared with other layers
+  bool shared_scratch_ = false;
+  DeviceBuffer error_flags_;
   std::unique_ptr<Sm90Pipeline> pipeline_;
 };
 

@@ -28,6 +28,21 @@ TEST(CliRunEp, RanksLayersEplbRouterPassTheirBitwiseCheck) {
   EXPECT_TRUE(j["router"].is_object()) << describe(r);
 }
 
+TEST(CliRunEp, HashLayersRouteByTheTableAndPassTheBitwiseCheck) {
+  const CliResult r = run_cli("run --device cpu --ranks 2 --layers 3 --router --hash-layers 2 "
+                              "--eplb-redundant 2 --tokens 16 --json");
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const nlohmann::json j = parse_json(r);
+  EXPECT_EQ(j.value("check_passed", false), true) << describe(r);
+  EXPECT_EQ(j["router"].value("num_hash_layers", -1), 2) << describe(r);
+  CliResult bad = run_cli("run --device cpu --layers 2 --hash-layers 1");
+  EXPECT_NE(bad.exit_code, 0) << describe(bad);
+  EXPECT_NE(bad.err.find("--hash-layers 1 needs --router"), std::string::npos) << describe(bad);
+  bad = run_cli("run --device cpu --layers 2 --shared-expert");
+  EXPECT_NE(bad.exit_code, 0) << describe(bad);
+  EXPECT_NE(bad.err.find("--shared-expert runs with --device cuda"), std::string::npos) << describe(bad);
+}
+
 TEST(CliRunEp, EveryRankCountPassesAndTheCheckCanFail) {
   for (int R : {1, 2, 8}) {
     const CliResult r = run_cli("run --device cpu --backend nvfp4 --tokens 9 --ranks " +

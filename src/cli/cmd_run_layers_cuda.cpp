@@ -1,0 +1,433 @@
+// `moe_ep run --device cuda --layers N [--router [--hash-layers H]] [--eplb-redundant M]
+// [--shared-expert]` on one GPU (world size 1):
+//
+//   1. the synthetic problem of cmd_run_ep.cpp with R = 1: L logical experts, E = L + M physical
+//      ones (the M replicas planned from layer 0's logical load, identical weights), per layer the
+//      router's ids and weights on synthetic logits (or the generated routing);
+//   2. N CUDA layers on one runtime, sharing its one scratch (cuda/layer_scratch.h); per layer
+//      the device routing stage (cuda/sm90_routing.h: router or hash table, EPLB remap, load
+//      counters), the layer and the shared expert (cuda/sm90_shared_expert.h, added to y), back
+//      to back on one stream; layer l + 1 takes layer l's y as x;
+//      timed as one CUDA graph of all N layers;
+//   3. checks: the device ids, weights and load counters bitwise equal to the CPU router and CPU
+//      Eplb; each layer's y against the CPU layer (L logical experts, plus the CPU SharedExpert)
+//      on that layer's device input, by the recipe's threshold; the y after the timed replays bitwise equal to the first.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/cli_common.h"
+#include "cli/device_driver.h"
+#include "cli/output_check.h"
+#include "cli/problem.h"
+#include "cli/run_ep.h"
+#include "cli/synthetic_routing.h"
+#include "core/check.h"
+#include "moe_ep/eplb.h"
+#include "moe_ep/layer.h"
+#include "moe_ep/router.h"
+#include "moe_ep/runtime.h"
+#include "moe_ep/shared_expert.h"
+#include "testing/tolerances.h"
+#ifdef MOE_EP_WITH_CUDA
+#include "cuda/layer_scratch.h"
+#include "cuda/sm90_shared_expert.h"
+#include "cuda/sm90_routing.h"
+#endif
+
+namespace moe_ep::cli {
+
+bool wants_cuda_layers_run(const RunOptions& o) {
+  const bool cuda = o.problem.device.rfind("cuda", 0) == 0;
+  return cuda && o.ranks == 1 && !o.nccl && !o.simulate_ranks_on_one_gpu && o.ep_rank < 0 &&
+         (o.layers > 1 || o.eplb_redundant > 0 || o.router || o.shared_expert);
+}
+
+#ifndef MOE_EP_WITH_CUDA
+int run_cuda_layers(const RunOptions&) {
+  MOE_EP_FAIL(ErrorCode::kUnsupported, "this build has no CUDA backend; --device cuda needs it");
+}
+#else
+
+namespace {
+
+struct LayerRoute {
+  std::vector<int32_t> logical, physical;  // [T, K]
+  std::vector<float> weights;              // [T, K]
+  std::vector<float> logits;               // [T, L] (router)
+  std::vector<int32_t> table;              // [vocab, K] (hash layers)
+};
+
+struct DeviceLayerTensors {
+  void *ids = nullptr, *weights = nullptr, *y = nullptr;
+  void *logits = nullptr, *table = nullptr, *logical = nullptr;
+};
+
+template <class T>
+void* upload_vec(Driver& d, const std::vector<T>& v) {
+  void* p = d.allocate(static_cast<int64_t>(v.size() * sizeof(T)));
+  d.upload(p, v.data(), static_cast<int64_t>(v.size() * sizeof(T)));
+  return p;
+}
+
+template <class T>
+std::vector<T> download_vec(Driver& d, const void* p, size_t n) {
+  std::vector<T> v(n);
+  d.download(v.data(), p, static_cast<int64_t>(n * sizeof(T)));
+  return v;
+}
+
+}  // namespace
+
+int run_cuda_layers(const RunOptions& o) {
+  MOE_EP_CHECK(o.hash_layers == 0 || o.router, "--hash-layers {} needs --router", o.hash_layers);
+  const ProblemSetup setup = plan_problem(o.problem, o.tokens, 1);
+  const int N = o.layers;
+  const int64_t T = o.tokens, L = setup.desc.fleet.num_experts, E = L + o.eplb_redundant;
+  const int64_t K = setup.desc.top_k, H = setup.desc.fleet.hidden_size;
+  MoeDesc desc = setup.desc;
+  desc.fleet.num_experts = E;
+  validate_desc(desc, 1);
+  const uint64_t seed = o.problem.seed;
+  const testing::HostInputs inputs = generate_inputs(setup, o.problem, T, 0);
+
+  // ---- routing on the host (the reference of the device stage) ----
+  const RouterConfig rc{L, K, setup.preset->routed_scaling_factor, o.hash_layers};
+  const std::vector<float> bias = synthetic_bias(seed, L);
+  const std::vector<int32_t> tokens = synthetic_token_ids(seed, 0, T);
+  std::vector<LayerRoute> routes(N);
+  for (int l = 0; l < N; ++l) {
+    LayerRoute& r = routes[l];
+    if (!o.router) {
+      r.logical = inputs.topk_ids;
+      r.weights = inputs.topk_weights;
+      continue;
+    }
+    r.logits = synthetic_logits(seed, l, 0, T, L);
+    r.logical.resize(T * K);
+    r.weights.resize(T * K);
+    RouterArgs a;
+    a.layer_idx = l;
+    a.logits = TensorView::contiguous(r.logits.data(), DType::kF32, {T, L});
+    a.bias = TensorView::contiguous(const_cast<float*>(bias.data()), DType::kF32, {L});
+    if (is_hash_layer(rc, l)) {
+      r.table = synthetic_hash_table(seed, l, K, L);
+      a.token_ids = TensorView::contiguous(const_cast<int32_t*>(tokens.data()), DType::kI32, {T});
+      a.hash_table = TensorView::contiguous(r.table.data(), DType::kI32, {kSyntheticVocab, K});
+    }
+    a.topk_ids = TensorView::contiguous(r.logical.data(), DType::kI32, {T, K});
+    a.topk_weights = TensorView::contiguous(r.weights.data(), DType::kF32, {T, K});
+    route_deepseek_v4(rc, a);
+  }
+  std::vector<int64_t> load(L, 0);
+  for (int32_t id : routes[0].logical)
+    if (id >= 0) ++load[id];
+  const std::vector<int64_t> replicated = plan_redundant_experts(load, o.eplb_redundant);
+  const EplbPlacement placement = make_eplb_placement(L, replicated);
+  Eplb cpu_eplb(placement);
+  cpu_eplb.set_recording(true);  // the first (checked) pass records every layer
+  for (LayerRoute& r : routes) {
+    r.physical.resize(T * K);
+    cpu_eplb.remap(TensorView::contiguous(r.logical.data(), DType::kI32, {T, K}),
+                   TensorView::contiguous(r.physical.data(), DType::kI32, {T, K}));
+  }
+  const bool routing_stage = o.router || o.eplb_redundant > 0;
+  const testing::HostWeights logical_weights = generate_weights(setup, seed);
+  const std::vector<int32_t> p2l = placement.physical_to_logical();
+  const testing::HostWeights physical_weights = gather_slots(logical_weights, p2l);
+  const int64_t I = setup.desc.intermediate_size;
+  std::vector<SharedExpertWeights> shared_w;
+  if (o.shared_expert)
+    for (int l = 0; l < N; ++l) shared_w.push_back(synthetic_shared_expert(seed, l, H, I));
+  auto shared_view = [&](int l, bool w13) {
+    return w13 ? TensorView::contiguous(shared_w[l].w13.data(), DType::kBF16, {2 * I, H})
+               : TensorView::contiguous(shared_w[l].w2.data(), DType::kBF16, {H, I});
+  };
+
+  // ---- the GPU chain ----
+  std::vector<std::vector<uint16_t>> y_first(N);
+  std::vector<std::vector<int32_t>> dev_ids(N);
+  std::vector<std::vector<float>> dev_weights(N);
+  std::vector<int64_t> dev_counters, counters_after_timing;
+  std::vector<double> times_us, routing_times_us, shared_times_us;
+  double copy_bandwidth = NAN;
+  int64_t shared_weight_bytes = 0;
+  int64_t scratch_bytes = 0, plan_bytes = 0;
+  bool rerun_equal = false;
+  uint32_t routing_flags = 0;
+  SelectedConfig config;
+  std::string notes;
+  {
+    auto driver = make_driver(setup.device.device);
+    Bootstrap boot;
+    boot.device = setup.device.device;
+    auto runtime = Runtime::acquire(boot);
+    std::vector<std::unique_ptr<Layer>> layers;
+    for (int l = 0; l < N; ++l)
+      layers.push_back(Layer::create(runtime, desc, physical_weights.pack(), setup.overrides));
+    config = layers[0]->info().config;
+    notes = layers[0]->info().notes;
+    const int dev = setup.device.device.index;
+    scratch_bytes = static_cast<int64_t>(cuda::shared_layer_scratch(runtime.get(), dev, 0)->bytes());
+    for (const ConfigEntry& e : config.entries)
+      if (e.key == "workspace_bytes") plan_bytes = std::stoll(e.value);
+
+    std::unique_ptr<cuda::Sm90Router> router;
+    std::unique_ptr<cuda::DeviceEplb> eplb;
+    if (routing_stage) router = std::make_unique<cuda::Sm90Router>(o.router ? &rc : nullptr, L, K, dev);
+    if (o.eplb_redundant > 0) eplb = std::make_unique<cuda::DeviceEplb>(placement, dev);
+    std::vector<std::unique_ptr<cuda::Sm90SharedExpert>> shared;
+    for (int l = 0; l < static_cast<int>(shared_w.size()); ++l)
+      shared.push_back(std::make_unique<cuda::Sm90SharedExpert>(H, I, setup.desc.activation_clamp,
+                                                                shared_view(l, true), shared_view(l, false),
+                                                                T, dev));
+    if (!shared.empty()) shared_weight_bytes = shared[0]->weight_bytes();
+    void* d_x = upload_vec(*driver, inputs.x);
+    void* d_bias = upload_vec(*driver, bias);
+    void* d_tokens = upload_vec(*driver, tokens);
+    std::vector<DeviceLayerTensors> t(N);
+    for (int l = 0; l < N; ++l) {
+      t[l].y = driver->allocate(T * H * 2);
+      if (!routing_stage) {
+        t[l].ids = upload_vec(*driver, routes[l].logical);
+        t[l].weights = upload_vec(*driver, routes[l].weights);
+        continue;
+      }
+      t[l].ids = driver->allocate(T * K * 4);
+      if (o.router) {
+        t[l].weights = driver->allocate(T * K * 4);
+        t[l].logits = upload_vec(*driver, routes[l].logits);
+        if (!routes[l].table.empty()) t[l].table = upload_vec(*driver, routes[l].table);
+      } else {
+        t[l].weights = upload_vec(*driver, routes[l].weights);
+        t[l].logical = upload_vec(*driver, routes[l].logical);
+      }
+    }
+    auto route = [&](int l, void* stream) {
+      cuda::RouteBinding b;
+      b.num_tokens = T;
+      b.layer_idx = l;
+      b.logits = t[l].logits;
+      b.bias = o.router ? static_cast<const float*>(d_bias) : nullptr;
+      if (t[l].table) {
+        b.token_ids = d_tokens;
+        b.hash_table = static_cast<const int32_t*>(t[l].table);
+        b.vocab = kSyntheticVocab;
+      }
+      b.logical_ids = t[l].logical;
+      b.topk_ids = t[l].ids;
+      b.topk_weights = o.router ? static_cast<float*>(t[l].weights) : nullptr;
+      router->route(b, eplb.get(), stream);
+    };
+    auto chain = [&](void* stream) {
+      for (int l = 0; l < N; ++l) {
+        if (routing_stage) route(l, stream);
+        ForwardArgs a;
+        a.x = TensorView::contiguous(l == 0 ? d_x : t[l - 1].y, DType::kBF16, {T, H}, driver->device());
+        a.topk_ids = TensorView::contiguous(t[l].ids, DType::kI32, {T, K}, driver->device());
+        a.topk_weights = TensorView::contiguous(t[l].weights, DType::kF32, {T, K}, driver->device());
+        a.y = TensorView::contiguous(t[l].y, DType::kBF16, {T, H}, driver->device());
+        a.stream = stream;
+        layers[l]->forward(a);
+        if (o.shared_expert) shared[l]->add_to(static_cast<const uint16_t*>(a.x.data), static_cast<uint16_t*>(t[l].y), T, stream);
+      }
+    };
+    for (int l = 0; l < N; ++l) {
+      driver->fill(t[l].y, 0xFF, T * H * 2);  // NaN poison
+      if (routing_stage) driver->fill(t[l].ids, 0x7F, T * K * 4);
+      if (o.router) driver->fill(t[l].weights, 0xFF, T * K * 4);
+    }
+    if (eplb) eplb->set_recording(true);
+    chain(driver->stream());
+    driver->synchronize();
+    for (auto& layer : layers) layer->check_error_flags();
+    if (router) routing_flags = router->read_error_flags(true);
+    if (eplb) {
+      eplb->set_recording(false);  // the graph below replays with the flag off
+      dev_counters = eplb->counter_values();
+    }
+    for (int l = 0; l < N; ++l) {
+      y_first[l] = download_vec<uint16_t>(*driver, t[l].y, T * H);
+      dev_ids[l] = download_vec<int32_t>(*driver, t[l].ids, T * K);
+      dev_weights[l] = download_vec<float>(*driver, t[l].weights, T * K);
+    }
+    const int iters = o.iters > 0 ? o.iters : 20;
+    const int warmup = o.warmup >= 0 ? o.warmup : 3;
+    times_us = driver->time_forward(chain, warmup, iters, !o.eager);
+    rerun_equal = download_vec<uint16_t>(*driver, t[N - 1].y, T * H) == y_first[N - 1];
+    if (routing_stage)
+      routing_times_us = driver->time_forward(
+          [&](void* s) {
+            for (int l = 0; l < N; ++l) route(l, s);
+          },
+          warmup, iters, !o.eager);
+    if (o.shared_expert) {
+      void* scratch_out = driver->allocate(T * H * 2);  // forward, not add_to: replays do not drift
+      shared_times_us = driver->time_forward(
+          [&](void* s) {
+            for (int l = 0; l < N; ++l)
+              shared[l]->forward(static_cast<const uint16_t*>(l == 0 ? d_x : t[l - 1].y),
+                                 static_cast<uint16_t*>(scratch_out), T, s);
+          },
+          warmup, iters, !o.eager);
+    }
+    if (routing_stage || o.shared_expert) copy_bandwidth = driver->measure_copy_bandwidth();
+    for (auto& layer : layers) layer->check_error_flags();
+    if (eplb) counters_after_timing = eplb->counter_values();
+  }  // layers, runtime and device buffers released: the CPU reference acquires its own runtime
+
+  // ---- checks ----
+  bool routing_equal = true;
+  std::string routing_mismatch;
+  for (int l = 0; l < N && routing_equal; ++l)
+    for (int64_t i = 0; i < T * K && routing_equal; ++i)
+      if (dev_ids[l][i] != routes[l].physical[i] ||
+          std::memcmp(&dev_weights[l][i], &routes[l].weights[i], 4) != 0) {
+        routing_equal = false;
+        routing_mismatch = fmt::format("layer {} slot ({}, {}): device id {} weight {}, cpu id {} "
+                                       "weight {}", l, i / K, i % K, dev_ids[l][i], dev_weights[l][i],
+                                       routes[l].physical[i], routes[l].weights[i]);
+      }
+  const bool counters_equal = o.eplb_redundant == 0 || (dev_counters == cpu_eplb.counter_values() &&
+                                                        counters_after_timing == dev_counters);
+  const std::vector<int64_t> rows = sample_rows(T, o.check_rows);
+  const double threshold = testing::device_rel_err_threshold(setup.desc.recipe, setup.desc.numerics.exact_accumulation);
+  std::vector<double> rel(N, NAN);
+  bool layers_ok = true, sanity_ok = true;
+  std::string sanity;
+  if (o.check) {
+    for (int l = 0; l < N; ++l) {
+      testing::HostInputs in = inputs;
+      if (l > 0) in.x = y_first[l - 1];
+      in.topk_ids = routes[l].logical;
+      in.topk_weights = routes[l].weights;
+      std::vector<uint16_t> ref = cpu_reference_rows(setup, logical_weights, in, rows, o.problem.threads);
+      if (o.shared_expert) {
+        const auto cpu_shared = SharedExpert::create(H, I, setup.desc.activation_clamp, shared_view(l, true),
+                                                     shared_view(l, false));
+        const int64_t n = static_cast<int64_t>(rows.size());
+        std::vector<uint16_t> xr(n * H), yr(n * H);
+        for (int64_t r = 0; r < n; ++r) {
+          std::copy_n(in.x.begin() + rows[r] * H, H, xr.begin() + r * H);
+          std::copy_n(ref.begin() + rows[r] * H, H, yr.begin() + r * H);
+        }
+        cpu_shared->add_to(TensorView::contiguous(xr.data(), DType::kBF16, {n, H}),
+                           TensorView::contiguous(yr.data(), DType::kBF16, {n, H}));
+        for (int64_t r = 0; r < n; ++r) std::copy_n(yr.begin() + r * H, H, ref.begin() + rows[r] * H);
+      }
+      rel[l] = rel_err_rows(y_first[l], ref, H, rows);
+      layers_ok = layers_ok && rel[l] <= threshold;
+      std::string detail;
+      bool ok = true;
+      if (o.shared_expert) {  // skipped tokens get the shared expert's output: only finiteness
+        ok = std::all_of(y_first[l].begin(), y_first[l].end(),
+                         [](uint16_t v) { return (v & 0x7F80) != 0x7F80; });
+        detail = ok ? "all values finite (shared expert: skipped tokens are not zero)" : "non-finite values in y";
+      } else {
+        ok = sanity_check(y_first[l], in, &detail);
+      }
+      if (!ok && sanity_ok) sanity = fmt::format("layer {}: {}", l, detail);
+      if (ok && l + 1 == N && sanity_ok) sanity = detail;
+      sanity_ok = sanity_ok && ok;
+    }
+  }
+  const bool passed = (!o.check || (layers_ok && sanity_ok)) && routing_equal && counters_equal &&
+                      rerun_equal && routing_flags == 0;
+  const double total = median(times_us);
+  const double routing = routing_times_us.empty() ? NAN : median(routing_times_us);
+  const double shared_us = shared_times_us.empty() ? NAN : median(shared_times_us) / N;
+  // Floors: bytes a stage must move once / the measured copy bandwidth.
+  const double routing_floor_us = (T * L * 4.0 + T * K * 8.0 + (o.router ? L * 4.0 : 0.0)) / copy_bandwidth * 1e6;
+  const double shared_floor_us = shared_weight_bytes / copy_bandwidth * 1e6;
+  const double max_rel = *std::max_element(rel.begin(), rel.end());
+
+  if (o.json) {
+    Json j;
+    j["command"] = "run";
+    j["version"] = MOE_EP_VERSION;
+    j.update(problem_json(setup, o.problem));
+    j["L"] = L;
+    j["E"] = E;
+    j["tokens"] = T;
+    j["layers"] = N;
+    j["workspace_bytes"] = scratch_bytes;
+    j["workspace_plan_bytes_per_layer"] = plan_bytes;
+    j["workspace_shared_by_layers"] = true;
+    j["router"] = o.router ? Json{{"kind", "deepseek-v4"}, {"on", "device"},
+                                  {"routed_scaling_factor", rc.routed_scaling_factor},
+                                  {"num_hash_layers", rc.num_hash_layers}}
+                           : Json(nullptr);
+    j["eplb"] = o.eplb_redundant > 0 ? Json{{"redundant", o.eplb_redundant},
+                                            {"replicated_logical", replicated},
+                                            {"physical_load", dev_counters},
+                                            {"counters_equal_cpu", counters_equal}}
+                                     : Json(nullptr);
+    j["time_us"] = json_number(total);
+    j["time_per_layer_us"] = json_number(total / N);
+    j["routing_stage_us_per_layer"] = json_number(routing / N);
+    j["routing_stage_floor_us"] = json_number(routing_floor_us);
+    j["shared_expert_us_per_layer"] = json_number(shared_us);
+    j["shared_expert_weight_bytes"] = shared_weight_bytes;
+    j["shared_expert_floor_us"] = json_number(shared_floor_us);
+    j["copy_bandwidth_bytes_per_s"] = json_number(copy_bandwidth);
+    j["timing"] = fmt::format("{} of the {}-layer chain, median of {}", o.eager ? "eager forwards" : "cuda graph replays", N, times_us.size());
+    j["routing_bitwise_equal_cpu"] = routing_equal;
+    j["routing_mismatch"] = routing_mismatch;
+    j["routing_error_flags"] = routing_flags;
+    Json rj = Json::array();
+    for (double r : rel) rj.push_back(json_number(r));
+    j["rel_err_per_layer"] = rj;
+    j["threshold"] = json_number(threshold);
+    j["rerun_bitwise_equal"] = rerun_equal;
+    j["config"] = config_json(config);
+    j["layer_notes"] = notes;
+    j["check"] = o.check;
+    j["checked_rows"] = o.check ? static_cast<int64_t>(rows.size()) : 0;
+    j["sanity"] = sanity;
+    j["check_passed"] = passed;
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print("moe_ep run: preset {} (H={} I={} L={} logical / E={} physical experts, K={}), backend {} on "
+               "{} ({}), {} layer(s) back to back on one stream\n",
+               setup.preset->name, H, setup.desc.intermediate_size, L, E, K, setup.desc.traits().name,
+               setup.device.device.str(), setup.device.name, N);
+    fmt::print("  tokens {}, seed {}{}\n", T, seed,
+               o.router ? fmt::format(", DeepSeek V4 router on the device on synthetic logits ({} hash "
+                                      "layer(s))", o.hash_layers)
+                        : std::string(o.eplb_redundant ? ", generated routing remapped on the device" : ""));
+    fmt::print("  workspace: {} bytes ({:.2f} MiB) shared by the {} layer(s) (each plan needs {} bytes)\n",
+               scratch_bytes, scratch_bytes / 1048576.0, N, plan_bytes);
+    if (o.eplb_redundant > 0)
+      fmt::print("  eplb: {} redundant experts replicating logical {}; device load counters {} the cpu's{}\n",
+                 o.eplb_redundant, Json(replicated).dump(), counters_equal ? "equal" : "DIFFER FROM",
+                 counters_after_timing == dev_counters ? " (unchanged by the replays with recording off)" : "");
+    fmt::print("  forward: {:.1f} us for {} layers, {:.1f} us per layer ({}, median of {})\n", total, N,
+               total / N, o.eager ? "eager" : "one cuda graph", times_us.size());
+    if (routing_stage)
+      fmt::print("  routing stage: {:.2f} us per layer (its own graph of {} launches; byte floor {:.2f} us at "
+                 "{:.0f} GB/s)\n", routing / N, N, routing_floor_us, copy_bandwidth / 1e9);
+    if (o.shared_expert)
+      fmt::print("  shared expert (bf16, I = {}): {:.2f} us per layer, weight-byte floor {:.2f} us ({:.2f}x)\n", I,
+                 shared_us, shared_floor_us, shared_us / shared_floor_us);
+    fmt::print("  routing: device ids / weights {} the cpu router{}\n", routing_equal ? "bitwise equal to" : "DIFFER FROM",
+               routing_equal ? "" : " (" + routing_mismatch + ")");
+    fmt::print("  rerun: y {} the first forward's bitwise\n", rerun_equal ? "equals" : "DIFFERS FROM");
+    if (o.check)
+      fmt::print("  check: each layer vs the cpu layer{} on its device input, {} rows: max rel_err {:.3e} "
+                 "(threshold {:g}); sanity: {}\n", o.shared_expert ? " + cpu SharedExpert" : "", rows.size(), max_rel, threshold, sanity);
+    fmt::print("  result: {}\n", passed ? "PASSED" : "FAILED");
+  }
+  if (!passed) {
+    fmt::print(stderr, "moe_ep run: check FAILED (layers {}, routing {}, counters {}, rerun {}, flags 0x{:x})\n",
+               layers_ok, routing_equal, counters_equal, rerun_equal, routing_flags);
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+#endif  // MOE_EP_WITH_CUDA
+
+}  // namespace moe_ep::cli
