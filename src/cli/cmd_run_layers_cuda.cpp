@@ -171,7 +171,7 @@ int run_cuda_layers(const RunOptions& o) {
     config = layers[0]->info().config;
     notes = layers[0]->info().notes;
     const int dev = setup.device.device.index;
-    scratch_bytes = static_cast<int64_t>(cuda::shared_layer_scratch(runtime.get(), dev, 0)->bytes());
+    scratch_bytes = static_cast<int64_t>(cuda::shared_layer_scratch(runtime.get(), dev, 0)->buffer().bytes());
     for (const ConfigEntry& e : config.entries)
       if (e.key == "workspace_bytes") plan_bytes = std::stoll(e.value);
 

@@ -1,5 +1,6 @@
 // The SM90 CUDA layer (world size 1): the expert engine over the caller's tokens, on the caller's
-// stream, its scratch shared with the runtime's other layers (layer_scratch.h), with no host synchronization and no allocation after creation (CUDA-graph
+// stream, its scratch shared with the runtime's other layers and ordered across streams
+// (layer_scratch.h), with no host synchronization and no allocation after creation (CUDA-graph
 // capturable; a replay gives the eager bits).
 #include "core/check.h"
 #include "core/layer_impl.h"
@@ -15,8 +16,9 @@ class CudaLayer final : public Layer::Impl {
  public:
   explicit CudaLayer(const LayerRequest& req)
       : engine_(req.desc, req.overrides, req.weights, req.runtime->device().index,
-                [&req](size_t bytes) {
-                  return shared_layer_scratch(req.runtime.get(), req.runtime->device().index, bytes);
+                [this, &req](size_t bytes) {
+                  scratch_ = shared_layer_scratch(req.runtime.get(), req.runtime->device().index, bytes);
+                  return std::shared_ptr<DeviceBuffer>(scratch_, &scratch_->buffer());
                 }) {
     MOE_EP_CHECK_CODE(req.runtime->world_size() == 1, ErrorCode::kUnsupported,
                       "the CUDA layer runs with world_size 1 only over this transport; got "
@@ -40,12 +42,15 @@ class CudaLayer final : public Layer::Impl {
     b.ids_int64 = args.topk_ids.dtype == DType::kI64;
     b.topk_weights = args.topk_weights.ptr<const float>();
     b.y = args.y.ptr<uint16_t>();
-    engine_.run(b, static_cast<cudaStream_t>(args.stream));
+    const auto stream = static_cast<cudaStream_t>(args.stream);
+    const LayerScratch::Use use(*scratch_, stream);
+    engine_.run(b, stream);
   }
 
   uint32_t read_error_flags(bool clear) override { return engine_.read_error_flags(clear); }
 
  private:
+  std::shared_ptr<LayerScratch> scratch_;  // set while engine_ is built: declared first
   Sm90ExpertEngine engine_;
   bool quantize_input_ = true;
 };

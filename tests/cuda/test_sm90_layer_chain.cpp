@@ -5,6 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+#include <thread>
+
 #include "cuda/errors.h"
 #include "cuda/layer_scratch.h"
 #include "cuda_test_util.h"
@@ -39,7 +42,7 @@ TEST(Sm90LayerChain, LayersShareTheScratchAndChainInOneGraph) {
       }
       // One scratch for all N: asking again for 0 bytes gives the buffer the layers hold.
       const auto scratch = cuda::shared_layer_scratch(rt.get(), 0, 0);
-      EXPECT_EQ(scratch.use_count(), N + 1) << "the N layers and this copy";
+      EXPECT_EQ(scratch.use_count(), 2 * N + 1) << "the N layers (layer and engine) and this copy";
       cudatest::DeviceInputs d = cudatest::to_device(p, in);
       std::vector<cuda::DeviceBuffer> y;
       for (int l = 0; l < N; ++l) y.emplace_back(T * H * 2);
@@ -90,6 +93,47 @@ TEST(Sm90LayerChain, LayersShareTheScratchAndChainInOneGraph) {
       fmt::print("[ chain    ] {} layer {}: rel_err {:.3e} vs the cpu layer\n", recipe, l, err);
     }
   }
+}
+
+// Two layers sharing the scratch, forwarded from two threads on two unordered streams at once:
+// the scratch orders them (LayerScratch::Use), so each y equals its layer's y run alone. T is
+// large enough that an overlap of one layer's routing with the other's GEMMs would show.
+TEST(Sm90LayerChain, TwoLayersOnTwoStreamsFromTwoThreadsDoNotRace) {
+  MOE_EP_REQUIRE_CUDA();
+  testsupport::Problem p = testsupport::tiny_problem("mxfp4");
+  p.max_tokens = 256;
+  const int64_t T = 256, H = p.hidden;
+  const testsupport::WeightSet w0 = testsupport::random_weights(p, WeightFormat::kMXFP4, 50);
+  const testsupport::WeightSet w1 = testsupport::random_weights(p, WeightFormat::kMXFP4, 51);
+  const testsupport::Inputs in0 = testsupport::random_inputs(p, T, 52), in1 = testsupport::random_inputs(p, T, 53);
+  auto rt = cudatest::gpu_runtime();
+  auto l0 = Layer::create(rt, p.desc(), w0.pack(), p.overrides);
+  auto l1 = Layer::create(rt, p.desc(), w1.pack(), p.overrides);
+  const cudatest::DeviceInputs d0 = cudatest::to_device(p, in0), d1 = cudatest::to_device(p, in1);
+  const std::vector<uint16_t> alone0 = cudatest::run_on_gpu(*l0, d0), alone1 = cudatest::run_on_gpu(*l1, d1);
+  cudaStream_t s0, s1;
+  MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  int mismatches = 0;
+  for (int round = 0; round < 20; ++round) {
+    MOE_EP_CUDA_CHECK(cudaMemset(d0.y.get(), 0xFF, d0.y.bytes()));
+    MOE_EP_CUDA_CHECK(cudaMemset(d1.y.get(), 0xFF, d1.y.bytes()));
+    MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+    auto forwards = [](Layer& l, const cudatest::DeviceInputs& d, cudaStream_t s) {
+      for (int i = 0; i < 4; ++i) l.forward(d.args(s));
+    };
+    std::thread a(forwards, std::ref(*l0), std::cref(d0), s0), b(forwards, std::ref(*l1), std::cref(d1), s1);
+    a.join();
+    b.join();
+    MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> y0(T * H), y1(T * H);
+    MOE_EP_CUDA_CHECK(cudaMemcpy(y0.data(), d0.y.get(), T * H * 2, cudaMemcpyDeviceToHost));
+    MOE_EP_CUDA_CHECK(cudaMemcpy(y1.data(), d1.y.get(), T * H * 2, cudaMemcpyDeviceToHost));
+    mismatches += (y0 != alone0) + (y1 != alone1);
+  }
+  MOE_EP_CUDA_CHECK(cudaStreamDestroy(s0));
+  MOE_EP_CUDA_CHECK(cudaStreamDestroy(s1));
+  EXPECT_EQ(mismatches, 0) << "forwards of layers sharing the scratch overlapped";
 }
 
 }  // namespace
