@@ -155,6 +155,7 @@ int run_cuda_layers(const RunOptions& o) {
   std::vector<double> times_us, routing_times_us, shared_times_us;
   double copy_bandwidth = NAN;
   int64_t shared_weight_bytes = 0;
+  bool shared_tensor_cores = false;
   int64_t scratch_bytes = 0, plan_bytes = 0;
   bool rerun_equal = false;
   uint32_t routing_flags = 0;
@@ -184,7 +185,10 @@ int run_cuda_layers(const RunOptions& o) {
       shared.push_back(std::make_unique<cuda::Sm90SharedExpert>(H, I, setup.desc.activation_clamp,
                                                                 shared_view(l, true), shared_view(l, false),
                                                                 T, dev));
-    if (!shared.empty()) shared_weight_bytes = shared[0]->weight_bytes();
+    if (!shared.empty()) {
+      shared_weight_bytes = shared[0]->weight_bytes();
+      shared_tensor_cores = shared[0]->uses_tensor_cores(T);
+    }
     void* d_x = upload_vec(*driver, inputs.x);
     void* d_bias = upload_vec(*driver, bias);
     void* d_tokens = upload_vec(*driver, tokens);
@@ -342,6 +346,7 @@ int run_cuda_layers(const RunOptions& o) {
   // Floors: bytes a stage must move once / the measured copy bandwidth.
   const double routing_floor_us = (T * L * 4.0 + T * K * 8.0 + (o.router ? L * 4.0 : 0.0)) / copy_bandwidth * 1e6;
   const double shared_floor_us = shared_weight_bytes / copy_bandwidth * 1e6;
+  const double shared_tflops = 2.0 * static_cast<double>(T) * H * 3.0 * I / (shared_us * 1e-6) / 1e12;
   const double max_rel = *std::max_element(rel.begin(), rel.end());
 
   if (o.json) {
@@ -372,6 +377,9 @@ int run_cuda_layers(const RunOptions& o) {
     j["shared_expert_us_per_layer"] = json_number(shared_us);
     j["shared_expert_weight_bytes"] = shared_weight_bytes;
     j["shared_expert_floor_us"] = json_number(shared_floor_us);
+    j["shared_expert_kernels"] = o.shared_expert ? Json(shared_tensor_cores ? "tensor cores" : "dot products")
+                                                 : Json(nullptr);
+    j["shared_expert_tflops"] = json_number(shared_tflops);
     j["copy_bandwidth_bytes_per_s"] = json_number(copy_bandwidth);
     j["timing"] = fmt::format("{} of the {}-layer chain, median of {}", o.eager ? "eager forwards" : "cuda graph replays", N, times_us.size());
     j["routing_bitwise_equal_cpu"] = routing_equal;
@@ -410,8 +418,9 @@ int run_cuda_layers(const RunOptions& o) {
       fmt::print("  routing stage: {:.2f} us per layer (its own graph of {} launches; byte floor {:.2f} us at "
                  "{:.0f} GB/s)\n", routing / N, N, routing_floor_us, copy_bandwidth / 1e9);
     if (o.shared_expert)
-      fmt::print("  shared expert (bf16, I = {}): {:.2f} us per layer, weight-byte floor {:.2f} us ({:.2f}x)\n", I,
-                 shared_us, shared_floor_us, shared_us / shared_floor_us);
+      fmt::print("  shared expert (bf16, I = {}, {}): {:.2f} us per layer, weight-byte floor {:.2f} us ({:.2f}x), "
+                 "{:.1f} TFLOP/s\n", I, shared_tensor_cores ? "tensor cores" : "dot products", shared_us,
+                 shared_floor_us, shared_us / shared_floor_us, shared_tflops);
     fmt::print("  routing: device ids / weights {} the cpu router{}\n", routing_equal ? "bitwise equal to" : "DIFFER FROM",
                routing_equal ? "" : " (" + routing_mismatch + ")");
     fmt::print("  rerun: y {} the first forward's bitwise\n", rerun_equal ? "equals" : "DIFFERS FROM");

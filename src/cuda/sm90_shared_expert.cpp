@@ -43,6 +43,7 @@ Sm90SharedExpert::Sm90SharedExpert(int64_t H, int64_t I, std::optional<float> cl
   check_matrix(w13, "shared w13", 2 * I, H, "[2I, H]");
   check_matrix(w2, "shared w2", H, I, "[H, I]");
   MOE_EP_CUDA_CHECK(cudaSetDevice(device_index_));
+  MOE_EP_CUDA_CHECK(configure_sm90_shared_expert_mma());
   buf_->w13 = DeviceBuffer(static_cast<size_t>(w13.nbytes()));
   buf_->w2 = DeviceBuffer(static_cast<size_t>(w2.nbytes()));
   buf_->h = DeviceBuffer(static_cast<size_t>(max_tokens * I * 2));
@@ -61,20 +62,38 @@ void Sm90SharedExpert::add_to(const uint16_t* x, uint16_t* y, int64_t T, void* s
   run(x, y, T, true, stream);
 }
 
+void Sm90SharedExpert::set_way(Way way) {
+  MOE_EP_CHECK(way != Way::kTensorCores || (H_ % kSharedExpertMmaHiddenMultiple == 0 &&
+                                            I_ % kSharedExpertMmaIntermediateMultiple == 0),
+               "shared expert tensor-core kernels need hidden_size % {} == 0 and intermediate_size % {} == 0; "
+               "got H = {}, I = {}", kSharedExpertMmaHiddenMultiple, kSharedExpertMmaIntermediateMultiple, H_, I_);
+  way_ = way;
+}
+
+bool Sm90SharedExpert::uses_tensor_cores(int64_t T) const { return shared_expert_uses_tensor_cores(params(T)); }
+
+SharedExpertParams Sm90SharedExpert::params(int64_t T) const {
+  SharedExpertParams p;
+  p.num_tokens = static_cast<int32_t>(T);
+  p.hidden = static_cast<int32_t>(H_);
+  p.intermediate = static_cast<int32_t>(I_);
+  p.clamp = clamp_;
+  p.path = way_ == Way::kDotProducts   ? SharedExpertPath::kDotProducts
+           : way_ == Way::kTensorCores ? SharedExpertPath::kTensorCores
+                                       : SharedExpertPath::kAuto;
+  return p;
+}
+
 void Sm90SharedExpert::run(const uint16_t* x, uint16_t* y, int64_t T, bool accumulate, void* stream) const {
   MOE_EP_CHECK(T >= 0 && T <= max_tokens_, "shared expert num_tokens = {} is invalid; expected 0..max_tokens = {}",
                T, max_tokens_);
   MOE_EP_CHECK(T == 0 || (x != nullptr && y != nullptr), "shared expert x / y is a null pointer");
-  SharedExpertParams p;
+  SharedExpertParams p = params(T);
   p.x = x;
   p.w13 = buf_->w13.get<uint16_t>();
   p.w2 = buf_->w2.get<uint16_t>();
   p.h = buf_->h.get<uint16_t>();
   p.y = y;
-  p.num_tokens = static_cast<int32_t>(T);
-  p.hidden = static_cast<int32_t>(H_);
-  p.intermediate = static_cast<int32_t>(I_);
-  p.clamp = clamp_;
   p.accumulate = accumulate ? 1 : 0;
   MOE_EP_CUDA_CHECK(launch_sm90_shared_expert(p, static_cast<cudaStream_t>(stream)));
 }

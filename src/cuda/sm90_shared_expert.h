@@ -1,7 +1,9 @@
 // The shared expert (moe_ep/shared_expert.h) on one GPU: bf16 weights in device memory, two
 // kernels on the caller's stream (kernels/sm90_shared_expert.h), no allocation or host sync per
 // call (CUDA-graph capturable). add_to fuses y = bf16(y + o) into the down projection's store.
-// Matches the CPU SharedExpert up to the last bf16 bit of an h element (expf vs std::exp).
+// Decode (T < 64) takes the dot-product kernels, which match the CPU SharedExpert up to the last
+// bf16 bit of an h element (expf vs std::exp); prefill takes the tensor-core kernels (fp32 sums
+// in the tensor cores' order: within the recipe's threshold of the CPU).
 //
 // This header includes no CUDA header (the CLI uses it).
 #pragma once
@@ -14,8 +16,11 @@
 
 namespace moe_ep::cuda {
 
+struct SharedExpertParams;  // kernels/sm90_shared_expert.h
+
 class Sm90SharedExpert {
  public:
+  enum class Way { kAuto, kDotProducts, kTensorCores };  // kernels/sm90_shared_expert.h
   // w13 bf16 [2I, H], w2 bf16 [H, I] in host memory (copied); H and I multiples of 16.
   Sm90SharedExpert(int64_t hidden_size, int64_t intermediate_size, std::optional<float> activation_clamp,
                    const TensorView& w13, const TensorView& w2, int64_t max_tokens, int device_index);
@@ -27,16 +32,22 @@ class Sm90SharedExpert {
   void forward(const uint16_t* x, uint16_t* out, int64_t num_tokens, void* stream) const;
   void add_to(const uint16_t* x, uint16_t* y, int64_t num_tokens, void* stream) const;
 
+  // Pins the kernels (tests, benchmarks); kTensorCores needs H % 128 == 0 and I % 64 == 0.
+  void set_way(Way way);
+  bool uses_tensor_cores(int64_t num_tokens) const;
+
   int64_t weight_bytes() const { return 3 * H_ * I_ * 2; }
   int64_t hidden_size() const { return H_; }
   int64_t intermediate_size() const { return I_; }
 
  private:
   void run(const uint16_t* x, uint16_t* y, int64_t T, bool accumulate, void* stream) const;
+  SharedExpertParams params(int64_t num_tokens) const;
   struct Buffers;
   int64_t H_, I_, max_tokens_;
   float clamp_;
   int device_index_;
+  Way way_ = Way::kAuto;
   std::unique_ptr<Buffers> buf_;
 };
 

@@ -1,6 +1,7 @@
 // The shared expert on the GPU (cuda/sm90_shared_expert.h) against the CPU SharedExpert:
 // forward and add_to, tiny and deepseek-v4-flash shapes, clamp on and off, partial token
-// groups; outputs poisoned first; float64 relative error within the mxfp4 threshold.
+// groups and tiles, both kernel ways; outputs poisoned first; float64 relative error within the
+// mxfp4 threshold; reruns bitwise equal.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,48 +41,98 @@ double rel_err(const std::vector<uint16_t>& y, const std::vector<uint16_t>& ref,
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+struct Case {
+  int64_t H, I, T;
+  std::optional<float> clamp;
+};
+
+struct Outcome {
+  double e_out = 0, e_add = 0, exact_out = 0, exact_add = 0;
+  bool rerun_bitwise = false, tensor_cores = false;
+};
+
+// forward (into a poisoned y) and add_to against the CPU SharedExpert on fresh gaussian data.
+Outcome run_case(const Case& c, cuda::Sm90SharedExpert::Way way) {
+  const std::vector<uint16_t> w13 = gaussian_bf16(2 * c.I * c.H, 4.0f / std::sqrt(float(c.H)), c.H + c.T);
+  const std::vector<uint16_t> w2 = gaussian_bf16(c.H * c.I, 1.0f / std::sqrt(float(c.I)), c.I + 3);
+  const std::vector<uint16_t> x = gaussian_bf16(c.T * c.H, 1.0f, c.T + 11);
+  const std::vector<uint16_t> y0 = gaussian_bf16(c.T * c.H, 0.5f, c.T + 12);
+  const TensorView w13v = TensorView::contiguous(const_cast<uint16_t*>(w13.data()), DType::kBF16, {2 * c.I, c.H});
+  const TensorView w2v = TensorView::contiguous(const_cast<uint16_t*>(w2.data()), DType::kBF16, {c.H, c.I});
+  auto cpu = SharedExpert::create(c.H, c.I, c.clamp, w13v, w2v);
+  std::vector<uint16_t> ref_out(c.T * c.H, 0xFFFF), ref_add = y0;
+  const TensorView xv = TensorView::contiguous(const_cast<uint16_t*>(x.data()), DType::kBF16, {c.T, c.H});
+  cpu->forward(xv, TensorView::contiguous(ref_out.data(), DType::kBF16, {c.T, c.H}));
+  cpu->add_to(xv, TensorView::contiguous(ref_add.data(), DType::kBF16, {c.T, c.H}));
+
+  cuda::Sm90SharedExpert gpu(c.H, c.I, c.clamp, w13v, w2v, 512, 0);
+  gpu.set_way(way);
+  Outcome r;
+  r.tensor_cores = gpu.uses_tensor_cores(c.T);
+  cuda::DeviceBuffer dx = cuda::DeviceBuffer::upload(x), dy(c.T * c.H * 2);
+  std::vector<uint16_t> out(c.T * c.H), again(c.T * c.H), add(c.T * c.H);
+  for (std::vector<uint16_t>* dst : {&out, &again}) {
+    MOE_EP_CUDA_CHECK(cudaMemset(dy.get(), 0xFF, dy.bytes()));
+    gpu.forward(dx.get<uint16_t>(), dy.get<uint16_t>(), c.T, nullptr);
+    MOE_EP_CUDA_CHECK(cudaMemcpy(dst->data(), dy.get(), dy.bytes(), cudaMemcpyDeviceToHost));
+  }
+  MOE_EP_CUDA_CHECK(cudaMemcpy(dy.get(), y0.data(), dy.bytes(), cudaMemcpyHostToDevice));
+  gpu.add_to(dx.get<uint16_t>(), dy.get<uint16_t>(), c.T, nullptr);
+  MOE_EP_CUDA_CHECK(cudaMemcpy(add.data(), dy.get(), dy.bytes(), cudaMemcpyDeviceToHost));
+  r.e_out = rel_err(out, ref_out, &r.exact_out);
+  r.e_add = rel_err(add, ref_add, &r.exact_add);
+  r.rerun_bitwise = out == again;
+  return r;
+}
+
+std::string describe(const Case& c, const Outcome& r) {
+  return fmt::format("H={} I={} T={} clamp={} ({}): forward rel_err {:.3e} ({:.4f} of elements bitwise), "
+                     "add_to {:.3e} ({:.4f})", c.H, c.I, c.T, c.clamp.value_or(INFINITY),
+                     r.tensor_cores ? "tensor cores" : "dot products", r.e_out, r.exact_out, r.e_add, r.exact_add);
+}
+
 TEST(Sm90SharedExpert, MatchesTheCpuSharedExpert) {
   MOE_EP_REQUIRE_CUDA();
-  struct Case {
-    int64_t H, I, T;
-    std::optional<float> clamp;
-  };
   const double threshold = testing::device_rel_err_threshold(Recipe::kMxfp4);
   for (const Case& c : {Case{256, 128, 1, 10.0f}, Case{256, 128, 7, 10.0f}, Case{256, 128, 70, std::nullopt},
                         Case{4096, 2048, 1, 10.0f}, Case{4096, 2048, 6, 10.0f}}) {
-    const std::string what = fmt::format("H={} I={} T={} clamp={}", c.H, c.I, c.T, c.clamp.value_or(INFINITY));
-    const std::vector<uint16_t> w13 = gaussian_bf16(2 * c.I * c.H, 4.0f / std::sqrt(float(c.H)), c.H + c.T);
-    const std::vector<uint16_t> w2 = gaussian_bf16(c.H * c.I, 1.0f / std::sqrt(float(c.I)), c.I + 3);
-    const std::vector<uint16_t> x = gaussian_bf16(c.T * c.H, 1.0f, c.T + 11);
-    const std::vector<uint16_t> y0 = gaussian_bf16(c.T * c.H, 0.5f, c.T + 12);
-    const TensorView w13v = TensorView::contiguous(const_cast<uint16_t*>(w13.data()), DType::kBF16, {2 * c.I, c.H});
-    const TensorView w2v = TensorView::contiguous(const_cast<uint16_t*>(w2.data()), DType::kBF16, {c.H, c.I});
-    auto cpu = SharedExpert::create(c.H, c.I, c.clamp, w13v, w2v);
-    std::vector<uint16_t> ref_out(c.T * c.H, 0xFFFF), ref_add = y0;
-    const TensorView xv = TensorView::contiguous(const_cast<uint16_t*>(x.data()), DType::kBF16, {c.T, c.H});
-    cpu->forward(xv, TensorView::contiguous(ref_out.data(), DType::kBF16, {c.T, c.H}));
-    cpu->add_to(xv, TensorView::contiguous(ref_add.data(), DType::kBF16, {c.T, c.H}));
-
-    cuda::Sm90SharedExpert gpu(c.H, c.I, c.clamp, w13v, w2v, 128, 0);
-    cuda::DeviceBuffer dx = cuda::DeviceBuffer::upload(x), dy(c.T * c.H * 2);
-    MOE_EP_CUDA_CHECK(cudaMemset(dy.get(), 0xFF, dy.bytes()));
-    gpu.forward(dx.get<uint16_t>(), dy.get<uint16_t>(), c.T, nullptr);
-    std::vector<uint16_t> out(c.T * c.H), add(c.T * c.H);
-    MOE_EP_CUDA_CHECK(cudaMemcpy(out.data(), dy.get(), dy.bytes(), cudaMemcpyDeviceToHost));
-    MOE_EP_CUDA_CHECK(cudaMemcpy(dy.get(), y0.data(), dy.bytes(), cudaMemcpyHostToDevice));
-    gpu.add_to(dx.get<uint16_t>(), dy.get<uint16_t>(), c.T, nullptr);
-    MOE_EP_CUDA_CHECK(cudaMemcpy(add.data(), dy.get(), dy.bytes(), cudaMemcpyDeviceToHost));
-    double exact_out = 0, exact_add = 0;
-    const double e_out = rel_err(out, ref_out, &exact_out), e_add = rel_err(add, ref_add, &exact_add);
-    EXPECT_LE(e_out, threshold) << what;
-    EXPECT_LE(e_add, threshold) << what;
-    EXPECT_GT(exact_out, 0.9) << what << ": the sums follow the CPU order, so nearly all bits match";
-    fmt::print("[ shared   ] {}: forward rel_err {:.3e} ({:.4f} of elements bitwise), add_to {:.3e} ({:.4f})\n",
-               what, e_out, exact_out, e_add, exact_add);
+    const Outcome r = run_case(c, cuda::Sm90SharedExpert::Way::kDotProducts);
+    const std::string what = describe(c, r);
+    EXPECT_FALSE(r.tensor_cores) << what;
+    EXPECT_LE(r.e_out, threshold) << what;
+    EXPECT_LE(r.e_add, threshold) << what;
+    EXPECT_TRUE(r.rerun_bitwise) << what;
+    EXPECT_GT(r.exact_out, 0.9) << what << ": the sums follow the CPU order, so nearly all bits match";
+    fmt::print("[ shared   ] {}\n", what);
   }
   std::vector<uint16_t> w(2 * 16 * 16);
   const TensorView bad = TensorView::contiguous(w.data(), DType::kBF16, {32, 16});
   EXPECT_THROW(cuda::Sm90SharedExpert(16, 16, -1.0f, bad, bad, 1, 0), Error);
+  cuda::Sm90SharedExpert odd(16, 16, 1.0f, bad, TensorView::contiguous(w.data(), DType::kBF16, {16, 16}), 1, 0);
+  EXPECT_THROW(odd.set_way(cuda::Sm90SharedExpert::Way::kTensorCores), Error);
+}
+
+// The prefill kernels: partial 128-row tiles, one and several column tiles, clamp on and off;
+// the automatic choice takes them from kSharedExpertMmaMinTokens tokens on.
+TEST(Sm90SharedExpert, TensorCoresMatchTheCpuSharedExpert) {
+  MOE_EP_REQUIRE_CUDA();
+  const double threshold = testing::device_rel_err_threshold(Recipe::kMxfp4);
+  for (const Case& c : {Case{256, 128, 1, 10.0f}, Case{256, 128, 37, std::nullopt}, Case{256, 128, 128, 10.0f},
+                        Case{256, 128, 300, 10.0f}, Case{384, 192, 129, 1.0f}, Case{4096, 2048, 200, 10.0f}}) {
+    const Outcome r = run_case(c, cuda::Sm90SharedExpert::Way::kTensorCores);
+    const std::string what = describe(c, r);
+    EXPECT_TRUE(r.tensor_cores) << what;
+    EXPECT_LE(r.e_out, threshold) << what;
+    EXPECT_LE(r.e_add, threshold) << what;
+    EXPECT_TRUE(r.rerun_bitwise) << what;
+    EXPECT_GT(r.exact_out, 0.5) << what << ": fp32 sums in another order still round to the same bf16 mostly";
+    fmt::print("[ shared   ] {}\n", what);
+  }
+  const Outcome autom = run_case(Case{256, 128, 64, 10.0f}, cuda::Sm90SharedExpert::Way::kAuto);
+  EXPECT_TRUE(autom.tensor_cores) << describe(Case{256, 128, 64, 10.0f}, autom);
+  EXPECT_LE(autom.e_out, threshold);
+  const Outcome decode = run_case(Case{256, 128, 63, 10.0f}, cuda::Sm90SharedExpert::Way::kAuto);
+  EXPECT_FALSE(decode.tensor_cores) << describe(Case{256, 128, 63, 10.0f}, decode);
 }
 
 }  // namespace

@@ -1,16 +1,14 @@
 #include "cuda/kernels/sm90_shared_expert.h"
 
-#include <cuda_bf16.h>
+#include "cuda/kernels/sm90_shared_expert_math.cuh"
 
 namespace moe_ep::cuda {
 namespace {
 
+using shared_expert::bf16_value;
+
 constexpr int kWarps = 8;
 constexpr int kTok = 4;
-
-__device__ __forceinline__ float bf16_value(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
-__device__ __forceinline__ uint16_t bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
-__device__ __forceinline__ float round_bf16(float f) { return bf16_value(bf16_bits(f)); }
 
 // The half-warp's dot products of one weight row (n terms) with kTok activation rows; lane j
 // (0..15) of the half-warp ends with the folded sum in lane 0.
@@ -45,15 +43,8 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_shared_gate_up_kernel(const 
 #pragma unroll
   for (int tt = 0; tt < kTok; ++tt) {
     const float up_sum = __shfl_sync(0xffffffffu, acc[tt], 16);
-    if (lane == 0 && tt < tokens) {
-      const float c = p.clamp;
-      float gate = round_bf16(acc[tt]);
-      gate = c < gate ? c : gate;  // std::min(gate, c)
-      float up = round_bf16(up_sum);
-      up = up < -c ? -c : (c < up ? c : up);  // std::clamp(up, -c, c)
-      const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
-      p.h[static_cast<int64_t>(tok0 + tt) * p.intermediate + i] = bf16_bits(__fmul_rn(silu, up));
-    }
+    if (lane == 0 && tt < tokens)
+      p.h[static_cast<int64_t>(tok0 + tt) * p.intermediate + i] = shared_expert::swiglu_h(acc[tt], up_sum, p.clamp);
   }
 }
 
@@ -70,16 +61,26 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_shared_down_kernel(const __g
 #pragma unroll
   for (int tt = 0; tt < kTok; ++tt) {
     if (tt >= tokens) break;
-    const float o = round_bf16(acc[tt]);
     uint16_t& out = p.y[static_cast<int64_t>(tok0 + tt) * p.hidden + n];
-    out = p.accumulate ? bf16_bits(__fadd_rn(bf16_value(out), o)) : bf16_bits(o);
+    out = shared_expert::down_out(acc[tt], out, p.accumulate);
   }
 }
 
 }  // namespace
 
+bool shared_expert_uses_tensor_cores(const SharedExpertParams& p) {
+  // cp.async reads 16-byte chunks of x rows; the epilogues store bf16 pairs of y.
+  const bool shapes_fit = p.hidden % kSharedExpertMmaHiddenMultiple == 0 &&
+                          p.intermediate % kSharedExpertMmaIntermediateMultiple == 0 &&
+                          reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
+  if (p.path == SharedExpertPath::kDotProducts) return false;
+  if (p.path == SharedExpertPath::kTensorCores) return shapes_fit;
+  return shapes_fit && p.num_tokens >= kSharedExpertMmaMinTokens;
+}
+
 cudaError_t launch_sm90_shared_expert(const SharedExpertParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return cudaSuccess;
+  if (shared_expert_uses_tensor_cores(p)) return launch_sm90_shared_expert_mma(p, stream);
   const unsigned token_blocks = static_cast<unsigned>((p.num_tokens + kTok - 1) / kTok);
   const dim3 grid1(static_cast<unsigned>((p.intermediate + kWarps - 1) / kWarps), token_blocks);
   sm90_shared_gate_up_kernel<<<grid1, kWarps * 32, 0, stream>>>(p);

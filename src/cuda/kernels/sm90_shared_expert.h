@@ -1,4 +1,7 @@
-// The shared expert on the GPU (moe_ep/shared_expert.h's precision recipe, bf16 weights):
+// The shared expert on the GPU (moe_ep/shared_expert.h's precision recipe, bf16 weights), two
+// kernels on one stream in one of two ways:
+//
+// Dot products (decode; any H, I that are multiples of 16), bitwise the CPU's sums:
 //   kernel 1: gu = bf16(x . W13^T), gate = min(gu[:I], c), up = clamp(gu[I:], -c, c),
 //             h = bf16(silu(gate) * up)                     one warp per intermediate index i
 //   kernel 2: o = bf16(h . W2^T); out = o, or y = bf16(y + o) (accumulate)   one warp per 2 rows
@@ -6,7 +9,15 @@
 // (term i into partial i % 16, in increasing i), folded pairwise by shuffles (p[j] += p[j+8],
 // +4, +2, +1); bf16 x bf16 products are exact in fp32, so the sums are the CPU's bit for bit.
 // SiLU uses expf (2 ulp), where the CPU uses std::exp: h may differ in a last bf16 bit.
-// Every kTok tokens of a block share the weight loads.
+// Every kTok tokens of a block share the weight loads. At large T each weight is re-read T/4
+// times, so prefill takes the tensor-core way.
+//
+// Tensor cores (T >= kSharedExpertMmaMinTokens; H % 128 == 0, I % 64 == 0): bf16 mma.sync
+// m16n8k16 with fp32 accumulation, 128 x 128 block tiles, k64 stages through cp.async
+// (kernels/sm90_shared_expert_mma.cu). GEMM 1's block tile holds 64 gate and the matching 64 up
+// columns so the SwiGLU runs in its epilogue; GEMM 2's epilogue stores o or y + o. Same element
+// math; the fp32 sums run in the tensor cores' order, so results match the CPU by the recipe's
+// threshold, not bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +25,12 @@
 #include <cuda_runtime.h>
 
 namespace moe_ep::cuda {
+
+inline constexpr int kSharedExpertMmaMinTokens = 64;
+inline constexpr int kSharedExpertMmaHiddenMultiple = 128;
+inline constexpr int kSharedExpertMmaIntermediateMultiple = 64;
+
+enum class SharedExpertPath : int32_t { kAuto = 0, kDotProducts = 1, kTensorCores = 2 };
 
 struct SharedExpertParams {
   const uint16_t* x = nullptr;    // bf16 [T, H]
@@ -24,8 +41,14 @@ struct SharedExpertParams {
   int32_t num_tokens = 0, hidden = 0, intermediate = 0;
   float clamp = 0.0f;             // +inf when absent
   int32_t accumulate = 0;
+  SharedExpertPath path = SharedExpertPath::kAuto;  // kTensorCores falls back when H, I do not fit
 };
 
+// Whether launch_sm90_shared_expert takes the tensor-core way for these parameters.
+bool shared_expert_uses_tensor_cores(const SharedExpertParams& params);
 cudaError_t launch_sm90_shared_expert(const SharedExpertParams& params, cudaStream_t stream);
+// The tensor-core kernels' shared-memory limit, once per device before their first launch.
+cudaError_t configure_sm90_shared_expert_mma();
+cudaError_t launch_sm90_shared_expert_mma(const SharedExpertParams& params, cudaStream_t stream);
 
 }  // namespace moe_ep::cuda

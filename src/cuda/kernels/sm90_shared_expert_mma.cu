@@ -1,0 +1,188 @@
+// The shared expert's tensor-core way (kernels/sm90_shared_expert.h): C[T, N] = A[T, K] . B[N, K]^T
+// with A, B bf16 and K contiguous, on mma.sync m16n8k16 (fp32 accumulation).
+//
+// Block tile kBM x kBN x kBK = 128 x 128 x 64, kStages cp.async stages in dynamic shared memory.
+// Eight warps as 2 (M) x 4 (N), each warp 64 x 32: 4 m16 tiles x 4 n8 tiles.
+// Shared layout of one operand stage: 128 rows of 64 bf16 (128 bytes = eight 16-byte chunks);
+// chunk c of row r sits at chunk position c ^ (r % 8), so the eight rows one ldmatrix reads (and
+// the chunks one cp.async wave writes) fall in eight distinct bank groups.
+//
+// GEMM 1 (N = 2I): block column tile nb covers intermediate columns [64 nb, 64 nb + 64). Its B
+// tile row b (warp column w = b / 32) is W13 row q * I + 64 nb + 16 w + b % 16 with q = (b % 32)
+// / 16 (0: gate, 1: up), so a thread's n8 tiles 0, 1 are gate columns and tiles 2, 3 the up
+// columns of the same intermediate indices: the SwiGLU needs no exchange between threads.
+#include "cuda/kernels/sm90_shared_expert.h"
+
+#include "cuda/kernels/sm90_shared_expert_math.cuh"
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/ptx/mma.cuh"
+#include "cuda/ptx/smem.cuh"
+
+namespace moe_ep::cuda {
+namespace {
+
+constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = 3, kThreads = 256;
+constexpr int kStageBytes = (kBM + kBN) * kBK * 2;
+constexpr int kSmemBytes = kStages * kStageBytes;
+static_assert(kBK * 2 == 128, "one operand row is eight 16-byte chunks");
+
+__device__ __forceinline__ uint32_t swizzled(uint32_t base, int row, int chunk) {
+  return base + row * 128 + ((chunk ^ (row & 7)) << 4);
+}
+
+struct GateUpRows {  // GEMM 1: B tile row -> W13 row
+  int intermediate;
+  __device__ __forceinline__ int64_t operator()(int nb, int b) const {
+    return static_cast<int64_t>(((b % 32) / 16) * intermediate + nb * 64 + (b / 32) * 16 + b % 16);
+  }
+};
+struct DownRows {  // GEMM 2: B tile row -> W2 row
+  __device__ __forceinline__ int64_t operator()(int nb, int b) const { return static_cast<int64_t>(nb) * kBN + b; }
+};
+
+// One stage: A rows [m0, m0 + 128) (rows >= M zero-filled) and the B rows of block column nb,
+// columns [k0, k0 + 64).
+template <class BRows>
+__device__ __forceinline__ void load_stage(uint32_t stage, const uint16_t* __restrict__ A, const uint16_t* __restrict__ B,
+                                           BRows brows, int m0, int M, int nb, int K, int k0) {
+  const uint32_t a_base = stage, b_base = stage + kBM * 128;
+#pragma unroll
+  for (int i = 0; i < kBM * 8 / kThreads; ++i) {
+    const int q = static_cast<int>(threadIdx.x) + i * kThreads, r = q / 8, c = q % 8;
+    const bool inside = m0 + r < M;
+    const uint16_t* src = A + (inside ? static_cast<int64_t>(m0 + r) * K + k0 + c * 8 : 0);
+    ptx::cp_async_16(swizzled(a_base, r, c), src, inside ? 16u : 0u);
+  }
+#pragma unroll
+  for (int i = 0; i < kBN * 8 / kThreads; ++i) {
+    const int q = static_cast<int>(threadIdx.x) + i * kThreads, r = q / 8, c = q % 8;
+    ptx::cp_async_16(swizzled(b_base, r, c), B + brows(nb, r) * K + k0 + c * 8);
+  }
+}
+
+// The block's 128 x 128 fp32 tile of A . B^T into acc (warp (wm, wn): rows 64 wm + 16 mi + ...,
+// B tile rows 32 wn + 8 nj + ...; mma.cuh's C fragment layout).
+template <class BRows>
+__device__ __forceinline__ void block_tile(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, BRows brows,
+                                           int m0, int M, int nb, int K, float (&acc)[4][4][4]) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t base = ptx::smem_addr(smem);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int wm = warp / 4, wn = warp % 4;
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+    for (int nj = 0; nj < 4; ++nj)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][nj][e] = 0.0f;
+
+  const int k_tiles = K / kBK;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load_stage(base + s * kStageBytes, A, B, brows, m0, M, nb, K, s * kBK);
+    ptx::cp_async_commit();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    ptx::cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage kt landed for every thread; stage kt - 1 is no longer read
+    const int next = kt + kStages - 1;
+    if (next < k_tiles) load_stage(base + (next % kStages) * kStageBytes, A, B, brows, m0, M, nb, K, next * kBK);
+    ptx::cp_async_commit();
+
+    const uint32_t a_base = base + (kt % kStages) * kStageBytes, b_base = a_base + kBM * 128;
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      uint32_t a[4][4], b[4][2];
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi)
+        ptx::ldmatrix_x4(a[mi], swizzled(a_base, wm * 64 + mi * 16 + lane % 16, kk * 2 + lane / 16));
+#pragma unroll
+      for (int pair = 0; pair < 2; ++pair) {
+        uint32_t r[4];
+        ptx::ldmatrix_x4(r, swizzled(b_base, wn * 32 + pair * 16 + (lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
+        b[pair * 2][0] = r[0];
+        b[pair * 2][1] = r[1];
+        b[pair * 2 + 1][0] = r[2];
+        b[pair * 2 + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+        for (int nj = 0; nj < 4; ++nj) ptx::mma_m16n8k16_bf16(acc[mi][nj], a[mi], b[nj][0], b[nj][1], acc[mi][nj]);
+    }
+  }
+  ptx::cp_async_wait<0>();
+}
+
+__device__ __forceinline__ uint32_t pack2(uint16_t lo, uint16_t hi) {
+  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+}
+
+__global__ void __launch_bounds__(kThreads) sm90_shared_gate_up_mma_kernel(const __grid_constant__ SharedExpertParams p) {
+  const int nb = static_cast<int>(blockIdx.x), m0 = static_cast<int>(blockIdx.y) * kBM;
+  float acc[4][4][4];
+  block_tile(p.x, p.w13, GateUpRows{p.intermediate}, m0, p.num_tokens, nb, p.hidden, acc);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int wm = warp / 4, wn = warp % 4;
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int t = m0 + wm * 64 + mi * 16 + lane / 4 + half * 8;
+      if (t >= p.num_tokens) continue;
+#pragma unroll
+      for (int nj = 0; nj < 2; ++nj) {
+        const int i = nb * 64 + wn * 16 + nj * 8 + 2 * (lane % 4);
+        const float* g = acc[mi][nj] + half * 2;
+        const float* u = acc[mi][nj + 2] + half * 2;
+        *reinterpret_cast<uint32_t*>(p.h + static_cast<int64_t>(t) * p.intermediate + i) =
+            pack2(shared_expert::swiglu_h(g[0], u[0], p.clamp), shared_expert::swiglu_h(g[1], u[1], p.clamp));
+      }
+    }
+}
+
+__global__ void __launch_bounds__(kThreads) sm90_shared_down_mma_kernel(const __grid_constant__ SharedExpertParams p) {
+  const int nb = static_cast<int>(blockIdx.x), m0 = static_cast<int>(blockIdx.y) * kBM;
+  float acc[4][4][4];
+  block_tile(p.h, p.w2, DownRows{}, m0, p.num_tokens, nb, p.intermediate, acc);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int wm = warp / 4, wn = warp % 4;
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int t = m0 + wm * 64 + mi * 16 + lane / 4 + half * 8;
+      if (t >= p.num_tokens) continue;
+#pragma unroll
+      for (int nj = 0; nj < 4; ++nj) {
+        const int n = nb * kBN + wn * 32 + nj * 8 + 2 * (lane % 4);
+        uint32_t* out = reinterpret_cast<uint32_t*>(p.y + static_cast<int64_t>(t) * p.hidden + n);
+        const uint32_t old = p.accumulate ? *out : 0u;
+        const float* o = acc[mi][nj] + half * 2;
+        *out = pack2(shared_expert::down_out(o[0], static_cast<uint16_t>(old & 0xFFFFu), p.accumulate),
+                     shared_expert::down_out(o[1], static_cast<uint16_t>(old >> 16), p.accumulate));
+      }
+    }
+}
+
+}  // namespace
+
+cudaError_t configure_sm90_shared_expert_mma() {
+  cudaError_t err = cudaFuncSetAttribute(sm90_shared_gate_up_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         kSmemBytes);
+  if (err != cudaSuccess) return err;
+  return cudaFuncSetAttribute(sm90_shared_down_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+}
+
+cudaError_t launch_sm90_shared_expert_mma(const SharedExpertParams& p, cudaStream_t stream) {
+  if (p.num_tokens == 0) return cudaSuccess;
+  const unsigned m_tiles = static_cast<unsigned>((p.num_tokens + kBM - 1) / kBM);
+  sm90_shared_gate_up_mma_kernel<<<dim3(static_cast<unsigned>(p.intermediate / 64), m_tiles), kThreads, kSmemBytes,
+                                   stream>>>(p);
+  sm90_shared_down_mma_kernel<<<dim3(static_cast<unsigned>(p.hidden / kBN), m_tiles), kThreads, kSmemBytes, stream>>>(
+      p);
+  return cudaGetLastError();
+}
+
+}  // namespace moe_ep::cuda
