@@ -9,6 +9,11 @@
 //   log1p(u)  : w = 1 + u (rounded) with its exact rounding error c = u - (w - 1); w = 2^e * m,
 //               m in [sqrt(1/2), sqrt(2)); log(m) = log1p(f), f = m - 1, by the fdlibm logf
 //               kernel (s = f / (2 + f), |error| < 2^-34); log1p(u) = e*ln2 + log1p(f) + c / w.
+//   divisions : q = a / d for d in [1, 2.5] without a division instruction (the device's IEEE
+//               division is a branch around a slow path, which keeps the compiler from
+//               interleaving evaluations): r0 = 1.25843 - 0.35955 d (|1 - d r0| <= 0.102),
+//               three Newton steps r += r (1 - d r) (error 1e-8), q = a r, then one residual
+//               correction q += r (a - d q). Within an ulp of a / d.
 // Accurate to a few ulp (tests/core/test_router.cpp compares with float64).
 //
 // Invariant: no expression may be contracted into an fma behind our back. Device code uses the
@@ -77,6 +82,16 @@ MOE_EP_HD float exp_neg(float a) {
   return mul(p, from_bits(static_cast<uint32_t>(e + 127) << 23));
 }
 
+// a / d for d in [1, 2.5] (see above).
+MOE_EP_HD float div_by_1_to_2p5(float a, float d) {
+  float r = fma(d, -0.359550562f, 1.25842697f);
+  r = fma(r, fma(-d, r, 1.0f), r);
+  r = fma(r, fma(-d, r, 1.0f), r);
+  r = fma(r, fma(-d, r, 1.0f), r);
+  const float q = mul(a, r);
+  return fma(fma(-d, q, a), r, q);
+}
+
 // log1p(u) for u in [0, 1].
 MOE_EP_HD float log1p_unit(float u) {
   const float w = add(1.0f, u);
@@ -88,7 +103,7 @@ MOE_EP_HD float log1p_unit(float u) {
     e = 1.0f;
   }
   const float f = sub(m, 1.0f);  // exact (Sterbenz)
-  const float s = div(f, add(2.0f, f));
+  const float s = div_by_1_to_2p5(f, add(2.0f, f));  // 2 + f in [1.70, 2.42)
   const float z = mul(s, s);
   const float z2 = mul(z, z);
   const float t1 = mul(z2, fma(z2, 0.24279078841f, 0.40000972152f));
@@ -96,7 +111,7 @@ MOE_EP_HD float log1p_unit(float u) {
   const float R = add(t2, t1);
   const float hfsq = mul(mul(0.5f, f), f);
   const float log_m = sub(f, sub(hfsq, mul(s, add(hfsq, R))));
-  const float corr = div(c, w);
+  const float corr = div_by_1_to_2p5(c, w);  // w in [1, 2]
   // e*ln2 with ln2 split so that e*hi is exact.
   return fma(e, 0.693145751953125f, add(log_m, fma(e, 1.42860676533018704e-06f, corr)));
 }

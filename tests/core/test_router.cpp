@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
+#include "core/router_math.h"
 #include "moe_ep/error.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/router.h"
@@ -17,6 +19,29 @@ namespace {
 using testsupport::HostTensor;
 
 double sqrt_softplus64(double v) { return std::sqrt(std::log1p(std::exp(v))); }
+
+// The fp32 score against float64 over [-85, 100] (below -85 exp(-|v|) leaves the normal range and
+// the score is documented as 0): a sweep, random values and small values near 0.
+TEST(RouterMath, SqrtSoftplusIsWithinAnUlpOfFloat64) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> wide(-85.0f, 100.0f), narrow(-4.0f, 4.0f);
+  int64_t worst = 0;
+  float worst_at = 0.0f;
+  for (int i = 0; i < 600000; ++i) {
+    const float v = i < 200000 ? -85.0f + 185.0f * static_cast<float>(i) / 200000.0f : i % 2 ? wide(rng) : narrow(rng);
+    const float s = router_math::sqrt_softplus(v);
+    const float ref = static_cast<float>(sqrt_softplus64(v));
+    int32_t a, b;
+    std::memcpy(&a, &s, sizeof a);
+    std::memcpy(&b, &ref, sizeof b);
+    if (std::abs(int64_t{a} - b) > worst) {
+      worst = std::abs(int64_t{a} - b);
+      worst_at = v;
+    }
+  }
+  EXPECT_LE(worst, 1) << "at v = " << worst_at;
+  EXPECT_EQ(router_math::sqrt_softplus(-90.0f), 0.0f);
+}
 
 struct Routed {
   HostTensor<int64_t> ids;

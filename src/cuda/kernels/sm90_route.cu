@@ -9,6 +9,9 @@ namespace moe_ep::cuda {
 namespace {
 
 constexpr int kWarps = 8;
+constexpr int kUnroll = 8;
+constexpr int kNoCandidate = 0x7fffffff;
+static_assert(kRouteMaxLogical <= 32 * 32, "one taken bit per element of a lane");
 
 __device__ __forceinline__ float load_logit(const RouteParams& p, int64_t i) {
   if (p.logits_bf16) {
@@ -27,7 +30,16 @@ __device__ __forceinline__ bool better(float v, int id, float best_v, int best_i
   return v > best_v || (v == best_v && id < best_id);
 }
 
-// Shared memory per warp: s[L], then sel[L] (s + bias, -inf once chosen).
+// Monotone map of a non-NaN float onto uint32 (-0 and +0 map alike); 0 is below every value and
+// marks a lane without a candidate.
+__device__ __forceinline__ uint32_t order_key(float v, int id) {
+  if (id == kNoCandidate) return 0u;
+  const uint32_t b = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// Shared memory per warp: s[L], then sel[L] = s + bias. Lane l owns the elements l + 32 j
+// (j < ceil(L / 32)); taken bit j marks element j chosen.
 __global__ void __launch_bounds__(kWarps * 32) sm90_route_kernel(const __grid_constant__ RouteParams p) {
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -41,12 +53,42 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_route_kernel(const __grid_co
   if (p.logits) {
     float* s = smem + static_cast<size_t>(warp) * 2 * L;
     float* sel = s + L;
-    for (int e = lane; e < L; e += 32) {
-      const float v = load_logit(p, static_cast<int64_t>(t) * L + e);
-      if (!isfinite(v)) errors |= kErrorRouterInput;
-      const float se = router_math::sqrt_softplus(v);
-      s[e] = se;
-      sel[e] = p.bias ? __fadd_rn(se, p.bias[e]) : se;
+    // The lane's best and second-best not-yet-chosen elements.
+    float best_v = -INFINITY, second_v = -INFINITY;
+    int best_id = kNoCandidate, second_id = kNoCandidate;
+    auto offer = [&](float v, int e) {
+      if (better(v, e, best_v, best_id)) {
+        second_v = best_v;
+        second_id = best_id;
+        best_v = v;
+        best_id = e;
+      } else if (better(v, e, second_v, second_id)) {
+        second_v = v;
+        second_id = e;
+      }
+    };
+    // kUnroll independent evaluations per lane in flight (the chains are long: two divisions and
+    // a square root each).
+    for (int e0 = 0; e0 < L; e0 += 32 * kUnroll) {
+      float v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int e = e0 + 32 * u + lane;
+        v[u] = e < L ? load_logit(p, static_cast<int64_t>(t) * L + e) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int e = e0 + 32 * u + lane;
+        if (!isfinite(v[u])) errors |= kErrorRouterInput;
+        const float se = router_math::sqrt_softplus(v[u]);
+        const float b = p.bias && e < L ? p.bias[e] : 0.0f;
+        const float sb = p.bias ? __fadd_rn(se, b) : se;
+        if (e < L) {
+          s[e] = se;
+          sel[e] = sb;
+          offer(sb, e);
+        }
+      }
     }
     __syncwarp();
     if (p.token_ids) {
@@ -61,31 +103,31 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_route_kernel(const __grid_co
           my_id = id;
       }
     } else {
+      // Round k: the warp's best (value, id) is the largest key, then the lowest id among the
+      // lanes holding it (an id belongs to one lane); its owner takes it, promotes its second
+      // best, and rescans its elements only when it has none.
+      uint32_t taken = 0;
       for (int k = 0; k < K; ++k) {
-        float best_v = -INFINITY;
-        int best_id = 0x7fffffff;
-        for (int e = lane; e < L; e += 32)
-          if (better(sel[e], e, best_v, best_id)) {
-            best_v = sel[e];
-            best_id = e;
-          }
-#pragma unroll
-        for (int off = 16; off > 0; off /= 2) {
-          const float ov = __shfl_xor_sync(0xffffffffu, best_v, off);
-          const int oid = __shfl_xor_sync(0xffffffffu, best_id, off);
-          if (better(ov, oid, best_v, best_id)) {
-            best_v = ov;
-            best_id = oid;
-          }
+        const uint32_t key = order_key(best_v, best_id);
+        const uint32_t top = __reduce_max_sync(0xffffffffu, key);
+        const uint32_t cand = key == top ? static_cast<uint32_t>(best_id) : 0xffffffffu;
+        const uint32_t win = __reduce_min_sync(0xffffffffu, cand);
+        if (lane == k && win < static_cast<uint32_t>(L)) my_id = win;
+        if (cand == win && win < static_cast<uint32_t>(L)) {
+          taken |= 1u << (win / 32);
+          const bool rescan = second_id == kNoCandidate;
+          best_v = second_v;
+          best_id = second_id;
+          second_v = -INFINITY;
+          second_id = kNoCandidate;
+          if (rescan)
+            for (int j = 0, e = lane; e < L; ++j, e += 32)
+              if (!((taken >> j) & 1u)) offer(sel[e], e);
         }
-        if (lane == k) my_id = best_id;
-        __syncwarp();
-        if (lane == 0) sel[best_id] = -INFINITY;
-        __syncwarp();
       }
     }
-    // sum in slot order, as the CPU router does; skipped (invalid) slots add nothing.
-    const float my_s = my_id >= 0 ? s[my_id] : 0.0f;
+  // sum in slot order, as the CPU router does; skipped (invalid) slots add nothing.
+    const float my_s = my_id >= 0 ? s[my_id] : 0.0f;  // my_id < L here
     float sum = 0.0f;
     for (int k = 0; k < K; ++k) {
       const float v = __shfl_sync(0xffffffffu, my_s, k);

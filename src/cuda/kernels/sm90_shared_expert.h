@@ -8,6 +8,8 @@
 // Each dot product runs in the CPU's order: 16 lanes hold the 16 interleaved partial sums
 // (term i into partial i % 16, in increasing i), folded pairwise by shuffles (p[j] += p[j+8],
 // +4, +2, +1); bf16 x bf16 products are exact in fp32, so the sums are the CPU's bit for bit.
+// The weights stream in contiguous 256-byte segments per half-warp (16-byte loads, 8 segments in
+// flight per lane) through the warp's shared memory, where each lane picks its partial's terms.
 // SiLU uses expf (2 ulp), where the CPU uses std::exp: h may differ in a last bf16 bit.
 // Every kTok tokens of a block share the weight loads. At large T each weight is re-read T/4
 // times, so prefill takes the tensor-core way.
