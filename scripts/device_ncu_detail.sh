@@ -7,9 +7,9 @@ export LD_LIBRARY_PATH=$PWD/.device-bin:${LD_LIBRARY_PATH:-}
 T=$1 RE=$2 N=$3
 timeout 150 ncu --clock-control none --kernel-name regex:"$RE" --launch-count "$N" \
   --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
-  --section MemoryWorkloadAnalysis --section LaunchStats \
+  --section MemoryWorkloadAnalysis --section LaunchStats --section InstructionStats \
   .device-bin/moe_ep run --device cuda --preset deepseek-v4-flash -T "$T" --no-check --eager --iters 1 --warmup 0 \
   > "$OUT/ncu_detail_T$T.txt" 2>&1
 echo "ncu T=$T rc=$?"
-grep -E "sm90_|Duration|DRAM Throughput|Memory Throughput|L2 Hit|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Warp Per Scheduler|No Eligible|Active Warps Per Scheduler|Eligible Warps|Stall|stall|Block Limit|Grid Size|Dynamic Shared" \
+grep -E "sm90_|Executed Instructions|Executed Ipc A|Duration|DRAM Throughput|Memory Throughput|L2 Hit|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Warp Per Scheduler|No Eligible|Active Warps Per Scheduler|Eligible Warps|Stall|stall|Block Limit|Grid Size|Dynamic Shared" \
   "$OUT/ncu_detail_T$T.txt" | sed 's/  */ /g' | head -70

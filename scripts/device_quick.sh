@@ -5,7 +5,8 @@
 #   MOE_EP_QUICK_STEPS="tests bench peers ncu ep ab" (default: tests bench peers)
 #   MOE_EP_QUICK_BENCH: override the bench step with one line of bench calls (see bench()).
 #   ab: the CLI in .device-base (an earlier commit, same libraries) against this one, alternating
-#       base / new twice per preset, flash at T = 1, 128, 2048, 8192 and tiny at T = 1.
+#       base / new twice per preset, flash at T = MOE_EP_QUICK_AB_TOKENS (default 1,128,2048,8192)
+#       and tiny at T = 1 (MOE_EP_QUICK_AB_TINY=0 leaves it out).
 set -u
 export LD_LIBRARY_PATH=$PWD/.device-bin:$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')/lib:${LD_LIBRARY_PATH:-}
 B=.device-bin; T=$B/moe_ep_cuda_tests
@@ -75,8 +76,9 @@ if [[ " $STEPS " == *" ab "* ]]; then  # base vs new, alternating, same call
   for round in 1 2; do
     for side in base new; do
       bin=$B/moe_ep; [ $side = base ] && bin=.device-base/moe_ep
-      timeout 150 $bin bench --device cuda $F --tokens 1,128,2048,8192 --csv $OUT/ab_${side}_$round.csv > $OUT/ab_${side}_$round.log 2>&1
+      timeout 150 $bin bench --device cuda $F --tokens ${MOE_EP_QUICK_AB_TOKENS:-1,128,2048,8192} --csv $OUT/ab_${side}_$round.csv > $OUT/ab_${side}_$round.log 2>&1
       echo "ab $side round $round rc=$?"; grep -E "^ +[0-9]+ " $OUT/ab_${side}_$round.log
+      [ "${MOE_EP_QUICK_AB_TINY:-1}" = 0 ] && continue
       timeout 40 $bin bench --device cuda --preset tiny --tokens 1 > $OUT/ab_tiny_${side}_$round.log 2>&1
       echo "ab tiny $side round $round rc=$?"; grep -E "^ +[0-9]+ " $OUT/ab_tiny_${side}_$round.log
     done

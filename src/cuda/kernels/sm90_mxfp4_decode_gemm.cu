@@ -75,15 +75,16 @@ struct DecodeStoreBf16 {
 };
 
 // Two blocks of 8 warps per SM (<= 128 registers; GEMM 1's 16 x H bytes of A fit twice). The
-// epilogue gets the shared memory after the decode tables.
+// epilogue gets the shared memory after the activation scales.
 template <bool kFolded, class Epilogue, class Params>
-__global__ void __launch_bounds__(kDecodeThreads, 2) sm90_mxfp4_decode_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(kDecodeThreads, 3) sm90_mxfp4_decode_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ DecodeTables tables;
   DecodeTile t;
   if (!decode_tile(p.schedule, p.op.n, t)) return;
   DecodeAccumulators acc;
-  Mxfp4DecodeMainloop<kFolded>::run(p.op, t, smem, acc);
-  Epilogue::apply(p.epilogue, p.op, t, acc, smem + decode_tables_offset(p.op.k) + 128);
+  Mxfp4DecodeMainloop<kFolded>::run(p.op, t, smem, tables, acc);
+  Epilogue::apply(p.epilogue, p.op, t, acc, smem + decode_epilogue_offset(p.op.k));
 }
 
 template <class Epilogue, class Params>

@@ -10,14 +10,24 @@
 //
 // Block: kDecodeThreads (8 warps) = kDecodeBlockN weight rows (16 per warp) x one m tile of
 // kDecodeBlockM rows (routing block_m); block b = m_tile * (N / kDecodeBlockN) + n chunk.
-// Weights stream from global memory kPrefetch k steps ahead of the MMAs (read once, L1 bypassed).
+// Weights stream from global memory kPrefetch k steps ahead of the MMAs (read once, L1 bypassed);
+// the tile's A rows stream through a ring of kARing chunks of kAChunkSteps k steps, kAAhead
+// chunks ahead (cp.async), so shared memory does not grow with K and three blocks fit per SM.
+//
+// Instruction budget of the inner loop (SM90 has no FP8 mma.sync: each m16n8k32 e4m3 is two
+// f16 HMMAs on unpacked operands, mma_m16n8k32_e4m3_via_f16): the activation scales are fp32
+// in shared memory (one 8-byte load per k32 block and n8 half, no E8M0 conversion in the
+// loop), the folded tables sit at a fixed shared address indexed by shift * 8 (one byte permute
+// per word), and every shared address of a k step is a per-lane base plus a constant.
 //
 // Shared memory (decode_shared_bytes(K)):
-//   A   16 rows x K bytes e4m3; 16-byte chunk c of row r at r*K + (c & ~7)*16 + ((c ^ r) & 7)*16
-//       (XOR inside each 128-byte k step, so the ldmatrix rows of 8 tokens hit 8 bank groups)
-//   SA  16 rows x K/32 E8M0 bytes
-//   tables (folded): 15 x 8 B, then the epilogue's 8 warps x 16 floats (before the main loop:
-//   the tile's 16 source rows)
+//   A    kARing chunks x 16 rows x kAChunkSteps * 128 bytes e4m3; in a chunk, 16-byte column c
+//        of row r at r * kAChunkRowBytes + (c & ~7) * 16 + ((c ^ r) & 7) * 16 (XOR inside each
+//        128-byte k step, so the ldmatrix rows of 8 tokens hit 8 bank groups)
+//   SAF  K/32 k32 blocks x 16 rows fp32: 2^sa of row r, block kb at (kb * 16 + r) * 4
+//        (rows past the tile: 0; rows 8..15 only written for tiles of more than 8 rows)
+//   then the epilogue's 8 warps x 16 floats (before the main loop: the tile's 16 source rows)
+// Static: the 15 folded decode tables, 8 bytes each (DecodeTables).
 #pragma once
 
 #include <cstdint>
@@ -36,8 +46,19 @@ namespace moe_ep::cuda {
 inline constexpr int kDecodeWarps = kDecodeThreads / 32;
 static_assert(kDecodeBlockN == 16 * kDecodeWarps && kDecodeBlockM == 16, "16 weight rows per warp, two n8 halves");
 
-constexpr int decode_tables_offset(int k) { return kDecodeBlockM * k + kDecodeBlockM * (k / 32); }
-constexpr int decode_shared_bytes(int k) { return decode_tables_offset(k) + 128 + kDecodeWarps * 16 * 4; }
+inline constexpr int kAChunkSteps = 4;                                // k steps per A chunk
+inline constexpr int kAChunkRowBytes = kAChunkSteps * kGemmBlockK;    // 512
+inline constexpr int kAChunkBytes = kDecodeBlockM * kAChunkRowBytes;  // 8 KB
+inline constexpr int kARing = 3, kAAhead = kARing - 1;
+
+constexpr int decode_saf_offset(int) { return kARing * kAChunkBytes; }
+constexpr int decode_epilogue_offset(int k) { return decode_saf_offset(k) + (k / 32) * kDecodeBlockM * 4; }
+constexpr int decode_shared_bytes(int k) { return decode_epilogue_offset(k) + kDecodeWarps * 16 * 4; }
+
+// The folded decode tables: entry d = the e4m3 magnitude bytes of codes 0..7 for shift d.
+struct DecodeTables {
+  uint2 entry[16];
+};
 
 struct DecodeTile {
   int expert, row_begin, num_rows, n_chunk;
@@ -47,39 +68,72 @@ struct DecodeTile {
 // features 16w + g (c = 0, 1) and 16w + 8 + g (c = 2, 3)).
 using DecodeAccumulators = float[2][4];
 
+// The copies of the tile's A rows into the ring: thread i copies 16-byte column i % 32 of rows
+// i / 32 and i / 32 + 8 (the second only for tiles of more than 8 rows) of every chunk. The
+// rows' sources are re-read from shared memory (source[16], -1 past the tile) at each chunk, so
+// nothing of the copies stays in registers through the main loop.
+__device__ __forceinline__ void decode_copy_a_chunk(const GroupedGemmOperands& op, const int32_t* source,
+                                                    uint32_t a_base, int chunk, int k_steps, bool two_rows) {
+  const int col = threadIdx.x % 32, first = chunk * kAChunkSteps;
+  if (first + col / 8 >= k_steps) return;  // past K (last, partial chunk)
+  const uint32_t slot = a_base + (chunk % kARing) * kAChunkBytes;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    if (j == 1 && !two_rows) break;
+    const int r = threadIdx.x / 32 + 8 * j, src = source[r];
+    const uint32_t dst = slot + r * kAChunkRowBytes + (col & ~7) * 16 + ((col ^ r) & 7) * 16;
+    if (src >= 0)
+      ptx::cp_async_16(dst, op.a + static_cast<int64_t>(src) * op.a_row_bytes + first * kGemmBlockK + col * 16);
+    else
+      ptx::cp_async_16(dst, op.a, 0);  // zero-fill
+  }
+}
+
 template <bool kFolded>
 struct Mxfp4DecodeMainloop {
-  static constexpr int kPrefetch = 4;  // k steps of weights in registers ahead of the MMAs
+  static constexpr int kPrefetch = 2;  // k steps of weights in registers ahead of the MMAs
+  static_assert(kAChunkSteps % kPrefetch == 0, "a chunk holds whole rounds of the weight ring");
 
+  // Source rows, the first kAAhead chunks of A, and the scales as fp32 (plain loads, converted
+  // once).
   static __device__ __forceinline__ void load_a(const GroupedGemmOperands& op, const DecodeTile& t,
-                                                uint8_t* smem) {
-    const int k = op.k, chunks_per_row = k / 16, rows = t.num_rows > 8 ? 16 : 8;
-    // The tile's source rows once, in the epilogue's (not yet used) shared memory: one global
-    // round trip instead of one per copy loop iteration.
-    int32_t* source = reinterpret_cast<int32_t*>(smem + decode_tables_offset(k) + 128);
+                                                         uint8_t* smem) {
+    const int k = op.k;
+    const bool two_rows = t.num_rows > 8;
+    // The tile's source rows once, in the epilogue's (not yet used) shared memory.
+    int32_t* source = reinterpret_cast<int32_t*>(smem + decode_epilogue_offset(k));
     if (threadIdx.x < kDecodeBlockM)
-      source[threadIdx.x] = static_cast<int>(threadIdx.x) < t.num_rows ? a_source_row(op, t.row_begin + threadIdx.x) : 0;
+      source[threadIdx.x] = static_cast<int>(threadIdx.x) < t.num_rows ? a_source_row(op, t.row_begin + threadIdx.x) : -1;
     __syncthreads();
     const uint32_t a_base = ptx::smem_addr(smem);
-    for (int i = threadIdx.x; i < rows * chunks_per_row; i += kDecodeThreads) {
-      const int r = i / chunks_per_row, c = i % chunks_per_row;
-      const bool valid = r < t.num_rows;
-      const uint8_t* src = valid ? op.a + static_cast<int64_t>(source[r]) * op.a_row_bytes + c * 16 : op.a;
-      ptx::cp_async_16(a_base + r * k + (c & ~7) * 16 + ((c ^ r) & 7) * 16, src, valid ? 16 : 0);
+    const int k_steps = k / kGemmBlockK;
+#pragma unroll
+    for (int c = 0; c < kAAhead; ++c) {
+      decode_copy_a_chunk(op, source, a_base, c, k_steps, two_rows);
+      ptx::cp_async_commit();
     }
-    const uint32_t sa_base = a_base + kDecodeBlockM * k;
-    const int words_per_row = k / 128;
-    for (int i = threadIdx.x; i < rows * words_per_row; i += kDecodeThreads) {
-      const int r = i / words_per_row, c = i % words_per_row;
-      const bool valid = r < t.num_rows;
-      const uint8_t* src = valid ? op.a_scale + static_cast<int64_t>(source[r]) * op.a_scale_row_bytes + c * 4 : op.a_scale;
-      ptx::cp_async_4(sa_base + r * (k / 32) + c * 4, src, valid ? 4 : 0);
+    // Scales: thread kb converts k32 block kb of every row (8 independent loads in flight per
+    // group of 8 rows) and stores them as 16-byte vectors.
+    float* saf = reinterpret_cast<float*>(smem + decode_saf_offset(k));
+    for (int kb = threadIdx.x; kb < k / 32; kb += kDecodeThreads) {
+#pragma unroll
+      for (int r0 = 0; r0 < kDecodeBlockM; r0 += 8) {
+        if (r0 > 0 && !two_rows) break;
+        float v[8];
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int src = source[r0 + r];
+          v[r] = src >= 0 ? e8m0_to_float_device(op.a_scale[static_cast<int64_t>(src) * op.a_scale_row_bytes + kb]) : 0.0f;
+        }
+        float4* dst = reinterpret_cast<float4*>(saf + kb * kDecodeBlockM + r0);
+        dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+        dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+      }
     }
-    ptx::cp_async_commit();
   }
 
   static __device__ __forceinline__ void run(const GroupedGemmOperands& op, const DecodeTile& t, uint8_t* smem,
-                                             DecodeAccumulators& acc) {
+                                             DecodeTables& tables, DecodeAccumulators& acc) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const int k = op.k, k_steps = k / kGemmBlockK;
     const bool two_halves = t.num_rows > 8;  // block-uniform
@@ -88,107 +142,124 @@ struct Mxfp4DecodeMainloop {
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[h][c] = 0.0f;
 
-    // This warp's two micro-tiles and the scale / shift words of its rows g and g + 8.
+    // This warp's two micro-tiles and the scale / shift words of its rows g and g + 8, at k
+    // step 0; consecutive k steps of a micro-tile are kWeightMicroTileBytes apart.
     const int64_t n8 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_chunk * (kDecodeBlockN / 8) + 2 * warp;
     const uint8_t* w_ptr[2];
-    const uint8_t* s_ptr[2];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      w_ptr[j] = op.w + (n8 + j) * k_steps * kWeightMicroTileBytes + lane * 16;
-      const int64_t n = static_cast<int64_t>(t.n_chunk) * kDecodeBlockN + 16 * warp + 8 * j + g;
-      s_ptr[j] = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + n) * 4;
-    }
+    for (int j = 0; j < 2; ++j) w_ptr[j] = op.w + (n8 + j) * k_steps * kWeightMicroTileBytes + lane * 16;
+    // Shift words of rows g (s_ptr) and g + 8 (s_ptr + 32 bytes).
+    const uint8_t* s_ptr = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n +
+                                         static_cast<int64_t>(t.n_chunk) * kDecodeBlockN + 16 * warp + g) * 4;
     const int64_t s_step = static_cast<int64_t>(op.n) * 4;
+    // Ring of kPrefetch k steps in registers: slot s holds k step ks with ks % kPrefetch = s.
+    // The next k step of a slot is loaded right after the slot is consumed (no register copies).
     uint4 wbuf[kPrefetch][2];
     uint32_t sbuf[kPrefetch][2];
-    auto fetch = [&](int slot, int ks) {
-      if (ks < k_steps) {
+    auto fetch = [&](int slot) {  // the k step at w_ptr + slot micro-tiles, s_ptr
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          wbuf[slot][j] = ptx::ld_stream_v4(w_ptr[j] + static_cast<int64_t>(ks) * kWeightMicroTileBytes);
-          sbuf[slot][j] = ptx::ld_stream_u32(s_ptr[j] + ks * s_step);
-        }
+      for (int j = 0; j < 2; ++j) {
+        wbuf[slot][j] = ptx::ld_stream_v4(w_ptr[j] + slot * kWeightMicroTileBytes);
+        sbuf[slot][j] = ptx::ld_stream_u32(s_ptr + 32 * j);
       }
+      s_ptr += s_step;
     };
 #pragma unroll
-    for (int s = 0; s < kPrefetch; ++s) fetch(s, s);
-
-    uint32_t* tables = reinterpret_cast<uint32_t*>(smem + decode_tables_offset(k));
-    if constexpr (kFolded) fill_folded_tables(tables);
-    load_a(op, t, smem);
-    ptx::cp_async_wait<0>();
-    __syncthreads();
-
-    const uint32_t a_base = ptx::smem_addr(smem);
-    const uint8_t* sa_smem = smem + kDecodeBlockM * k;
-    for (int ks0 = 0; ks0 < k_steps; ks0 += kPrefetch) {
+    for (int s = 0; s < kPrefetch; ++s)
+      if (s < k_steps) fetch(s);
 #pragma unroll
-      for (int s = 0; s < kPrefetch; ++s) {
-        const int ks = ks0 + s;
+    for (int j = 0; j < 2; ++j) w_ptr[j] += kPrefetch * kWeightMicroTileBytes;
+
+    if constexpr (kFolded)
+      if (threadIdx.x < 16)
+        tables.entry[threadIdx.x] = threadIdx.x < kFoldedShifts
+                                        ? make_uint2(folded_table_word(threadIdx.x, 0), folded_table_word(threadIdx.x, 4))
+                                        : make_uint2(0u, 0u);
+    load_a(op, t, smem);
+    const int32_t* source = reinterpret_cast<const int32_t*>(smem + decode_epilogue_offset(k));
+
+    // Per-lane shared addresses in chunk slot 0, k step 0: ldmatrix rows of n8 half 0 for k32
+    // pair p (half 1: rows + 8, the same swizzle, 8 * kAChunkRowBytes further) and the fp32
+    // scales of tokens 2t, 2t + 1.
+    const uint32_t a_base = ptx::smem_addr(smem);
+    uint32_t a_lane[2];
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+      a_lane[p] = a_base + (lane & 7) * kAChunkRowBytes + ((((4 * p + (lane >> 3)) ^ lane) & 7) << 4);
+    const float* saf = reinterpret_cast<const float*>(smem + decode_saf_offset(k)) + 2 * tq;
+    const int a_chunks = (k_steps + kAChunkSteps - 1) / kAChunkSteps;
+    for (int c = 0; c < a_chunks; ++c) {
+      // Chunk c has landed (this thread's copies, then everyone's), and every warp is done with
+      // chunk c - 1, whose slot the copy of chunk c + kAAhead reuses. The scales and the tables
+      // are ordered by the first of these barriers.
+      ptx::cp_async_wait<kAAhead - 1>();
+      __syncthreads();
+      if (c + kAAhead < a_chunks) decode_copy_a_chunk(op, source, a_base, c + kAAhead, k_steps, two_halves);
+      ptx::cp_async_commit();
+      const int slot_off = (c % kARing) * kAChunkBytes;
+#pragma unroll
+      for (int s = 0; s < kAChunkSteps; ++s) {
+        const int ks = c * kAChunkSteps + s;
         if (ks >= k_steps) break;
-        const uint4 w0 = wbuf[s][0], w1 = wbuf[s][1];
-        const uint32_t sw0 = sbuf[s][0], sw1 = sbuf[s][1];
-        fetch(s, ks + kPrefetch);
-        step(a_base, sa_smem, tables, k, ks, two_halves, lane, tq, w0, w1, sw0, sw1, acc);
+        step(a_lane, slot_off + s * kGemmBlockK, saf + ks * 4 * kDecodeBlockM, tables, two_halves,
+             wbuf[s % kPrefetch][0], wbuf[s % kPrefetch][1], sbuf[s % kPrefetch][0], sbuf[s % kPrefetch][1], acc);
+        if (ks + kPrefetch < k_steps) fetch(s % kPrefetch);
+        if (s % kPrefetch == kPrefetch - 1)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) w_ptr[j] += kPrefetch * kWeightMicroTileBytes;
       }
     }
   }
 
-  // One 128-wide k step: 4 k32 blocks x (1 or 2) n8 halves.
-  static __device__ __forceinline__ void step(uint32_t a_base, const uint8_t* sa_smem, const uint32_t* tables,
-                                              int k, int ks, bool two_halves, int lane, int tq, const uint4& w0,
+  // One 128-wide k step: 4 k32 blocks x (1 or 2) n8 halves. a_off: the step's byte offset in
+  // every A row; saf: the step's first k32 block's scales for this lane's tokens.
+  static __device__ __forceinline__ void step(const uint32_t (&a_lane)[2], int a_off, const float* saf,
+                                              const DecodeTables& tables, bool two_halves, const uint4& w0,
                                               const uint4& w1, uint32_t sw0, uint32_t sw1,
                                               DecodeAccumulators& acc) {
-    uint32_t b[2][2][4];   // [half][k32 pair] ldmatrix x4: b0/b1 of k blocks 2p and 2p + 1
-    uint32_t sa_word[2][2];  // [half][token 2t + c]: E8M0 of the 4 k blocks
+    uint32_t b[2][2][4];  // [half][k32 pair] ldmatrix x4: b0/b1 of k blocks 2p and 2p + 1
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (h == 1 && !two_halves) break;
-      const int r = 8 * h + (lane & 7);
 #pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        const int c = 8 * ks + 4 * p + (lane >> 3);
-        ptx::ldmatrix_x4(b[h][p], a_base + r * k + (c & ~7) * 16 + ((c ^ r) & 7) * 16);
-      }
-#pragma unroll
-      for (int c = 0; c < 2; ++c)
-        sa_word[h][c] = *reinterpret_cast<const uint32_t*>(sa_smem + (8 * h + 2 * tq + c) * (k / 32) + ks * 4);
+      for (int p = 0; p < 2; ++p) ptx::ldmatrix_x4(b[h][p], a_lane[p] + 8 * h * kAChunkRowBytes + a_off);
     }
+    // Folded: byte kb of sw * 8 is the byte offset of the shift's table (shifts are <= 14).
+    const uint32_t sw0x8 = sw0 << 3, sw1x8 = sw1 << 3;
+    const char* table_bytes = reinterpret_cast<const char*>(tables.entry);
 #pragma unroll
     for (int kb = 0; kb < 4; ++kb) {
       const uint32_t word0 = kb == 0 ? w0.x : kb == 1 ? w0.y : kb == 2 ? w0.z : w0.w;
       const uint32_t word1 = kb == 0 ? w1.x : kb == 1 ? w1.y : kb == 2 ? w1.z : w1.w;
       uint32_t a[4];  // a0 = row g lo, a1 = row g + 8 lo, a2 = row g hi, a3 = row g + 8 hi
+      float s_w0 = 1.0f, s_w1 = 1.0f;
       if constexpr (kFolded) {
-        folded_decode(tables, word0, (sw0 >> (8 * kb)) & 0xFF, a[0], a[2]);
-        folded_decode(tables, word1, (sw1 >> (8 * kb)) & 0xFF, a[1], a[3]);
+        const uint2 t0 = *reinterpret_cast<const uint2*>(table_bytes + __byte_perm(sw0x8, 0, 0x4440 + kb));
+        const uint2 t1 = *reinterpret_cast<const uint2*>(table_bytes + __byte_perm(sw1x8, 0, 0x4440 + kb));
+        decode_fp4_word_with(word0, t0.x, t0.y, a[0], a[2]);
+        decode_fp4_word_with(word1, t1.x, t1.y, a[1], a[3]);
       } else {
         decode_fp4_word(word0, a[0], a[2]);
         decode_fp4_word(word1, a[1], a[3]);
-      }
-      float s_w0 = 1.0f, s_w1 = 1.0f;
-      if constexpr (!kFolded) {
-        s_w0 = e8m0_to_float_device((sw0 >> (8 * kb)) & 0xFF);
-        s_w1 = e8m0_to_float_device((sw1 >> (8 * kb)) & 0xFF);
+        s_w0 = e8m0_to_float_device(__byte_perm(sw0, 0, 0x4440 + kb));
+        s_w1 = e8m0_to_float_device(__byte_perm(sw1, 0, 0x4440 + kb));
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (h == 1 && !two_halves) break;
-        const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         float part[4];
-        ptx::mma_m16n8k32_e4m3(part, a, b[h][kb / 2][2 * (kb % 2)], b[h][kb / 2][2 * (kb % 2) + 1], zero);
-        const float sa0 = e8m0_to_float_device((sa_word[h][0] >> (8 * kb)) & 0xFF);
-        const float sa1 = e8m0_to_float_device((sa_word[h][1] >> (8 * kb)) & 0xFF);
+        ptx::mma_m16n8k32_e4m3_via_f16(part, a, b[h][kb / 2][2 * (kb % 2)], b[h][kb / 2][2 * (kb % 2) + 1]);
+        const float2 sa = *reinterpret_cast<const float2*>(saf + kb * kDecodeBlockM + 8 * h);
         if constexpr (kFolded) {
-          acc[h][0] = fmaf(part[0], sa0, acc[h][0]);
-          acc[h][1] = fmaf(part[1], sa1, acc[h][1]);
-          acc[h][2] = fmaf(part[2], sa0, acc[h][2]);
-          acc[h][3] = fmaf(part[3], sa1, acc[h][3]);
+          acc[h][0] = fmaf(part[0], sa.x, acc[h][0]);
+          acc[h][1] = fmaf(part[1], sa.y, acc[h][1]);
+          acc[h][2] = fmaf(part[2], sa.x, acc[h][2]);
+          acc[h][3] = fmaf(part[3], sa.y, acc[h][3]);
         } else {  // the operand order of Mxfp4MainloopT: sa * sw
-          acc[h][0] = fmaf(part[0], sa0 * s_w0, acc[h][0]);
-          acc[h][1] = fmaf(part[1], sa1 * s_w0, acc[h][1]);
-          acc[h][2] = fmaf(part[2], sa0 * s_w1, acc[h][2]);
-          acc[h][3] = fmaf(part[3], sa1 * s_w1, acc[h][3]);
+          acc[h][0] = fmaf(part[0], sa.x * s_w0, acc[h][0]);
+          acc[h][1] = fmaf(part[1], sa.y * s_w0, acc[h][1]);
+          acc[h][2] = fmaf(part[2], sa.x * s_w1, acc[h][2]);
+          acc[h][3] = fmaf(part[3], sa.y * s_w1, acc[h][3]);
         }
       }
     }

@@ -47,6 +47,14 @@ __device__ __forceinline__ uint32_t cvt_f16x2_from_e4m3x2(uint16_t v) {
   return r;
 }
 
+// Four e4m3 (bytes 0, 1 -> lo; bytes 2, 3 -> hi) -> two f16x2, exact. One instruction each on
+// SM90 (the high pair is read in place, no shift).
+__device__ __forceinline__ void cvt_f16x2x2_from_e4m3x4(uint32_t v, uint32_t& lo, uint32_t& hi) {
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(v));
+}
+
 __device__ __forceinline__ uint32_t hmul2_f16(uint32_t a, uint32_t b) {
   uint32_t r;
   asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
