@@ -186,9 +186,8 @@ struct Mxfp4MainloopT {
           decode_fp4_word(word, b0, b1);
 #pragma unroll
         for (int mi = 0; mi < kM16s; ++mi) {
-          const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           float part[4];
-          ptx::mma_m16n8k32_e4m3(part, a[mi], b0, b1, zero);
+          ptx::mma_m16n8k32_e4m3_via_f16(part, a[mi], b0, b1);
           if constexpr (kFolded) {
             acc[mi][ni][0] = fmaf(part[0], sa[mi][0], acc[mi][ni][0]);
             acc[mi][ni][1] = fmaf(part[1], sa[mi][0], acc[mi][ni][1]);
