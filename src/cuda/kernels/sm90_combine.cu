@@ -2,6 +2,8 @@
 
 #include <cuda_bf16.h>
 
+#include "cuda/ptx/griddep.cuh"
+
 namespace moe_ep::cuda {
 namespace {
 
@@ -15,6 +17,8 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 
 // Thread = 8 consecutive columns of one token (16-byte loads and stores).
 __global__ void __launch_bounds__(kThreads) sm90_combine_kernel(const __grid_constant__ CombineParams p) {
+  ptx::grid_dependency_wait();
+  ptx::launch_dependents();
   const int t = blockIdx.x;
   const int col = (blockIdx.y * kThreads + threadIdx.x) * 8;
   if (col >= p.hidden) return;
@@ -45,8 +49,7 @@ __global__ void __launch_bounds__(kThreads) sm90_combine_kernel(const __grid_con
 cudaError_t launch_sm90_combine(const CombineParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return cudaSuccess;
   const dim3 grid(p.num_tokens, (p.hidden / 8 + kThreads - 1) / kThreads);
-  sm90_combine_kernel<<<grid, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_dependent(sm90_combine_kernel, grid, kThreads, 0, stream, p);
 }
 
 }  // namespace moe_ep::cuda

@@ -1,5 +1,6 @@
 #include "cuda/kernels/sm90_permute.h"
 
+#include "cuda/ptx/griddep.cuh"
 #include "moe_ep/layer.h"
 
 namespace moe_ep::cuda {
@@ -23,6 +24,8 @@ __global__ void __launch_bounds__(kThreads) sm90_permute_kernel(const __grid_con
 
   for (int e = tid; e < E; e += kThreads) count[e] = 0;
   for (int i = tid; i < kWarps * E; i += kThreads) warp_prefix[i] = 0;
+  ptx::grid_dependency_wait();  // the ids, and every workspace region this kernel writes
+  ptx::launch_dependents();
   __syncthreads();
 
   auto expert_of = [&](int slot) -> int {
@@ -130,11 +133,8 @@ cudaError_t configure_sm90_permute(int num_experts) {
 
 cudaError_t launch_sm90_permute(const PermuteParams& p, cudaStream_t stream) {
   const size_t bytes = sm90_permute_shared_bytes(p.num_experts);
-  if (p.ids_are_int64)
-    sm90_permute_kernel<int64_t><<<1, kThreads, bytes, stream>>>(p);
-  else
-    sm90_permute_kernel<int32_t><<<1, kThreads, bytes, stream>>>(p);
-  return cudaGetLastError();
+  if (p.ids_are_int64) return launch_dependent(sm90_permute_kernel<int64_t>, 1, kThreads, bytes, stream, p);
+  return launch_dependent(sm90_permute_kernel<int32_t>, 1, kThreads, bytes, stream, p);
 }
 
 }  // namespace moe_ep::cuda

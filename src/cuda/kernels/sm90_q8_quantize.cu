@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/ptx/griddep.cuh"
 #include "cuda/tile/quant_device.cuh"
 
 namespace moe_ep::cuda {
@@ -12,6 +13,8 @@ constexpr int kThreads = 256;
 
 // One thread per 32-element block: 64 bytes in (4 x 16 B), 32 bytes + 1 scale byte out.
 __global__ void __launch_bounds__(kThreads) sm90_q8_quantize_kernel(const __grid_constant__ Q8QuantizeParams p) {
+  ptx::grid_dependency_wait();
+  ptx::launch_dependents();
   const int64_t block = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (block >= p.rows * (p.cols / 32)) return;
   const uint4* src = reinterpret_cast<const uint4*>(p.x + block * 32);
@@ -50,8 +53,7 @@ cudaError_t launch_sm90_q8_quantize(const Q8QuantizeParams& p, cudaStream_t stre
   const int64_t blocks = p.rows * (p.cols / 32);
   if (blocks == 0) return cudaSuccess;
   const unsigned grid = static_cast<unsigned>((blocks + kThreads - 1) / kThreads);
-  sm90_q8_quantize_kernel<<<grid, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_dependent(sm90_q8_quantize_kernel, grid, kThreads, 0, stream, p);
 }
 
 }  // namespace moe_ep::cuda
