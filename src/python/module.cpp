@@ -12,6 +12,7 @@
 #include "moe_ep/recipe.h"
 #include "moe_ep/workspace.h"
 #include "python/bindings.h"
+#include "python/tensor_args.h"
 
 namespace nb = nanobind;
 
@@ -108,6 +109,11 @@ NB_MODULE(_core, m) {
       nb::arg("on_device") = false,
       "Bytes of the symmetric workspace of (R, E, T, H, I, K): the host layout, or with "
       "on_device the CUDA layout (include/moe_ep/workspace.h).");
+  m.def(
+      "_imports_through_dlpack_exchange_api", [](nb::handle tensor) { return imports_through_exchange_api(tensor); },
+      nb::arg("tensor"),
+      "Whether `tensor` is imported through the DLPack C exchange API (no Python code per tensor) "
+      "rather than through __dlpack__.");
   bind_runtime(m);
   bind_layer(m);
 }

@@ -22,42 +22,141 @@ constexpr StorageAlias kAliases[] = {
     {"float8_e8m0fnu", "uint8", DType::kE8M0},
 };
 
-TensorView to_view(const nb::ndarray<>& a, const char* name, std::optional<DType> dtype = {}) {
+// A view of a DLPack tensor description (the library checks shape, strides and device).
+TensorView make_view(void* data, int64_t ndim, const int64_t* shape, const int64_t* strides, DLTypeCode code,
+                     int32_t device_type, int32_t device_id, const char* name, std::optional<DType> dtype) {
   TensorView v;
-  v.data = a.data();
-  MOE_EP_CHECK(a.ndim() <= static_cast<size_t>(kMaxTensorDims), "{} has {} dimensions; expected at most {}",
-               name, a.ndim(), kMaxTensorDims);
-  v.ndim = static_cast<int32_t>(a.ndim());
-  for (size_t d = 0; d < a.ndim(); ++d) {
-    v.shape[d] = static_cast<int64_t>(a.shape(d));
-    v.strides[d] = static_cast<int64_t>(a.stride(d));
-  }
+  v.data = data;
+  MOE_EP_CHECK(ndim <= kMaxTensorDims, "{} has {} dimensions; expected at most {}", name, ndim, kMaxTensorDims);
+  v.ndim = static_cast<int32_t>(ndim);
+  for (int32_t d = 0; d < v.ndim; ++d) v.shape[d] = shape[d];
   // Strides of size-1 dimensions and of empty tensors address nothing; exporters differ in what
-  // they report there (0, or anything), so they become the row-major ones.
+  // they report there (0, or anything), so they become the row-major ones (as do absent strides).
   int64_t row_major = 1, numel = 1;
   for (int32_t d = 0; d < v.ndim; ++d) numel *= v.shape[d];
   for (int32_t d = v.ndim - 1; d >= 0; --d) {
-    if (v.shape[d] == 1 || numel == 0) v.strides[d] = row_major;
+    v.strides[d] = strides == nullptr || v.shape[d] == 1 || numel == 0 ? row_major : strides[d];
     row_major *= v.shape[d];
   }
-  const nb::dlpack::dtype dt = a.dtype();
-  v.dtype = dtype ? *dtype : dtype_from_dlpack({dt.code, dt.bits, dt.lanes});
-  switch (a.device_type()) {
+  v.dtype = dtype ? *dtype : dtype_from_dlpack(code);
+  switch (device_type) {
     case nb::device::cpu::value: v.device = Device::cpu(); break;
-    case nb::device::cuda::value: v.device = Device::cuda(a.device_id()); break;
+    case nb::device::cuda::value: v.device = Device::cuda(device_id); break;
     default:
       throw nb::type_error(("moe_ep: " + std::string(name) + " is on DLPack device type " +
-                            std::to_string(a.device_type()) + "; expected cpu or cuda")
+                            std::to_string(device_type) + "; expected cpu or cuda")
                                .c_str());
   }
   return v;
 }
+
+TensorView to_view(const nb::ndarray<>& a, const char* name, std::optional<DType> dtype = {}) {
+  const nb::dlpack::dtype dt = a.dtype();
+  int64_t shape[kMaxTensorDims], strides[kMaxTensorDims];
+  const int64_t ndim = static_cast<int64_t>(a.ndim());
+  for (int64_t d = 0; d < ndim && d < kMaxTensorDims; ++d) {
+    shape[d] = static_cast<int64_t>(a.shape(d));
+    strides[d] = static_cast<int64_t>(a.stride(d));
+  }
+  return make_view(a.data(), ndim, shape, strides, {dt.code, dt.bits, dt.lanes}, a.device_type(), a.device_id(),
+                   name, dtype);
+}
+
+// ---- the DLPack C exchange API (DLPack 1.3) --------------------------------------------------
+// A producer type may hold, in its __dlpack_c_exchange_api__ attribute, a capsule named
+// "dlpack_exchange_api" with a table of C functions (torch.Tensor does since torch 2.10). Its
+// dltensor_from_py_object_no_sync fills a DLTensor that borrows the object's data, shape and
+// strides for as long as the object lives (here: the library call), with no Python code run;
+// current_work_stream gives the framework's current stream. The __dlpack__ protocol costs
+// microseconds per tensor (Python code in the producer); this costs tens of nanoseconds. The
+// declarations follow the layout of the DLPack specification's dlpack.h.
+namespace dlx {
+struct Version {
+  uint32_t major, minor;
+};
+struct Header {
+  Version version;
+  Header* prev_api;
+};
+struct Tensor {
+  void* data;
+  int32_t device_type, device_id;  // DLDevice
+  int32_t ndim;
+  uint8_t code, bits;              // DLDataType
+  uint16_t lanes;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+struct Api {
+  Header header;
+  void* managed_tensor_allocator;
+  void* managed_tensor_from_py_object_no_sync;
+  void* managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void* py_object, Tensor* out);
+  int (*current_work_stream)(int32_t device_type, int32_t device_id, void** out_stream);
+};
+
+// The table of obj's type, or null; looked up once per type (the few tensor types a process
+// passes in stay referenced by the cache).
+const Api* api_of(nb::handle obj) {
+  struct Entry {
+    PyTypeObject* type;
+    const Api* api;
+  };
+  static Entry cache[8];
+  static int used = 0;
+  PyTypeObject* type = Py_TYPE(obj.ptr());
+  for (int i = 0; i < used; ++i)
+    if (cache[i].type == type) return cache[i].api;
+  const Api* api = nullptr;
+  PyObject* capsule = PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "__dlpack_c_exchange_api__");
+  if (capsule == nullptr) {
+    PyErr_Clear();
+  } else {
+    if (PyCapsule_IsValid(capsule, "dlpack_exchange_api")) {
+      api = static_cast<const Api*>(PyCapsule_GetPointer(capsule, "dlpack_exchange_api"));
+      if (api != nullptr && (api->header.version.major != 1 || api->dltensor_from_py_object_no_sync == nullptr))
+        api = nullptr;
+    }
+    Py_DECREF(capsule);  // the type holds the capsule
+  }
+  if (used < 8) {
+    Py_INCREF(reinterpret_cast<PyObject*>(type));
+    cache[used++] = {type, api};
+  }
+  return api;
+}
+
+// obj through the exchange API; false (nothing raised) when its type has none or the producer
+// refuses it, so the caller takes the __dlpack__ path (which also gives the messages).
+bool import_view(nb::handle obj, const char* name, TensorView& view) {
+  const Api* api = api_of(obj);
+  if (api == nullptr) return false;
+  Tensor t;
+  if (api->dltensor_from_py_object_no_sync(obj.ptr(), &t) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  if (t.ndim < 0 || t.ndim > kMaxTensorDims || (t.device_type != nb::device::cpu::value &&
+                                                t.device_type != nb::device::cuda::value))
+    return false;
+  try {
+    view = make_view(static_cast<char*>(t.data) + t.byte_offset, t.ndim, t.shape, t.strides,
+                     {t.code, t.bits, t.lanes}, t.device_type, t.device_id, name, std::nullopt);
+  } catch (const Error&) {  // an element type without a DLPack code of ours: the alias path
+    return false;
+  }
+  return true;
+}
+}  // namespace dlx
 
 }  // namespace
 
 std::optional<ImportedTensor> import_tensor(nb::handle obj, const char* name) {
   if (obj.is_none()) return std::nullopt;
   ImportedTensor t;
+  if (dlx::import_view(obj, name, t.view)) return t;
   if (nb::try_cast(obj, t.array, false)) {
     try {
       t.view = to_view(t.array, name);
@@ -94,6 +193,22 @@ ImportedTensor import_required(nb::handle obj, const char* name) {
   std::optional<ImportedTensor> t = import_tensor(obj, name);
   if (!t) throw nb::type_error((std::string("moe_ep: ") + name + " is None; expected a tensor").c_str());
   return std::move(*t);
+}
+
+bool imports_through_exchange_api(nb::handle tensor) {
+  TensorView view;
+  return dlx::import_view(tensor, "tensor", view);
+}
+
+std::optional<void*> exchange_current_stream(nb::handle tensor, int device_index) {
+  const dlx::Api* api = dlx::api_of(tensor);
+  if (api == nullptr || api->current_work_stream == nullptr) return std::nullopt;
+  void* stream = nullptr;
+  if (api->current_work_stream(nb::device::cuda::value, device_index, &stream) != 0) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return stream;
 }
 
 Device parse_device(const std::string& text) {

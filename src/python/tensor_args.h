@@ -1,5 +1,7 @@
-// Python objects -> moe_ep::TensorView, zero-copy through DLPack (nanobind's ndarray): torch
-// tensors (CPU or CUDA), numpy arrays, anything with __dlpack__. numpy arrays of the ml_dtypes
+// Python objects -> moe_ep::TensorView, zero-copy through DLPack: through the DLPack C exchange
+// API where the object's type has one (torch tensors: no Python code per tensor), else through
+// __dlpack__ (nanobind's ndarray): torch tensors (CPU or CUDA), numpy arrays, anything with
+// __dlpack__. numpy arrays of the ml_dtypes
 // types numpy's DLPack export refuses (bfloat16, float8_e4m3fn, float8_e8m0fnu) are viewed as
 // their storage integers and tagged with the element type. Only the library checks shapes,
 // strides and devices (one set of messages); the binding refuses what is no tensor at all.
@@ -16,7 +18,8 @@ namespace moe_ep::python {
 
 namespace nb = nanobind;
 
-// Holds the imported arrays for the duration of one library call.
+// Holds the imported arrays for the duration of one library call (an exchange-API import holds
+// nothing: the view borrows from the caller's object).
 struct ImportedTensor {
   nb::ndarray<> array;
   nb::object keepalive;  // the storage view of an ml_dtypes array
@@ -26,6 +29,14 @@ struct ImportedTensor {
 // Throws nb::type_error naming `name` when `obj` is not an array; an empty optional for None.
 std::optional<ImportedTensor> import_tensor(nb::handle obj, const char* name);
 ImportedTensor import_required(nb::handle obj, const char* name);
+
+// Whether `tensor` imports through the DLPack C exchange API (its type has one and the producer
+// describes it): what import_tensor does first.
+bool imports_through_exchange_api(nb::handle tensor);
+
+// The current stream of CUDA device `device_index` of the framework that made `tensor`, through
+// its DLPack C exchange API; empty when its type has none.
+std::optional<void*> exchange_current_stream(nb::handle tensor, int device_index);
 
 // "cpu", "cuda", "cuda:N" -> Device; kInvalidArgument naming `device` otherwise.
 Device parse_device(const std::string& text);

@@ -97,6 +97,19 @@ def test_cpu_torch_tensors_match_numpy_and_custom_op():
         torch.ops.moe_ep.forward(tx, tids, tw, 10 ** 9)
 
 
+def test_torch_tensors_import_through_the_dlpack_exchange_api():
+    """torch >= 2.10 describes its tensors through the DLPack C exchange API: the binding reads
+    them without Python code (test_cpu_torch_tensors_match_numpy_and_custom_op checks the views
+    it makes against the __dlpack__ path bit for bit)."""
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip(f"torch {torch.__version__} has no DLPack C exchange API (torch >= 2.10 has)")
+    x = torch.zeros(3, 4, dtype=torch.bfloat16)
+    assert moe_ep._core._imports_through_dlpack_exchange_api(x)
+    assert moe_ep._core._imports_through_dlpack_exchange_api(x[:, 1:])  # strided: the library checks it
+    assert not moe_ep._core._imports_through_dlpack_exchange_api(np.zeros(3))  \
+        or hasattr(type(np.zeros(3)), "__dlpack_c_exchange_api__")
+
+
 def test_cpu_fake_impl_gives_shape_without_running():
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode():
