@@ -38,20 +38,28 @@ __device__ __forceinline__ uint32_t order_key(float v, int id) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-// Shared memory per warp: s[L], then sel[L] = s + bias. Lane l owns the elements l + 32 j
-// (j < ceil(L / 32)); taken bit j marks element j chosen.
+// kSplit warps per token (1, or kWarps for a whole block per token at small T). Shared memory
+// per token: s[L], then sel[L] = s + bias. Element e is evaluated by lane e % 32 of warp
+// (e / 32) % kSplit of the token's group; lane l of the group's first warp owns the elements
+// l + 32 j (j < ceil(L / 32)) for the top-k (taken bit j marks element j chosen), from the
+// values it evaluated itself (kSplit = 1) or read back from sel (kSplit > 1). Every element's
+// arithmetic is router_math's and the selection order is total (value, then lower id), so the
+// result does not depend on kSplit.
+template <int kSplit>
 __global__ void __launch_bounds__(kWarps * 32) sm90_route_kernel(const __grid_constant__ RouteParams p) {
+  static_assert(kWarps % kSplit == 0, "whole token groups per block");
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int t = blockIdx.x * kWarps + warp;
-  if (t >= p.num_tokens) return;
+  const int group = warp / kSplit, part = warp % kSplit;
+  const int t = blockIdx.x * (kWarps / kSplit) + group;
+  if (t >= p.num_tokens) return;  // whole groups: with kSplit = kWarps the whole block
   const int L = p.num_logical, K = p.top_k;
   uint32_t errors = 0;
-  int64_t my_id = -1;     // lane k < K: the logical id of slot k
+  int64_t my_id = -1;     // lane k < K of the first warp: the logical id of slot k
   float my_weight = 0.0f;
 
   if (p.logits) {
-    float* s = smem + static_cast<size_t>(warp) * 2 * L;
+    float* s = smem + static_cast<size_t>(group) * 2 * L;
     float* sel = s + L;
     // The lane's best and second-best not-yet-chosen elements.
     float best_v = -INFINITY, second_v = -INFINITY;
@@ -67,18 +75,19 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_route_kernel(const __grid_co
         second_id = e;
       }
     };
-    // kUnroll independent evaluations per lane in flight (the chains are long: two divisions and
+    // kEval independent evaluations per lane in flight (the chains are long: two divisions and
     // a square root each).
-    for (int e0 = 0; e0 < L; e0 += 32 * kUnroll) {
-      float v[kUnroll];
+    constexpr int kEval = kSplit == 1 ? kUnroll : 1;
+    for (int e0 = 32 * part; e0 < L; e0 += 32 * kSplit * kEval) {
+      float v[kEval];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int e = e0 + 32 * u + lane;
+      for (int u = 0; u < kEval; ++u) {
+        const int e = e0 + 32 * kSplit * u + lane;
         v[u] = e < L ? load_logit(p, static_cast<int64_t>(t) * L + e) : 0.0f;
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int e = e0 + 32 * u + lane;
+      for (int u = 0; u < kEval; ++u) {
+        const int e = e0 + 32 * kSplit * u + lane;
         if (!isfinite(v[u])) errors |= kErrorRouterInput;
         const float se = router_math::sqrt_softplus(v[u]);
         const float b = p.bias && e < L ? p.bias[e] : 0.0f;
@@ -86,9 +95,18 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_route_kernel(const __grid_co
         if (e < L) {
           s[e] = se;
           sel[e] = sb;
-          offer(sb, e);
+          if constexpr (kSplit == 1) offer(sb, e);
         }
       }
+    }
+    if constexpr (kSplit > 1) {
+      __syncthreads();  // every element of the token evaluated
+      if (part != 0) {
+        errors = __reduce_or_sync(0xffffffffu, errors);
+        if (errors && lane == 0) atomicOr(p.error_flags, errors);
+        return;
+      }
+      for (int e = lane; e < L; e += 32) offer(sel[e], e);
     }
     __syncwarp();
     if (p.token_ids) {
@@ -161,9 +179,13 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_route_kernel(const __grid_co
 
 cudaError_t launch_sm90_route(const RouteParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return cudaSuccess;
+  if (p.logits && p.num_tokens <= kRouteBlockPerTokenMaxTokens) {  // latency-bound: spread each token
+    sm90_route_kernel<kWarps><<<p.num_tokens, kWarps * 32, sizeof(float) * 2 * p.num_logical, stream>>>(p);
+    return cudaGetLastError();
+  }
   const int blocks = (p.num_tokens + kWarps - 1) / kWarps;
   const size_t smem = p.logits ? sizeof(float) * 2 * p.num_logical * kWarps : 0;
-  sm90_route_kernel<<<blocks, kWarps * 32, smem, stream>>>(p);
+  sm90_route_kernel<1><<<blocks, kWarps * 32, smem, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -1,5 +1,7 @@
 // The routing stage before dispatch, one kernel: DeepSeek V4 router (or hash-layer ids) ->
-// EPLB remap -> per-physical-expert load counters. One warp per token.
+// EPLB remap -> per-physical-expert load counters. One warp per token; a block of 8 warps per
+// token for the router up to kRouteBlockPerTokenMaxTokens tokens (the score evaluations of a
+// token spread over 256 threads: at small T the kernel is one token's latency).
 //
 // Modes (exactly one input):
 //   logits [T, L] f32 | bf16       router: s = sqrt(softplus(logit)) (core/router_math.h),
@@ -52,6 +54,7 @@ struct RouteParams {
 
 constexpr int kRouteMaxLogical = 768;  // shared memory: two fp32 rows of L per warp, 8 warps: <= 48 KiB
 constexpr int kRouteMaxTopK = 32;       // one lane per slot
+constexpr int kRouteBlockPerTokenMaxTokens = 64;
 
 cudaError_t launch_sm90_route(const RouteParams& params, cudaStream_t stream);
 
