@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "checkpoint/parallel.h"
 #include "core/check.h"
+#include "core/thread_pool.h"
 #include "moe_ep/formats.h"
 
 namespace moe_ep::checkpoint {
@@ -62,7 +62,7 @@ int64_t load_shared_projection(const Checkpoint& ck, const std::string& name, st
   const std::string rule = fmt::format("[{}, {}]", rows, k);
   if (w.dtype != "F8_E4M3") {
     expect_float_tensor(w, role, {rows, k}, rule);
-    parallel_tasks(rows, num_threads, [&](int64_t r) {
+    shared_thread_pool(num_threads)->parallel_for(rows, [&](int64_t r) {
       for (int64_t c = 0; c < k; ++c) {
         const float v = element(w, r * k + c);
         MOE_EP_CHECK(std::isfinite(v), "{}: element [{}, {}] = {}; expected finite values",
@@ -85,7 +85,7 @@ int64_t load_shared_projection(const Checkpoint& ck, const std::string& name, st
   MOE_EP_CHECK(s.shape == (std::vector<int64_t>{sr, sc}),
                "{}: shape {}; expected [ceil({}/{}), ceil({}/{})] = [{}, {}] (weight_block_size)",
                where(s, srole), s.shape_str(), rows, bn, k, bk, sr, sc);
-  parallel_tasks(rows, num_threads, [&](int64_t r) {
+  shared_thread_pool(num_threads)->parallel_for(rows, [&](int64_t r) {
     for (int64_t c = 0; c < k; ++c) {
       const uint8_t q = w.data[r * k + c];
       MOE_EP_CHECK((q & 0x7F) != 0x7F, "{}: element [{}, {}] = 0x{:02X} is an e4m3 NaN",

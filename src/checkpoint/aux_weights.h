@@ -9,7 +9,8 @@
 
 namespace moe_ep::checkpoint {
 
-// Each returns the checkpoint bytes it read (0 when the tensors are absent).
+// Each returns the checkpoint bytes it read (0 when the tensors are absent). num_threads is a
+// resolved count (>= 1, resolve_num_threads of core/thread_pool.h).
 int64_t load_router(const Checkpoint& ck, int64_t layer, int64_t num_experts, int64_t hidden,
                     CheckpointLayer& out);
 int64_t load_shared_expert(const Checkpoint& ck, int64_t layer, int64_t hidden, int num_threads,

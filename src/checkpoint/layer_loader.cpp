@@ -10,9 +10,9 @@
 #include <cstring>
 
 #include "checkpoint/aux_weights.h"
-#include "checkpoint/parallel.h"
 #include "checkpoint/tensor_pattern.h"
 #include "core/check.h"
+#include "core/thread_pool.h"
 #include "moe_ep/checkpoint.h"
 #include "moe_ep/quant.h"
 
@@ -134,7 +134,7 @@ class CheckpointLayerBuilder {
  public:
   CheckpointLayerBuilder(std::shared_ptr<const Checkpoint> ck, int64_t layer, const LayerLoadOptions& o)
       : ck_(std::move(ck)), layer_idx_(layer), options_(o),
-        threads_(checkpoint::resolve_num_threads(o.num_threads)) {}
+        threads_(resolve_num_threads(o.num_threads)) {}
 
   std::unique_ptr<CheckpointLayer> build();
 
@@ -290,7 +290,7 @@ void CheckpointLayerBuilder::load_per_expert(const TensorPattern& p, CheckpointL
         if (x) bytes_ += x->nbytes;
 
   // Parallel: W13 rows [0, I) gate, [I, 2I) up; W2 = down.
-  checkpoint::parallel_tasks(count_, threads_, [&](int64_t i) {
+  shared_thread_pool(threads_)->parallel_for(count_, [&](int64_t i) {
     const int64_t e = first_ + i;
     const auto& x = experts[i];
     uint8_t* w13 = out.w13_.get() + i * w13_packed;
@@ -380,7 +380,7 @@ void CheckpointLayerBuilder::load_fused(const TensorPattern& p, CheckpointLayer&
     out.w2_global_.resize(static_cast<size_t>(count_));
     bytes_ += count_ * (g13->shape.size() == 2 ? 12 : 8);
   }
-  checkpoint::parallel_tasks(count_, threads_, [&](int64_t i) {
+  shared_thread_pool(threads_)->parallel_for(count_, [&](int64_t i) {
     const int64_t e = first_ + i;
     check_scale_values(s13.data + e * w13_scales, s13, r13 + " weight_scale", format,
                        e * w13_scales, w13_scales);

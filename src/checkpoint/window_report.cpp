@@ -2,8 +2,8 @@
 // canonical weights, and a histogram of per-row block-exponent spans next to it.
 #include <algorithm>
 
-#include "checkpoint/parallel.h"
 #include "core/check.h"
+#include "core/thread_pool.h"
 #include "core/weight_prep.h"
 #include "moe_ep/checkpoint.h"
 #include "moe_ep/quant.h"
@@ -29,9 +29,9 @@ Fp8WindowReport analyze_fp8_window(const CheckpointLayer& layer, int num_threads
   MOE_EP_CHECK(layer.format == WeightFormat::kMXFP4,
                "layer {}: the FP8 window is about MXFP4 block exponents; the layer is {}",
                layer.layer_idx, weight_format_name(layer.format));
-  const int threads = checkpoint::resolve_num_threads(num_threads);
+  const int threads = resolve_num_threads(num_threads);
   const ParallelFor parallel = [threads](int64_t n, const std::function<void(int64_t)>& task) {
-    checkpoint::parallel_tasks(n, threads, task);
+    shared_thread_pool(threads)->parallel_for(n, task);
   };
   const ExpertShape shape{layer.num_experts, layer.hidden_size, layer.intermediate_size};
   const HostExpertWeights w = prepare_host_weights(Recipe::kMxfp4, layer.pack(), shape, parallel);

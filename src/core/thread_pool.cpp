@@ -15,9 +15,11 @@ struct ThreadPool::Job {
   int64_t num_tasks = 0;
   std::atomic<int64_t> next{0};      // next task index to hand out
   std::atomic<int64_t> finished{0};  // tasks done (or abandoned after an error)
+  std::atomic<bool> failed{false};
   std::mutex mutex;
   std::condition_variable done;
-  std::exception_ptr error;
+  std::exception_ptr error;          // of task first_failed
+  int64_t first_failed = 0;
 };
 
 ThreadPool::ThreadPool(int num_threads) {
@@ -34,21 +36,27 @@ ThreadPool::~ThreadPool() {
   for (auto& w : workers_) w.join();
 }
 
+// Every task handed out runs (all tasks below a failing one were handed out before it); after
+// a failure the tasks not yet handed out are claimed at once and counted as done.
 void ThreadPool::run_tasks(Job& job) {
   int64_t done_here = 0;
-  for (int64_t i; (i = job.next.fetch_add(1)) < job.num_tasks;) {
-    bool failed;
-    {
-      std::lock_guard<std::mutex> lock(job.mutex);
-      failed = job.error != nullptr;
+  for (;;) {
+    if (job.failed.load()) {
+      const int64_t rest = job.next.exchange(job.num_tasks);
+      if (rest < job.num_tasks) done_here += job.num_tasks - rest;
+      break;
     }
-    if (!failed) {
-      try {
-        (*job.task)(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(job.mutex);
-        if (!job.error) job.error = std::current_exception();
+    const int64_t i = job.next.fetch_add(1);
+    if (i >= job.num_tasks) break;
+    try {
+      (*job.task)(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(job.mutex);
+      if (!job.error || i < job.first_failed) {
+        job.error = std::current_exception();
+        job.first_failed = i;
       }
+      job.failed = true;
     }
     ++done_here;
   }

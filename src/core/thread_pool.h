@@ -1,7 +1,9 @@
 // A small fork-join pool for host work of every backend (the CPU layers, weight preparation).
 //
 // parallel_for(n, task) runs task(0..n-1) on the pool's workers and the calling thread and
-// returns when all have finished. Several threads may call parallel_for at once (simulated EP
+// returns when all have finished. Tasks are handed out in increasing order; after a task throws
+// no new task starts, and the exception of the lowest failing task is rethrown, so the error a
+// caller sees does not depend on the thread count. Several threads may call parallel_for at once (simulated EP
 // ranks do); their jobs share the workers. Tasks must not depend on which thread runs them:
 // results are then identical for every thread count (each task writes its own outputs and
 // keeps scratch data in thread_local buffers).
@@ -26,7 +28,7 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
-  // The first exception thrown by a task is rethrown here after all tasks have stopped.
+  // The lowest failing task's exception is rethrown here after all started tasks have stopped.
   void parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& task);
 
  private:

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "cpu/expert_compute.h"
@@ -100,6 +101,21 @@ TEST(ThreadPool, RunsEveryTaskOnceAndRethrows) {
   EXPECT_THROW(pool.parallel_for(100, [](int64_t i) {
     if (i == 37) throw std::runtime_error("task 37");
   }), std::runtime_error);
+  // Several failing tasks: the lowest one's exception, whatever the thread timing, and every task
+  // below it ran (the checkpoint loaders rely on this for a thread-count-independent message).
+  for (int run = 0; run < 20; ++run) {
+    std::vector<std::atomic<int>> ran(1000);
+    try {
+      pool.parallel_for(1000, [&](int64_t i) {
+        ran[i].fetch_add(1);
+        if (i > 100 && i % 7 == 3) throw std::runtime_error("task " + std::to_string(i));
+      });
+      ADD_FAILURE() << "no exception";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "task 101");
+    }
+    for (int i = 0; i <= 101; ++i) ASSERT_EQ(ran[i].load(), 1) << "task " << i;
+  }
   // Concurrent and nested submissions complete.
   std::atomic<int64_t> total{0};
   std::vector<std::thread> callers;
