@@ -75,8 +75,8 @@ struct DecodeStoreBf16 {
   }
 };
 
-// Three blocks of 8 warps per SM (<= 80 registers; the A ring keeps shared memory at ~24 KB plus
-// K / 2 bytes of scales). The epilogue gets the shared memory after the activation scales.
+// Three blocks of 8 warps per SM (<= 80 registers; shared memory is the 24 KB A ring plus 2 * K
+// bytes of fp32 scales). The epilogue gets the shared memory after the activation scales.
 template <bool kFolded, class Epilogue, class Params>
 __global__ void __launch_bounds__(kDecodeThreads, 3) sm90_mxfp4_decode_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
