@@ -3,10 +3,10 @@
 // parallel_for(n, task) runs task(0..n-1) on the pool's workers and the calling thread and
 // returns when all have finished. Tasks are handed out in increasing order; after a task throws
 // no new task starts, and the exception of the lowest failing task is rethrown, so the error a
-// caller sees does not depend on the thread count. Several threads may call parallel_for at once (simulated EP
-// ranks do); their jobs share the workers. Tasks must not depend on which thread runs them:
-// results are then identical for every thread count (each task writes its own outputs and
-// keeps scratch data in thread_local buffers).
+// caller sees does not depend on the thread count. Several threads may call parallel_for at
+// once (simulated EP ranks do); their jobs share the workers. Tasks must not depend on which
+// thread runs them: results are then identical for every thread count (each task writes its
+// own outputs and keeps scratch data in thread_local buffers).
 #pragma once
 
 #include <condition_variable>
