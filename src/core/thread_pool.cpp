@@ -98,11 +98,14 @@ void ThreadPool::parallel_for(int64_t num_tasks, const std::function<void(int64_
   }
   wake_.notify_all();
   run_tasks(*job);
+  std::exception_ptr error;
   {
     std::unique_lock<std::mutex> lock(job->mutex);
     job->done.wait(lock, [&] { return job->finished.load() == job->num_tasks; });
+    error = std::move(job->error);
   }
-  if (job->error) std::rethrow_exception(job->error);
+  // The caller owns the exception alone: a worker still holding the job must not release it.
+  if (error) std::rethrow_exception(error);
 }
 
 int resolve_num_threads(int requested) {
