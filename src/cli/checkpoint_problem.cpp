@@ -96,43 +96,33 @@ ProblemSetup plan_checkpoint_problem(const ProblemOptions& problem, const Checkp
   MOE_EP_CHECK(top_k > 0, "--checkpoint {} has no config.json: give --top-k", o.path);
   std::unique_ptr<CheckpointLayer> layer = load_checkpoint_layer(ck, layer_idx, load);
 
-  // plan_problem's checks (family, weight format, device, implementation) on a stand-in preset;
-  // the shapes are then replaced by the checkpoint's and validated again.
   const bool backend_given = o.command && o.command->count("--backend") > 0;
-  ProblemOptions stand_in = problem;
-  stand_in.preset = "tiny";
-  if (!backend_given) stand_in.backend = layer->format == WeightFormat::kNVFP4 ? "nvfp4" : "mxfp4";
+  ProblemOptions options = problem;
+  if (!backend_given) options.backend = layer->format == WeightFormat::kNVFP4 ? "nvfp4" : "mxfp4";
   const std::string format = std::string(weight_format_name(layer->format));
   MOE_EP_CHECK(problem.weights == "native" || problem.weights == format,
                "--weights {} with --checkpoint: the weights are the checkpoint's ({})",
                problem.weights, format);
-  stand_in.weights = format;
-  ProblemSetup s = plan_problem(stand_in, max_num_tokens, world_size);
+  options.weights = format;
 
+  // The layer's shapes as a preset of its own, planned by plan_problem's checks (family, weight
+  // format, device, implementation, shapes); --activation-clamp beats config.json's swiglu_limit.
   std::lock_guard<std::mutex> lock(registry_mutex);
   CheckpointPreset& entry = registry().emplace_back();
   entry.name = fmt::format("checkpoint-layer-{}", layer_idx);
   entry.description = fmt::format("{} layer {}", o.path, layer_idx);
   const float clamp = config && config->swiglu_limit ? *config->swiglu_limit : INFINITY;
   entry.preset = {entry.name, entry.description, layer->hidden_size, layer->intermediate_size,
-                  layer->total_experts, top_k, clamp,
+                  layer->num_experts, top_k, clamp,
                   static_cast<int>(config ? config->num_hidden_layers : 0),
                   config ? config->routed_scaling_factor : 1.0f, 256};
-  s.preset = &entry.preset;
-  FleetParams& fleet = s.desc.fleet;
-  fleet.num_experts = layer->num_experts;
-  fleet.hidden_size = layer->hidden_size;
-  fleet.max_tokens_per_rank = problem.max_tokens_per_rank > 0
-                                  ? problem.max_tokens_per_rank
-                                  : std::max<int64_t>(max_num_tokens, entry.preset.max_tokens_per_rank);
-  MOE_EP_CHECK(max_num_tokens <= fleet.max_tokens_per_rank,
-               "--tokens {} is above max_tokens_per_rank = {} (--max-tokens-per-rank); expected "
-               "T <= max_tokens_per_rank", max_num_tokens, fleet.max_tokens_per_rank);
-  s.desc.intermediate_size = layer->intermediate_size;
-  s.desc.top_k = top_k;
-  if (problem.activation_clamp.empty())  // --activation-clamp beats the checkpoint's swiglu_limit
-    s.desc.activation_clamp = std::isfinite(clamp) ? std::optional<float>(clamp) : std::nullopt;
-  validate_desc(s.desc, world_size);
+  ProblemSetup s;
+  try {
+    s = plan_problem(entry.preset, options, max_num_tokens, world_size);
+  } catch (...) {
+    registry().pop_back();
+    throw;
+  }
 
   std::string notes;
   for (const std::string& n : layer->notes) notes += (notes.empty() ? "" : "\n") + n;

@@ -1,6 +1,7 @@
 #include "cli/problem.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include <fmt/format.h>
@@ -85,8 +86,13 @@ KernelOverrides parse_overrides(const ProblemOptions& o) {
 }  // namespace
 
 ProblemSetup plan_problem(const ProblemOptions& o, int64_t max_num_tokens, int world_size) {
+  return plan_problem(testing::find_preset(o.preset, "--preset"), o, max_num_tokens, world_size);
+}
+
+ProblemSetup plan_problem(const testing::Preset& preset, const ProblemOptions& o,
+                          int64_t max_num_tokens, int world_size) {
   ProblemSetup s;
-  s.preset = &testing::find_preset(o.preset, "--preset");
+  s.preset = &preset;
   const Recipe recipe = parse_recipe(o.backend, "--backend");
   const RecipeTraits& traits = recipe_traits(recipe);
   s.world_size = world_size;
@@ -105,7 +111,9 @@ ProblemSetup plan_problem(const ProblemOptions& o, int64_t max_num_tokens, int w
                "T <= max_tokens_per_rank", max_num_tokens, d.fleet.max_tokens_per_rank);
   d.intermediate_size = s.preset->intermediate_size;
   d.top_k = s.preset->top_k;
-  d.activation_clamp = parse_clamp(o.activation_clamp, s.preset->activation_clamp);
+  d.activation_clamp = parse_clamp(o.activation_clamp, std::isfinite(s.preset->activation_clamp)
+                                                          ? std::optional<float>(s.preset->activation_clamp)
+                                                          : std::nullopt);
   d.numerics.exact_accumulation = o.exact_accumulation;
   d.numerics.fast_math = o.fast_math;
   try {

@@ -52,6 +52,10 @@ struct ProblemSetup {
 
 // Throws moe_ep::Error (kInvalidArgument / kUnsupported) naming the flag and the allowed values.
 ProblemSetup plan_problem(const ProblemOptions& options, int64_t max_num_tokens, int world_size);
+// The same on a preset of the caller's (a checkpoint layer's shapes); options.preset is not read.
+// The preset must outlive the setup. A non-finite activation_clamp means none.
+ProblemSetup plan_problem(const testing::Preset& preset, const ProblemOptions& options,
+                          int64_t max_num_tokens, int world_size);
 
 // Generates the weights of every expert (num_experts slots), with a progress bar on a TTY.
 testing::HostWeights generate_weights(const ProblemSetup& setup, uint64_t seed);

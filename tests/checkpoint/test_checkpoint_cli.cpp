@@ -78,6 +78,14 @@ TEST(CheckpointCli, RunRefusesWhatItCannotDo) {
   r = run_cli("run --device cpu " + ck + " --ranks 2");
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_NE(r.err.find("--checkpoint runs one layer on one rank"), std::string::npos) << describe(r);
+  // The layer's own shapes go through the synthetic problem's checks, flags named as there.
+  r = run_cli("run --device cpu " + ck + " --activation-clamp -1");
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("--activation-clamp -1: activation_clamp = -1 is invalid"), std::string::npos)
+      << describe(r);
+  r = run_cli("run --device cpu " + ck + " -T 300 --max-tokens-per-rank 200");
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("--tokens 300 is above max_tokens_per_rank = 200"), std::string::npos) << describe(r);
   r = run_cli("run --device cpu --checkpoint " + testckpt::checkpoint_dir("mxfp4_per_expert") + " --layer 0");
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_NE(r.err.find("no routed-expert weights"), std::string::npos) << describe(r);
