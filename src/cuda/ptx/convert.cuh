@@ -32,6 +32,30 @@ MOE_EP_HD uint32_t prmt(uint32_t lo, uint32_t hi, uint32_t selector) {
 #endif
 }
 
+// mul.rn.bf16x2: each half the bf16 product rounded to nearest even (the exact product of two
+// bf16 fits fp32, so the emulation rounds it once; NaN payloads are not modelled).
+MOE_EP_HD uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+#else
+  uint32_t r = 0;
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t ua = ((a >> (16 * half)) & 0xFFFFu) << 16, ub = ((b >> (16 * half)) & 0xFFFFu) << 16;
+    float fa, fb;
+    __builtin_memcpy(&fa, &ua, 4);
+    __builtin_memcpy(&fb, &ub, 4);
+    const float p = fa * fb;
+    uint32_t u;
+    __builtin_memcpy(&u, &p, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    r |= (u >> 16) << (16 * half);
+  }
+  return r;
+#endif
+}
+
 #if defined(__CUDACC__)
 // Two fp32 -> two e4m3 (round to nearest even, saturating to +-448): lo in byte 0.
 __device__ __forceinline__ uint16_t cvt_e4m3x2(float lo, float hi) {
