@@ -67,7 +67,7 @@ fi
 
 # 2. Tests: host checks, kernel-level comparisons with mma.sync, the tiny layer forced onto wgmma.
 if has tests; then
-  run_limited 85 "$TESTS" --gtest_filter='Sm90WgmmaHost*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.Tiny*' \
+  run_limited 85 "$TESTS" --gtest_filter='Sm90Fp4Codec*:Sm90Config*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.Tiny*' \
     > "$WORK/tests.log" 2>&1
   rc=$?
   note "tests (host, kernels, tiny layer): rc=$rc $(gtest_counts "$WORK/tests.log")  ($(elapsed) s)"

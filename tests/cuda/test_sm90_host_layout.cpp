@@ -13,6 +13,7 @@
 #include "cuda/tile/fp4_codec.h"
 #include "cuda/weight_layout.h"
 #include "moe_ep/formats.h"
+#include "support/fp4_word_cases.h"
 #include "support/layer_problem.h"
 
 namespace moe_ep::cuda {
@@ -25,17 +26,12 @@ TEST(Sm90Fp4Codec, EveryCodeAtEveryPositionDecodesToItsE4M3) {
   for (int pos = 0; pos < 8; ++pos)
     for (uint8_t code = 0; code < 16; ++code)
       for (int rep = 0; rep < 16; ++rep) {
-        uint8_t lo[4], hi[4];
-        for (int i = 0; i < 4; ++i) {
-          lo[i] = rng() & 0xF;
-          hi[i] = rng() & 0xF;
-        }
-        (pos < 4 ? lo[pos] : hi[pos - 4]) = code;
+        const Fp4WordCase c = random_fp4_word_with(rng, pos, code);
         uint32_t lo_e4m3, hi_e4m3;
-        decode_fp4_word(encode_fp4_word(lo, hi), lo_e4m3, hi_e4m3);
+        decode_fp4_word(c.word, lo_e4m3, hi_e4m3);
         for (int i = 0; i < 4; ++i) {
-          ASSERT_EQ((lo_e4m3 >> (8 * i)) & 0xFF, e4m3_of_code(lo[i])) << "lo " << i << " pos " << pos;
-          ASSERT_EQ((hi_e4m3 >> (8 * i)) & 0xFF, e4m3_of_code(hi[i])) << "hi " << i << " pos " << pos;
+          ASSERT_EQ((lo_e4m3 >> (8 * i)) & 0xFF, e4m3_of_code(c.lo[i])) << "lo " << i << " pos " << pos;
+          ASSERT_EQ((hi_e4m3 >> (8 * i)) & 0xFF, e4m3_of_code(c.hi[i])) << "hi " << i << " pos " << pos;
         }
       }
 }
@@ -60,28 +56,24 @@ TEST(Sm90Fp4Codec, FoldedTablesHoldTheExactE4M3OfEveryCodeAtEveryShift) {
     }
 }
 
-TEST(Sm90Fp4Codec, FoldedDecodeScalesEverySignedCodeExactly) {
+TEST(Sm90Fp4Codec, FoldedDecodeScalesEverySignedCodeAtEveryPositionExactly) {
   std::mt19937 rng(9);
   for (int d = 0; d < kFoldedShifts; ++d)
-    for (int rep = 0; rep < 256; ++rep) {
-      uint8_t lo[4], hi[4];
-      for (int i = 0; i < 4; ++i) {
-        lo[i] = rng() & 0xF;
-        hi[i] = rng() & 0xF;
+    for (int pos = 0; pos < 8; ++pos)
+      for (uint8_t code = 0; code < 16; ++code) {
+        const Fp4WordCase c = random_fp4_word_with(rng, pos, code);
+        uint32_t lo_e4m3, hi_e4m3;
+        decode_fp4_word_with(c.word, folded_table_word(d, 0), folded_table_word(d, 4), lo_e4m3, hi_e4m3);
+        for (int i = 0; i < 4; ++i) {
+          const float want_lo = std::ldexp(e2m1_to_float(c.lo[i]), d - kFoldedShiftBias);
+          const float want_hi = std::ldexp(e2m1_to_float(c.hi[i]), d - kFoldedShiftBias);
+          const uint8_t got_lo = (lo_e4m3 >> (8 * i)) & 0xFF, got_hi = (hi_e4m3 >> (8 * i)) & 0xFF;
+          ASSERT_EQ(e4m3_to_float(got_lo), want_lo) << "d=" << d << " lo " << i;
+          ASSERT_EQ(e4m3_to_float(got_hi), want_hi) << "d=" << d << " hi " << i;
+          ASSERT_EQ(got_lo >> 7, (c.lo[i] >> 3) & 1u);  // -0 keeps its sign, as in the unfolded decode
+          ASSERT_EQ(got_hi >> 7, (c.hi[i] >> 3) & 1u);
+        }
       }
-      uint32_t lo_e4m3, hi_e4m3;
-      decode_fp4_word_with(encode_fp4_word(lo, hi), folded_table_word(d, 0), folded_table_word(d, 4),
-                           lo_e4m3, hi_e4m3);
-      for (int i = 0; i < 4; ++i) {
-        const float want_lo = std::ldexp(e2m1_to_float(lo[i]), d - kFoldedShiftBias);
-        const float want_hi = std::ldexp(e2m1_to_float(hi[i]), d - kFoldedShiftBias);
-        const uint8_t got_lo = (lo_e4m3 >> (8 * i)) & 0xFF, got_hi = (hi_e4m3 >> (8 * i)) & 0xFF;
-        ASSERT_EQ(e4m3_to_float(got_lo), want_lo) << "d=" << d << " lo " << i;
-        ASSERT_EQ(e4m3_to_float(got_hi), want_hi) << "d=" << d << " hi " << i;
-        ASSERT_EQ(got_lo >> 7, (lo[i] >> 3) & 1u);  // -0 keeps its sign, as in the unfolded decode
-        ASSERT_EQ(got_hi >> 7, (hi[i] >> 3) & 1u);
-      }
-    }
 }
 
 // Folded weights keep every element: code * 2^(d - 8) * row factor = code * 2^(E8M0 - 127).

@@ -15,6 +15,7 @@
 #include "cuda/tile/fp4_codec.h"
 #include "cuda/weight_layout.h"
 #include "moe_ep/formats.h"
+#include "support/fp4_word_cases.h"
 #include "support/layer_problem.h"
 
 namespace moe_ep::cuda {
@@ -59,23 +60,18 @@ TEST(Sm90RsCodec, EverySignedCodeAtEveryShiftDecodesToItsExactBf16) {
   for (uint32_t d = 0; d < kFoldedShifts; ++d)
     for (int pos = 0; pos < 8; ++pos)
       for (uint8_t code = 0; code < 16; ++code) {
-        uint8_t lo[4], hi[4];
-        for (int i = 0; i < 4; ++i) {
-          lo[i] = rng() & 0xF;
-          hi[i] = rng() & 0xF;
-        }
-        (pos < 4 ? lo[pos] : hi[pos - 4]) = code;
-        const uint32_t w = encode_fp4_word(lo, hi);
+        const Fp4WordCase c = random_fp4_word_with(rng, pos, code);
+        const uint32_t w = c.word;
         const Fp4SignBytes s = fp4_sign_bytes(w);
         const uint32_t f = rs_fold_factor(d);
         const uint32_t pairs[4] = {decode_pair<0>(w, s, f), decode_pair<1>(w, s, f), decode_pair<2>(w, s, f),
                                    decode_pair<3>(w, s, f)};
         for (int p = 0; p < 4; ++p)
           for (int half = 0; half < 2; ++half) {
-            const uint8_t c = half == 0 ? lo[p] : hi[p];
-            const float want = std::ldexp(e2m1_to_float(c), static_cast<int>(d) - kFoldedShiftBias - kRsFoldBias);
+            const uint8_t v = half == 0 ? c.lo[p] : c.hi[p];
+            const float want = std::ldexp(e2m1_to_float(v), static_cast<int>(d) - kFoldedShiftBias - kRsFoldBias);
             ASSERT_EQ(half_of(pairs[p], half), float_to_bf16(want))
-                << "d=" << d << " pair " << p << " half " << half << " code " << int(c);
+                << "d=" << d << " pair " << p << " half " << half << " code " << int(v);
           }
       }
 }

@@ -394,35 +394,6 @@ void compare_kernels(const Shape& s, const std::vector<RoutingCase>& cases, uint
   }
 }
 
-// Host checks (no GPU): the producer's decode path (table words of shift d, decode_fp4_word_with)
-// gives e4m3 of e2m1 * 2^(d - 8) for every code, position and shift; the kernel choice of a
-// forward.
-TEST(Sm90WgmmaHost, FoldedDecodeTableGivesEveryCodeTimesItsShift) {
-  std::mt19937 rng(3);
-  for (int d = 0; d < kFoldedShifts; ++d) {
-    const uint32_t lo_table = folded_table_word(d, 0), hi_table = folded_table_word(d, 4);
-    for (int pos = 0; pos < 8; ++pos)
-      for (uint8_t code = 0; code < 16; ++code) {
-        uint8_t lo[4], hi[4];
-        for (int i = 0; i < 4; ++i) {
-          lo[i] = rng() & 0xF;
-          hi[i] = rng() & 0xF;
-        }
-        (pos < 4 ? lo[pos] : hi[pos - 4]) = code;
-        uint32_t lo_e4m3, hi_e4m3;
-        decode_fp4_word_with(encode_fp4_word(lo, hi), lo_table, hi_table, lo_e4m3, hi_e4m3);
-        for (int i = 0; i < 4; ++i) {
-          const float want_lo = std::ldexp(e2m1_to_float(lo[i]), d - kFoldedShiftBias);
-          const float want_hi = std::ldexp(e2m1_to_float(hi[i]), d - kFoldedShiftBias);
-          ASSERT_EQ(e4m3_to_float((lo_e4m3 >> (8 * i)) & 0xFF), want_lo) << "d=" << d << " code " << int(lo[i]);
-          ASSERT_EQ(e4m3_to_float((hi_e4m3 >> (8 * i)) & 0xFF), want_hi) << "d=" << d << " code " << int(hi[i]);
-          // -0 keeps its sign bit
-          ASSERT_EQ((lo_e4m3 >> (8 * i + 7)) & 1, (lo[i] >> 3) & 1u);
-        }
-      }
-  }
-}
-
 // The selected config (cuda/sm90_config.h) is host arithmetic: which kernels run for which T.
 MoeDesc flash_desc(Recipe recipe = Recipe::kMxfp4) {
   MoeDesc d;
