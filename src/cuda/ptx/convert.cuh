@@ -32,8 +32,9 @@ MOE_EP_HD uint32_t prmt(uint32_t lo, uint32_t hi, uint32_t selector) {
 #endif
 }
 
-// mul.rn.bf16x2: each half the bf16 product rounded to nearest even (the exact product of two
-// bf16 fits fp32, so the emulation rounds it once; NaN payloads are not modelled).
+// mul.rn.bf16x2: each half the bf16 product rounded to nearest even. The emulation rounds the
+// fp32 product, which is exact unless it leaves fp32's normal range (the decoders here multiply
+// by powers of two inside it); NaN payloads are not modelled.
 MOE_EP_HD uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH__)
   uint32_t r;
