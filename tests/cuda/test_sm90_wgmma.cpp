@@ -8,6 +8,9 @@
 // compute the same exact k32 products in fp32, so h (dequantized) and o agree to the
 // same-recipe threshold; the share of bitwise-equal bytes is printed. GEMM 2 is compared on the
 // same h (isolating it) and along the whole chain. Then 20 reruns must be bitwise identical.
+// The bf16 wgmma with the weights in registers (rs, sm90_mxfp4_rs_mainloop.cuh) runs as one
+// more variant: its activations converted from the same Q8 to bf16 first, its products exact and
+// summed over all of K, so it meets the same threshold.
 //
 // Layer level: the layer forced onto the wgmma kernels (KernelOverrides::gemm = wgmma) against the CPU
 // layer on the tiny preset and deepseek-v4-flash (T = 1, 7, 300, 4096, a subset of rows for the
@@ -176,11 +179,15 @@ struct GemmOutputs {
   std::vector<uint16_t> o;          // [rows, H]
 };
 
-// Kernel choice of one run: mma.sync (plain weights) or wgmma with a tile (folded weights).
+// Kernel choice of one run: mma.sync (plain weights), wgmma with a tile, or the bf16 wgmma with
+// the weights in registers (rs; activations converted to bf16 first); the last two fold.
 struct Kernels {
   std::optional<WgmmaTile> wgmma;
   WgmmaDecode decode = WgmmaDecode::kQuad;
+  bool rs = false;
+  bool folded() const { return wgmma || rs; }
   std::string name() const {
+    if (rs) return "rs bf16";
     if (!wgmma) return "mma.sync";
     return fmt::format("{} {}", tile_name(*wgmma), decode == WgmmaDecode::kQuad ? "quad" : "lane");
   }
@@ -191,7 +198,8 @@ const std::vector<Kernels>& wgmma_variants() {
   static const std::vector<Kernels> v = {{WgmmaTile::k64x256, WgmmaDecode::kQuad},
                                          {WgmmaTile::k128x128, WgmmaDecode::kQuad},
                                          {WgmmaTile::k64x256, WgmmaDecode::kLane},
-                                         {WgmmaTile::k128x128, WgmmaDecode::kLane}};
+                                         {WgmmaTile::k128x128, WgmmaDecode::kLane},
+                                         {std::nullopt, WgmmaDecode::kQuad, true}};
   return v;
 }
 
@@ -201,16 +209,23 @@ class GemmRun {
  public:
   GemmRun(const Shape& s, const DeviceProblem& p, const DeviceWeights& w, const Kernels& k)
       : s_(s), p_(p), w_(w), k_(k) {
-    const int block_m = k.wgmma ? wgmma_tile_shape(*k.wgmma).block_m : kGemmBlockM;
+    const int block_m = k.rs ? kRsBlockM : k.wgmma ? wgmma_tile_shape(*k.wgmma).block_m : kGemmBlockM;
     r_ = route(s, p, block_m);
     const int64_t max_rows = std::max<int64_t>(p.T * s.K, 1);
     h_ = DeviceBuffer(max_rows * s.I);
     h_scale_ = DeviceBuffer(max_rows * s.I / 32);
     o_ = DeviceBuffer(max_rows * s.H * 2);
+    if (k.rs) {
+      x_rs_ = DeviceBuffer(std::max<int64_t>(p.T, 1) * s.H * 2);
+      h_rs_ = DeviceBuffer(max_rows * s.I * 2);
+    }
     poison();
     int sms = 0, per_sm1 = 0, per_sm2 = 0;
     MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    if (k.wgmma) {
+    if (k.rs) {
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_grouped_gemm1(&per_sm1));
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_grouped_gemm2(&per_sm2));
+    } else if (k.wgmma) {
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm1(*k.wgmma, &per_sm1, k.decode));
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm2(*k.wgmma, &per_sm2, k.decode));
     } else {
@@ -228,6 +243,8 @@ class GemmRun {
     MOE_EP_CUDA_CHECK(cudaMemset(h_.get(), 0xFF, h_.bytes()));              // e4m3 NaN
     MOE_EP_CUDA_CHECK(cudaMemset(h_scale_.get(), 0xFF, h_scale_.bytes()));  // E8M0 NaN
     MOE_EP_CUDA_CHECK(cudaMemset(o_.get(), 0xFF, o_.bytes()));              // bf16 NaN
+    for (DeviceBuffer* b : {&x_rs_, &h_rs_})
+      if (b->bytes()) MOE_EP_CUDA_CHECK(cudaMemset(b->get(), 0xFF, b->bytes()));
   }
 
   void gemm1() {
@@ -241,14 +258,22 @@ class GemmRun {
     g1.op.a_scale_row_bytes = s_.H / 32;
     g1.op.a_row_index = r_.row_token.get<int32_t>();
     g1.op.w = w_.w13.tiles.get();
-    g1.op.w_scale = k_.wgmma ? w_.w13.shifts.get() : w_.w13.e8m0_scales.get();
-    g1.op.w_col_scale = k_.wgmma ? w_.w13.col_scale.get<float>() : nullptr;
+    g1.op.w_scale = k_.folded() ? w_.w13.shifts.get() : w_.w13.e8m0_scales.get();
+    g1.op.w_col_scale = k_.folded() ? w_.w13.col_scale.get<float>() : nullptr;
     g1.epilogue.row_weight = r_.row_weight.get<float>();
     g1.epilogue.clamp = 10.0f;
     g1.epilogue.intermediate = static_cast<int32_t>(s_.I);
     g1.epilogue.h_q = h_.get();
     g1.epilogue.h_scale = h_scale_.get();
-    if (k_.wgmma)
+    if (k_.rs) {
+      MOE_EP_CUDA_CHECK(launch_sm90_q8_to_rs_bf16(p_.a.get(), p_.a_scale.get(), p_.T, static_cast<int>(s_.H),
+                                                  x_rs_.get<uint16_t>(), nullptr));
+      g1.op.a = x_rs_.get();
+      g1.op.a_row_bytes = 2 * s_.H;
+      g1.op.a_scale = nullptr;
+      g1.op.a_scale_row_bytes = 0;
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_grouped_gemm1(g1, grid1_, nullptr));
+    } else if (k_.wgmma)
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm1(*k_.wgmma, g1, grid1_, nullptr, k_.decode));
     else
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_grouped_gemm1(g1, grid1_, nullptr));
@@ -265,10 +290,18 @@ class GemmRun {
     g2.op.a_scale = in.h_scale_.get();
     g2.op.a_scale_row_bytes = s_.I / 32;
     g2.op.w = w_.w2.tiles.get();
-    g2.op.w_scale = k_.wgmma ? w_.w2.shifts.get() : w_.w2.e8m0_scales.get();
-    g2.op.w_col_scale = k_.wgmma ? w_.w2.col_scale.get<float>() : nullptr;
+    g2.op.w_scale = k_.folded() ? w_.w2.shifts.get() : w_.w2.e8m0_scales.get();
+    g2.op.w_col_scale = k_.folded() ? w_.w2.col_scale.get<float>() : nullptr;
     g2.epilogue.out = o_.get<uint16_t>();
-    if (k_.wgmma)
+    if (k_.rs) {
+      MOE_EP_CUDA_CHECK(launch_sm90_q8_to_rs_bf16(in.h_.get(), in.h_scale_.get(), r_.rows, static_cast<int>(s_.I),
+                                                  h_rs_.get<uint16_t>(), nullptr));
+      g2.op.a = h_rs_.get();
+      g2.op.a_row_bytes = 2 * s_.I;
+      g2.op.a_scale = nullptr;
+      g2.op.a_scale_row_bytes = 0;
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_grouped_gemm2(g2, grid2_, nullptr));
+    } else if (k_.wgmma)
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm2(*k_.wgmma, g2, grid2_, nullptr, k_.decode));
     else
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_grouped_gemm2(g2, grid2_, nullptr));
@@ -294,6 +327,7 @@ class GemmRun {
   Kernels k_;
   DeviceRouting r_;
   DeviceBuffer h_, h_scale_, o_;
+  DeviceBuffer x_rs_, h_rs_;  // rs: the bf16 activations of GEMM 1 and GEMM 2
   int grid1_ = 0, grid2_ = 0;
 };
 

@@ -122,6 +122,22 @@ cudaError_t launch_sm90_mxfp4_wgmma_grouped_gemm1(WgmmaTile tile, const Gemm1Par
 cudaError_t launch_sm90_mxfp4_wgmma_grouped_gemm2(WgmmaTile tile, const Gemm2Params& params, int grid,
                                                   cudaStream_t stream, WgmmaDecode decode = WgmmaDecode::kQuad);
 
+// bf16-wgmma mxfp4 grouped GEMMs with the weights as the register operand
+// (sm90_mxfp4_rs_mainloop.cuh), FOLDED weights only: A is bf16 [rows, k] in the rs order along k
+// (launch_sm90_q8_to_rs_bf16; a_row_bytes = 2k, no a_scale), m tiles of kRsBlockM rows, n and k
+// multiples of 128. Same epilogue params and outputs as the kernels above. Not yet selected by
+// the layer (kernel-level tests only).
+inline constexpr int kRsBlockM = 128;
+inline constexpr int kRsThreads = 384;  // 1 producer + 2 consumer warpgroups
+cudaError_t configure_sm90_mxfp4_rs_grouped_gemm1(int* blocks_per_sm);
+cudaError_t configure_sm90_mxfp4_rs_grouped_gemm2(int* blocks_per_sm);
+cudaError_t launch_sm90_mxfp4_rs_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
+cudaError_t launch_sm90_mxfp4_rs_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
+// Q8 rows (e4m3 [rows, k] + E8M0 [rows, k / 32]) -> bf16 [rows, k]: element k' of each 128-wide
+// k step at position rs_position_of_k(k') of that step, value e4m3 * 2^(E8M0 - 127) (exact).
+cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows, int k,
+                                      uint16_t* out, cudaStream_t stream);
+
 // Decode (small-batch) mxfp4 grouped GEMMs (sm90_mxfp4_decode_mainloop.cuh): mma.sync with the
 // weights on the m16 side, 16-row m tiles (the routing must list tiles of kDecodeBlockM rows),
 // n a multiple of kDecodeBlockN; E8M0 block scales or folded weights; outputs bitwise those of

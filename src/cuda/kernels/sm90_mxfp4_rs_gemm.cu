@@ -1,0 +1,84 @@
+// mxfp4 grouped GEMMs 1 and 2 on bf16 wgmma with the weights as the register operand
+// (sm90_mxfp4_rs_mainloop.cuh), and the Q8 -> bf16 conversion of their activations into the rs
+// order along k (tile/fp4_bf16_codec.h).
+#include <cuda_bf16.h>
+
+#include "cuda/kernels/sm90_kernel_config.cuh"
+#include "cuda/kernels/sm90_rs_epilogues.cuh"
+
+namespace moe_ep::cuda {
+namespace {
+
+template <class Epilogue, class Params>
+__global__ void __launch_bounds__(RsTileConfig::kThreads, 1) sm90_mxfp4_rs_kernel(const __grid_constant__ Params p) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  run_rs_grouped_gemm<RsTileConfig, Epilogue>(p, smem);
+}
+
+template <class Epilogue, class Params>
+cudaError_t launch_rs(const Params& p, int grid, cudaStream_t stream) {
+  if (grid <= 0) return cudaSuccess;
+  if (!p.op.w_col_scale || p.op.n % RsTileConfig::kBlockN != 0 || p.op.k % RsTileConfig::kBlockK != 0)
+    return cudaErrorInvalidValue;  // folded weights, whole tiles only
+  sm90_mxfp4_rs_kernel<Epilogue, Params><<<grid, RsTileConfig::kThreads, RsTileConfig::kSharedBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// One thread per (row, k32 block): 32 e4m3 bytes times the block's E8M0 scale, as bf16 (exact),
+// stored at positions rs_position_of_k(l) of the block's 64 output bytes (the block's 32
+// positions of the rs order are its own, permuted).
+__global__ void __launch_bounds__(256) sm90_q8_to_rs_bf16_kernel(const uint8_t* __restrict__ a,
+                                                                  const uint8_t* __restrict__ a_scale,
+                                                                  int64_t blocks, uint16_t* __restrict__ out) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= blocks) return;
+  const uint4* src = reinterpret_cast<const uint4*>(a + b * 32);
+  const uint4 lo = src[0], hi = src[1];
+  const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  const float scale = e8m0_to_float_device(a_scale[b]);
+  uint16_t v[32];
+#pragma unroll
+  for (int l = 0; l < 32; ++l) {
+    const float x = e4m3_to_float_device((words[l / 4] >> (8 * (l % 4))) & 0xFF) * scale;
+    v[rs_position_of_k(l)] = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  }
+  uint4* dst = reinterpret_cast<uint4*>(out + b * 32);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = static_cast<uint32_t>(v[8 * q + 2 * i]) | (static_cast<uint32_t>(v[8 * q + 2 * i + 1]) << 16);
+    dst[q] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+}  // namespace
+
+cudaError_t configure_sm90_mxfp4_rs_grouped_gemm1(int* blocks_per_sm) {
+  return configure_persistent_kernel(sm90_mxfp4_rs_kernel<RsSwigluQ8Epilogue, Gemm1Params>, RsTileConfig::kThreads,
+                                     RsTileConfig::kSharedBytes, blocks_per_sm);
+}
+
+cudaError_t configure_sm90_mxfp4_rs_grouped_gemm2(int* blocks_per_sm) {
+  return configure_persistent_kernel(sm90_mxfp4_rs_kernel<RsStoreBf16Epilogue, Gemm2Params>, RsTileConfig::kThreads,
+                                     RsTileConfig::kSharedBytes, blocks_per_sm);
+}
+
+cudaError_t launch_sm90_mxfp4_rs_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
+  return launch_rs<RsSwigluQ8Epilogue>(p, grid, stream);
+}
+
+cudaError_t launch_sm90_mxfp4_rs_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream) {
+  return launch_rs<RsStoreBf16Epilogue>(p, grid, stream);
+}
+
+cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows, int k,
+                                      uint16_t* out, cudaStream_t stream) {
+  if (k % 128 != 0) return cudaErrorInvalidValue;
+  const int64_t blocks = rows * (k / 32);
+  if (blocks == 0) return cudaSuccess;
+  sm90_q8_to_rs_bf16_kernel<<<static_cast<unsigned>((blocks + 255) / 256), 256, 0, stream>>>(a, a_scale, blocks, out);
+  return cudaGetLastError();
+}
+
+}  // namespace moe_ep::cuda

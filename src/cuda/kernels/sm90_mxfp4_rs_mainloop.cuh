@@ -1,0 +1,230 @@
+// MXFP4 x bf16 grouped GEMM on bf16 wgmma with the weights as the register operand (sm_90a),
+// for folded mxfp4 weights (w_scale = shifts, w_col_scale = the fold's column factors):
+//   D^T[n, m] = sum_k W[n, k] * A[m, k]   (weight rows n on the wgmma M side, tokens m on N)
+// The consumers decode the FP4 weights straight from global memory into bf16 A fragments
+// (tile/fp4_bf16_codec.h: e2m1 * 2^(d - 14), exact); the activations are bf16 rows in the rs
+// order along k (sm90_rs_activations.cu writes them from Q8), also exact, so every product is
+// exact and the fp32 sum runs over all of K without promotion. Epilogues multiply by the column
+// factor times 2^kRsFoldBias.
+//
+// Block of 3 warpgroups (384 threads), one block per SM, persistent over the (m tile, n tile)
+// list of the routing kernel (m tiles of kBlockM = 128 token rows, n tiles of 128 weight rows):
+//   WG 0      producer: thread r copies token row r of the tile (a_row_index gathers), 256 bytes
+//             per k step, into the stage with cp.async (zero-filled past the tile's rows);
+//             kLookahead steps later it fences and arrives on the stage's full barrier.
+//   WG 1, 2   consumers: weight rows 64 c .. 64 c + 63 of the n tile each; per k step 8
+//             m64n128k16 wgmmas, each fragment decoded while the previous wgmma runs (two
+//             fragment buffers, wgmma_wait_group<1> before one is rewritten).
+//
+// Shared memory (base aligned to 1024 bytes here):
+//   stage s < kStages:  2 column blocks (k 0..63, 64..127 of the step), each kBlockM rows x 128 B,
+//                       K-major with the 128-byte swizzle of ptx/wgmma.cuh
+//   amax                [2 consumers][4 warps][kBlockM] fp32 (GEMM 1 epilogue: Q8 amax per token)
+//   full[kStages], empty[kStages]  mbarriers (full: 128 producer arrivals; empty: one per
+//                                  consumer warp)
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/kernels/sm90_mxfp4_wgmma_mainloop.cuh"
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/ld_global.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/wgmma.cuh"
+#include "cuda/tile/fp4_bf16_codec.h"
+
+namespace moe_ep::cuda {
+
+struct RsTileConfig {
+  static constexpr int kBlockM = kRsBlockM;  // token rows (the wgmma N side)
+  static constexpr int kBlockN = 128;        // weight rows (2 consumers x 64)
+  static constexpr int kBlockK = 128;
+  static constexpr int kStages = 4;
+  static constexpr int kLookahead = 2;
+  static constexpr int kConsumers = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = 224;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
+  static_assert(kStages > kLookahead, "the producer must be able to run kLookahead steps ahead");
+
+  static constexpr int kColBytes = kBlockM * 128;  // one 64-wide k column block
+  static constexpr int kStageBytes = 2 * kColBytes;
+  static constexpr int kAmaxBytes = kConsumers * 4 * kBlockM * 4;
+  static constexpr int kOffAmax = kStages * kStageBytes;
+  static constexpr int kOffBarriers = kOffAmax + kAmaxBytes;
+  static constexpr int kSharedBytes = kOffBarriers + 2 * kStages * 8 + 1024;  // + alignment slack
+  static_assert(kColBytes % 1024 == 0, "wgmma tiles are 1024-byte aligned");
+  static_assert(kSharedBytes <= 232448, "H100/H200 allow 227 KiB of shared memory per block");
+};
+
+template <class Cfg>
+struct RsSmem {
+  uint8_t* base;
+  __device__ __forceinline__ uint8_t* b(int s) const { return base + s * Cfg::kStageBytes; }
+  __device__ __forceinline__ float* amax(int wg) const {
+    return reinterpret_cast<float*>(base + Cfg::kOffAmax) + wg * 4 * Cfg::kBlockM;
+  }
+  __device__ __forceinline__ uint64_t* full(int s) const {
+    return reinterpret_cast<uint64_t*>(base + Cfg::kOffBarriers) + s;
+  }
+  __device__ __forceinline__ uint64_t* empty(int s) const { return full(Cfg::kStages) + s; }
+};
+
+// Where a consumer thread's accumulators lie: d[4i + c] is weight row `row` (c = 0, 1) or
+// row + 8 (c = 2, 3) of the n tile's kernel rows, token column 8i + 2t + (c & 1) of the m tile.
+struct RsFragment {
+  int row;  // kernel row (0..N) of d[4i + {0, 1}]
+  int t;    // lane % 4
+  int warp, wg;
+};
+
+// The weight words and shift words of one k step for a consumer thread: its rows g and g + 8.
+struct RsWeightStep {
+  uint4 w_g, w_g8;
+  uint32_t d_g, d_g8;
+};
+
+template <class Cfg, class Epilogue, class Params>
+__device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* smem_raw) {
+  const uint32_t raw_addr = ptx::smem_addr(smem_raw);
+  const RsSmem<Cfg> sm{smem_raw + ((1024 - (raw_addr & 1023)) & 1023)};
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      ptx::mbarrier_init(sm.full(s), 128);
+      ptx::mbarrier_init(sm.empty(s), 4 * Cfg::kConsumers);
+    }
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  const GroupedGemmOperands& op = p.op;
+  const int k_steps = op.k / Cfg::kBlockK;
+  const int n_tiles = op.n / Cfg::kBlockN;
+  const int num_tiles = *p.schedule.num_m_tiles * n_tiles;
+  constexpr int S = Cfg::kStages, L = Cfg::kLookahead;
+
+  if (tid < 128) {
+    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    int item = 0;  // k steps issued so far (over all tiles of this block)
+    const uint8_t* src = op.a;
+    bool valid = false;
+    auto step = [&](bool issue_one, int ks) {
+      if (issue_one) {
+        const int s = item % S;
+        ptx::mbarrier_wait_parity(sm.empty(s), ((item / S) & 1) ^ 1);
+        const uint32_t dst = ptx::smem_addr(sm.b(s)) + tid * 128;
+#pragma unroll
+        for (int cb = 0; cb < 2; ++cb)
+#pragma unroll
+          for (int c = 0; c < 8; ++c)
+            ptx::cp_async_16(dst + cb * Cfg::kColBytes + ((c ^ (tid & 7)) << 4),
+                             valid ? src + ks * 256 + cb * 128 + c * 16 : op.a, valid ? 16 : 0);
+      }
+      ptx::cp_async_commit();
+      const int q = item - L;
+      if (q >= 0) {
+        ptx::cp_async_wait<L>();
+        ptx::fence_proxy_async_shared();
+        ptx::mbarrier_arrive(sm.full(q % S));
+      }
+      ++item;
+    };
+    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      const WgmmaTileCoord t = wgmma_tile_coord<Cfg>(p.schedule, tile, n_tiles);
+      valid = tid < t.num_rows;
+      if (valid) {
+        const int row = t.row_begin + tid;
+        src = op.a + static_cast<int64_t>(op.a_row_index ? op.a_row_index[row] : row) * op.a_row_bytes;
+      }
+      for (int ks = 0; ks < k_steps; ++ks) step(true, ks);
+    }
+    for (int d = 0; d < L; ++d) step(false, 0);
+    return;
+  }
+
+  ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
+  const int wg = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4;
+  int item = 0;
+  for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+    const WgmmaTileCoord t = wgmma_tile_coord<Cfg>(p.schedule, tile, n_tiles);
+    const RsFragment f{t.n_tile * Cfg::kBlockN + 64 * wg + 16 * warp + g, lane % 4, warp, wg};
+    // Weight micro-tiles f.row / 8 (rows g) and the next one (rows g + 8), k step 0.
+    const int64_t micro = static_cast<int64_t>(t.expert) * (op.n / 8) + f.row / 8;
+    const uint8_t* w_g = op.w + micro * k_steps * kWeightMicroTileBytes + lane * 16;
+    const uint8_t* w_g8 = w_g + static_cast<int64_t>(k_steps) * kWeightMicroTileBytes;
+    const uint8_t* d_g = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + f.row) * 4;
+    const int64_t d_step = static_cast<int64_t>(op.n) * 4;
+    auto load_step = [&](int ks) {
+      RsWeightStep w;
+      w.w_g = ptx::ld_stream_v4(w_g + ks * kWeightMicroTileBytes);
+      w.w_g8 = ptx::ld_stream_v4(w_g8 + ks * kWeightMicroTileBytes);
+      w.d_g = ptx::ld_stream_u32(d_g + ks * d_step);
+      w.d_g8 = ptx::ld_stream_u32(d_g + ks * d_step + 8 * 4);
+      return w;
+    };
+
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    // Two fragment sets of a whole k step (8 k16 steps x 4 registers): set ks % 2 feeds step ks
+    // while set (ks + 1) % 2 is decoded for the next one, so no wgmma's inputs are written while
+    // the k step it belongs to is in flight.
+    uint32_t frag[2][8][4] = {};
+    auto decode = [&](const RsWeightStep& w, uint32_t (&out)[8][4]) {
+      const uint32_t words_g[4] = {w.w_g.x, w.w_g.y, w.w_g.z, w.w_g.w};
+      const uint32_t words_g8[4] = {w.w_g8.x, w.w_g8.y, w.w_g8.z, w.w_g8.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t fg = rs_fold_factor((w.d_g >> (8 * j)) & 0xF);
+        const uint32_t fg8 = rs_fold_factor((w.d_g8 >> (8 * j)) & 0xF);
+        rs_a_fragment<0>(words_g[j], words_g8[j], fg, fg8, out[2 * j]);
+        rs_a_fragment<1>(words_g[j], words_g8[j], fg, fg8, out[2 * j + 1]);
+      }
+    };
+    RsWeightStep next = load_step(0);
+    decode(next, frag[0]);
+    if (k_steps > 1) next = load_step(1);
+    // K step ks with fragment set kSet: issue its 8 wgmmas, retire step ks - 1 (release its
+    // stage), decode step ks + 1 into the other set, prefetch the weights of step ks + 2.
+    auto k_step = [&](auto set_constant, int ks) {
+      constexpr int kSet = decltype(set_constant)::value;
+      const int s = (item + ks) % S;
+      ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
+      const uint64_t desc = ptx::wgmma_desc_k_major_sw128(ptx::smem_addr(sm.b(s)));
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int step = 0; step < 8; ++step)  // column block step / 4, k16 slice step % 4 (32 bytes)
+        ptx::wgmma_m64n128k16_bf16_rs(acc, frag[kSet][step],
+                                      desc + (step / 4) * (Cfg::kColBytes >> 4) + 2 * (step % 4));
+      ptx::wgmma_commit_group();
+      ptx::wgmma_wait_group<1>();
+#pragma unroll
+      for (int step = 0; step < 8; ++step) ptx::fence_operands(frag[1 - kSet][step]);
+      if (ks > 0) {
+        __syncwarp();
+        if (lane == 0) ptx::mbarrier_arrive(sm.empty((item + ks - 1) % S));
+      }
+      if (ks + 1 < k_steps) {
+        decode(next, frag[1 - kSet]);
+        if (ks + 2 < k_steps) next = load_step(ks + 2);
+      }
+    };
+    for (int ks = 0; ks < k_steps; ks += 2) {
+      k_step(std::integral_constant<int, 0>{}, ks);
+      if (ks + 1 < k_steps) k_step(std::integral_constant<int, 1>{}, ks + 1);
+    }
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_operands(acc);
+    item += k_steps;
+    __syncwarp();
+    if (lane == 0 && k_steps > 0) ptx::mbarrier_arrive(sm.empty((item - 1) % S));
+    Epilogue::apply(p.epilogue, op, t, f, sm, acc);
+  }
+}
+
+}  // namespace moe_ep::cuda

@@ -1,0 +1,95 @@
+// Epilogues of the register-operand bf16 wgmma GEMMs (sm90_mxfp4_rs_mainloop.cuh): one consumer
+// thread's transposed m64n128 fragment (rows = weight rows, columns = tokens) to global memory,
+// with the arithmetic of sm90_wgmma_epilogues.cuh (the same output formats; values equal up to
+// the order of the fp32 sums).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "cuda/kernels/sm90_gemm_epilogues.cuh"
+#include "cuda/kernels/sm90_mxfp4_rs_mainloop.cuh"
+#include "cuda/ptx/named_barrier.cuh"
+
+namespace moe_ep::cuda {
+
+// The column factor of kernel row `row` for the rs decode (e2m1 * 2^(d - 8 - kRsFoldBias)).
+__device__ __forceinline__ float rs_col_scale(const GroupedGemmOperands& op, const WgmmaTileCoord& t, int row) {
+  return op.w_col_scale[static_cast<int64_t>(t.expert) * op.n + row] * static_cast<float>(1 << kRsFoldBias);
+}
+
+// GEMM 1: rows f.row (gate, kernel row block 2b) and f.row + 8 (its up partner, block 2b + 1)
+// give h column 8b + g. A warpgroup's 64 kernel rows are the 32 h columns of one Q8 block: amax
+// over g by shuffles, over the 4 warps through shared memory, then e4m3 bytes and the E8M0 byte
+// as SwigluQ8Epilogue writes them.
+struct RsSwigluQ8Epilogue {
+  template <class Cfg>
+  static __device__ __forceinline__ void apply(const SwigluEpilogueParams& ep, const GroupedGemmOperands& op,
+                                               const WgmmaTileCoord& t, const RsFragment& f,
+                                               const RsSmem<Cfg>& sm, float (&acc)[64]) {
+    const float gate_scale = rs_col_scale(op, t, f.row), up_scale = rs_col_scale(op, t, f.row + 8);
+    const int g = f.row % 8;
+    const int h_col = (f.row / 16) * 8 + g;
+    float h[16][2];  // token column 8i + 2t + c
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = 8 * i + 2 * f.t + c;
+        const float weight = col < t.num_rows ? ep.row_weight[t.row_begin + col] : 0.0f;
+        const float gate = round_to_bf16_device(acc[4 * i + c] * gate_scale);
+        const float up = round_to_bf16_device(acc[4 * i + 2 + c] * up_scale);
+        h[i][c] = clamped_swiglu_device(gate, up, ep.clamp, weight, ep.fast_math);
+      }
+    float* amax = sm.amax(f.wg);  // [4 warps][kBlockM]
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float m = fabsf(h[i][c]);
+        m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 4));
+        m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 8));
+        m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16));
+        if (g == 0) amax[f.warp * Cfg::kBlockM + 8 * i + 2 * f.t + c] = m;
+      }
+    ptx::named_barrier_sync(1 + f.wg, 128);
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = 8 * i + 2 * f.t + c;
+        const float m = fmaxf(fmaxf(amax[col], amax[Cfg::kBlockM + col]),
+                              fmaxf(amax[2 * Cfg::kBlockM + col], amax[3 * Cfg::kBlockM + col]));
+        if (col >= t.num_rows) continue;
+        const uint32_t byte = q8_scale_byte_device(m);
+        const int64_t row = t.row_begin + col;
+        ep.h_q[row * ep.intermediate + h_col] =
+            static_cast<uint8_t>(float_to_e4m3_device(__fdiv_rn(h[i][c], e8m0_to_float_device(byte))));
+        if (f.warp == 0 && g == 0) ep.h_scale[row * (ep.intermediate / 32) + h_col / 32] = static_cast<uint8_t>(byte);
+      }
+    ptx::named_barrier_sync(1 + f.wg, 128);  // amax is rewritten by the next tile
+  }
+};
+
+// GEMM 2: o[token, row] = bf16(acc * column factor).
+struct RsStoreBf16Epilogue {
+  template <class Cfg>
+  static __device__ __forceinline__ void apply(const StoreEpilogueParams& ep, const GroupedGemmOperands& op,
+                                               const WgmmaTileCoord& t, const RsFragment& f,
+                                               const RsSmem<Cfg>&, float (&acc)[64]) {
+    const float scale[2] = {rs_col_scale(op, t, f.row), rs_col_scale(op, t, f.row + 8)};
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int col = 8 * i + 2 * f.t + (c & 1);
+        if (col >= t.num_rows) continue;
+        const float v = acc[4 * i + c] * scale[c / 2];
+        ep.out[static_cast<int64_t>(t.row_begin + col) * op.n + f.row + 8 * (c / 2)] =
+            __bfloat16_as_ushort(__float2bfloat16_rn(v));
+      }
+  }
+};
+
+}  // namespace moe_ep::cuda
