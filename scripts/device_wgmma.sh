@@ -106,7 +106,7 @@ fi
 
 # 6. The deepseek-v4-flash layer (E = 256) forced onto wgmma against the CPU layer, 20 reruns.
 if has flash; then
-  run_limited 200 "$TESTS" --gtest_filter='Sm90WgmmaLayer.Flash*' > "$WORK/flash.log" 2>&1
+  run_limited 200 "$TESTS" --gtest_filter='Kernels/Sm90WgmmaFlashLayer.*' > "$WORK/flash.log" 2>&1
   rc=$?
   note "flash layer: rc=$rc $(gtest_counts "$WORK/flash.log")  ($(elapsed) s)"
   (( rc != 0 )) && FAILED=1

@@ -18,8 +18,10 @@ enum class GemmKernel : uint8_t {
   kDecode,  // small batches: weights on the MMA's m side, streamed into registers
   kMma,     // mma.sync tiles; exact fp32 k-block sums
   kWgmma,   // warpgroup MMA (FP8), folded weights only
+  kWgmmaBf16,  // warpgroup MMA on bf16, the weights decoded into registers; folded weights only
 };
-std::string_view gemm_kernel_name(GemmKernel kernel);  // "auto", "decode", "mma", "wgmma"
+// "auto", "decode", "mma", "wgmma", "wgmma-bf16"
+std::string_view gemm_kernel_name(GemmKernel kernel);
 // Throws kInvalidArgument naming `option` and the allowed names.
 GemmKernel parse_gemm_kernel(std::string_view name, std::string_view option = "gemm");
 

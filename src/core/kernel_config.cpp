@@ -14,15 +14,17 @@ std::string_view gemm_kernel_name(GemmKernel kernel) {
     case GemmKernel::kDecode: return "decode";
     case GemmKernel::kMma: return "mma";
     case GemmKernel::kWgmma: return "wgmma";
+    case GemmKernel::kWgmmaBf16: return "wgmma-bf16";
   }
   return "unknown";
 }
 
 GemmKernel parse_gemm_kernel(std::string_view name, std::string_view option) {
-  for (GemmKernel k : {GemmKernel::kAuto, GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma})
+  for (GemmKernel k : {GemmKernel::kAuto, GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma,
+                       GemmKernel::kWgmmaBf16})
     if (gemm_kernel_name(k) == name) return k;
   MOE_EP_FAIL(ErrorCode::kInvalidArgument,
-              "{} '{}' is not a GEMM kernel; allowed: auto, decode, mma, wgmma", option, name);
+              "{} '{}' is not a GEMM kernel; allowed: auto, decode, mma, wgmma, wgmma-bf16", option, name);
 }
 
 std::string TileShape::str() const { return automatic() ? "auto" : fmt::format("{}x{}", m, n); }

@@ -14,7 +14,10 @@
 //   h            M x I (mxfp4) | M x I/2 (nvfp4)                  quantized SwiGLU output
 //   h_scale      M x I/B
 //   h_global     M x 4 B (nvfp4);  h_f32  M x I x 4 B (nvfp4, before its NVFP4 pass)
-//   o            M x H x 2 B                                      expert outputs, bf16
+//   h_bf16       M x I x 2 B (bf16_activations only)             h as bf16 for the wgmma-bf16
+//                                                                 GEMM 2 (rs order, grouped_gemm.h)
+//   o            M x H x 2 B                                      expert outputs, bf16; before
+//                GEMM 2 writes it, wgmma-bf16 buckets keep x as bf16 there (R x H x 2 B <= it)
 // Every forward rewrites what it reads; nothing needs clearing between forwards.
 #pragma once
 
@@ -29,13 +32,14 @@ namespace moe_ep::cuda {
 struct LayerShape {
   int64_t num_experts = 0, hidden = 0, intermediate = 0, top_k = 0, max_tokens = 0;
   Recipe recipe = Recipe::kMxfp4;
+  bool bf16_activations = false;  // a bucket runs wgmma-bf16 (Sm90Config::uses_bf16_activations)
 };
 
 struct WorkspaceLayout {
   size_t a = 0, a_scale = 0, a_global = 0;
   size_t expert_offsets = 0, num_m_tiles = 0, tile_expert = 0, tile_row_begin = 0;
   size_t row_token = 0, row_weight = 0, slot_row = 0;
-  size_t h = 0, h_scale = 0, h_global = 0, h_f32 = 0;
+  size_t h = 0, h_scale = 0, h_global = 0, h_f32 = 0, h_bf16 = 0;
   size_t o = 0;
   size_t total_bytes = 0;
 };

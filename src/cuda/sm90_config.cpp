@@ -13,6 +13,7 @@ const char* sm90_gemm_name(Sm90Gemm gemm) {
     case Sm90Gemm::kDecode: return "decode";
     case Sm90Gemm::kMma: return "mma";
     case Sm90Gemm::kWgmma: return "wgmma";
+    case Sm90Gemm::kWgmmaBf16: return "wgmma-bf16";
     case Sm90Gemm::kNvfp4Mma: return "nvfp4-mma";
   }
   return "unknown";
@@ -22,6 +23,12 @@ const Sm90Bucket& Sm90Config::bucket(int64_t num_tokens) const {
   for (const Sm90Bucket& b : buckets)
     if (num_tokens <= b.max_tokens) return b;
   return buckets.back();
+}
+
+bool Sm90Config::uses_bf16_activations() const {
+  for (const Sm90Bucket& b : buckets)
+    if (b.gemm == Sm90Gemm::kWgmmaBf16) return true;
+  return false;
 }
 
 Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o) {
@@ -35,13 +42,15 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
                     ErrorCode::kUnsupported,
                     "overrides.gemm = {}: recipe '{}' runs the f16 mma.sync GEMMs on SM90; allowed: "
                     "auto, mma", gemm_kernel_name(o.gemm), recipe_name(desc.recipe));
-  MOE_EP_CHECK_CODE(!(o.gemm == GemmKernel::kWgmma && c.exact_accumulation), ErrorCode::kInvalidArgument,
-                    "overrides.gemm = wgmma contradicts desc.numerics.exact_accumulation = true (the "
-                    "FP8 wgmma accumulator is not fp32-exact); allowed with it: auto, decode, mma");
+  const bool warpgroup = o.gemm == GemmKernel::kWgmma || o.gemm == GemmKernel::kWgmmaBf16;
+  MOE_EP_CHECK_CODE(!(warpgroup && c.exact_accumulation), ErrorCode::kInvalidArgument,
+                    "overrides.gemm = {} contradicts desc.numerics.exact_accumulation = true (the "
+                    "wgmma accumulator is not fp32-exact per k block); allowed with it: auto, decode, mma",
+                    gemm_kernel_name(o.gemm));
   if (o.fold_fp8) c.fold = *o.fold_fp8;
-  MOE_EP_CHECK_CODE(c.fold || o.gemm != GemmKernel::kWgmma, ErrorCode::kUnsupported,
-                    "overrides.gemm = wgmma needs folded weights; overrides.fold_fp8 = false keeps "
-                    "E8M0 block scales");
+  MOE_EP_CHECK_CODE(c.fold || !warpgroup, ErrorCode::kUnsupported,
+                    "overrides.gemm = {} needs folded weights; overrides.fold_fp8 = false keeps "
+                    "E8M0 block scales", gemm_kernel_name(o.gemm));
   if (!o.tile.automatic()) {
     MOE_EP_CHECK_CODE(mxfp4, ErrorCode::kUnsupported, "overrides.tile = {}: recipe '{}' has no "
                       "tile choice on SM90", o.tile.str(), recipe_name(desc.recipe));
@@ -80,6 +89,16 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
                                       desc.fleet.hidden_size, 2 * desc.intermediate_size, ts.block_n);
   else if (facts.wgmma_blocks_per_sm[0] < 1 || facts.wgmma_blocks_per_sm[1] < 1)
     c.wgmma_unavailable = "the kernels do not fit on this device";
+  // wgmma-bf16: folded weights, n tiles of 128 (k steps of 128 are the plan's own rule).
+  if (!facts.w13_folded || !facts.w2_folded)
+    c.wgmma_bf16_unavailable = c.fold ? "the weights are not inside the FP8 window (SPEC.md §5), so "
+                                        "they are not folded"
+                                      : "folding is off (overrides.fold_fp8 = false)";
+  else if (desc.fleet.hidden_size % 128 != 0 || (2 * desc.intermediate_size) % 128 != 0)
+    c.wgmma_bf16_unavailable = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of 128",
+                                           desc.fleet.hidden_size, 2 * desc.intermediate_size);
+  else if (facts.wgmma_bf16_blocks_per_sm[0] < 1 || facts.wgmma_bf16_blocks_per_sm[1] < 1)
+    c.wgmma_bf16_unavailable = "the kernels do not fit on this device";
   const bool decode_ok = facts.decode_unavailable.empty(), wgmma_ok = c.wgmma_unavailable.empty();
   MOE_EP_CHECK_CODE(decode_ok || o.gemm != GemmKernel::kDecode, ErrorCode::kUnsupported,
                     "overrides.gemm = decode: the decode GEMMs cannot run this layer: {}",
@@ -87,21 +106,27 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
   MOE_EP_CHECK_CODE(wgmma_ok || o.gemm != GemmKernel::kWgmma, ErrorCode::kUnsupported,
                     "overrides.gemm = wgmma: the wgmma GEMMs cannot run this layer: {}",
                     c.wgmma_unavailable);
+  MOE_EP_CHECK_CODE(c.wgmma_bf16_unavailable.empty() || o.gemm != GemmKernel::kWgmmaBf16,
+                    ErrorCode::kUnsupported,
+                    "overrides.gemm = wgmma-bf16: the wgmma-bf16 GEMMs cannot run this layer: {}",
+                    c.wgmma_bf16_unavailable);
   auto bucket = [&](int64_t lo, int64_t hi, Sm90Gemm g) {
     if (lo > hi) return;
     if (!c.buckets.empty() && c.buckets.back().gemm == g) {
       c.buckets.back().max_tokens = hi;
       return;
     }
-    const int block_m = g == Sm90Gemm::kDecode ? kDecodeBlockM
-                        : g == Sm90Gemm::kWgmma ? ts.block_m
-                                                : kGemmBlockM;
+    const int block_m = g == Sm90Gemm::kDecode       ? kDecodeBlockM
+                        : g == Sm90Gemm::kWgmma     ? ts.block_m
+                        : g == Sm90Gemm::kWgmmaBf16 ? kRsBlockM
+                                                    : kGemmBlockM;
     c.buckets.push_back({lo, hi, g, block_m});
   };
   switch (o.gemm) {
     case GemmKernel::kDecode: bucket(0, max_tokens, Sm90Gemm::kDecode); return;
     case GemmKernel::kMma: bucket(0, max_tokens, Sm90Gemm::kMma); return;
     case GemmKernel::kWgmma: bucket(0, max_tokens, Sm90Gemm::kWgmma); return;
+    case GemmKernel::kWgmmaBf16: bucket(0, max_tokens, Sm90Gemm::kWgmmaBf16); return;
     case GemmKernel::kAuto: break;
   }
   // Auto: decode for small T (mma.sync where the decode kernels cannot run), then mma.sync,
@@ -139,6 +164,11 @@ void Sm90Config::describe(SelectedConfig& out) const {
                                      ts.block_n, wgmma_min_tokens, exact_accumulation ? " (off: exact_accumulation)" : "",
                                      facts.wgmma_blocks_per_sm[0], facts.wgmma_blocks_per_sm[1])
                        : "unavailable: " + wgmma_unavailable);
+  out.add("wgmma_bf16", wgmma_bf16_unavailable.empty()
+                            ? fmt::format("available by override (overrides.gemm = wgmma-bf16): {}x128 tiles, "
+                                          "blocks/SM {} / {}", kRsBlockM, facts.wgmma_bf16_blocks_per_sm[0],
+                                          facts.wgmma_bf16_blocks_per_sm[1])
+                            : "unavailable: " + wgmma_bf16_unavailable);
   out.add("mma", fmt::format("64x128x128 tiles, blocks/SM {} / {}", facts.mma_blocks_per_sm[0],
                              facts.mma_blocks_per_sm[1]));
 }

@@ -14,7 +14,7 @@
 namespace moe_ep::cuda {
 
 // The GEMM kernels one T bucket runs (both GEMMs of a forward use the same family).
-enum class Sm90Gemm { kDecode, kMma, kWgmma, kNvfp4Mma };
+enum class Sm90Gemm { kDecode, kMma, kWgmma, kWgmmaBf16, kNvfp4Mma };
 const char* sm90_gemm_name(Sm90Gemm gemm);
 
 // Auto: decode kernels up to this many tokens, where experts hold a few rows each and the
@@ -32,6 +32,7 @@ struct Sm90Facts {
   int decode_blocks_per_sm[2] = {0, 0};
   int mma_blocks_per_sm[2] = {0, 0};    // mma.sync (mxfp4) or f16 mma.sync (nvfp4) GEMMs
   int wgmma_blocks_per_sm[2] = {0, 0};  // of the selected tile; 0 when not configured
+  int wgmma_bf16_blocks_per_sm[2] = {0, 0};  // 0 when not configured
 };
 
 struct Sm90Bucket {
@@ -49,10 +50,13 @@ struct Sm90Config {
   int64_t wgmma_min_tokens = kWgmmaMinTokens;
   bool exact_accumulation = false, fast_math = false;
   std::string wgmma_unavailable;             // why wgmma cannot run ("" when it can)
+  std::string wgmma_bf16_unavailable;        // the same for wgmma-bf16 (only by override so far)
   Sm90Facts facts;
   std::vector<Sm90Bucket> buckets;           // ascending, covering 1..max_tokens_per_rank
 
   const Sm90Bucket& bucket(int64_t num_tokens) const;
+  // Whether a bucket runs wgmma-bf16 (its activations as bf16: plan.h's h_bf16 region).
+  bool uses_bf16_activations() const;
   void describe(SelectedConfig& out) const;  // the entries (the plan adds its own lines)
 };
 

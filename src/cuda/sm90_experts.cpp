@@ -140,9 +140,16 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
     if (facts.w13_folded && facts.w2_folded) {
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm1(config_.wgmma_tile, &facts.wgmma_blocks_per_sm[0]));
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm2(config_.wgmma_tile, &facts.wgmma_blocks_per_sm[1]));
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_grouped_gemm1(&facts.wgmma_bf16_blocks_per_sm[0]));
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_grouped_gemm2(&facts.wgmma_bf16_blocks_per_sm[1]));
     }
   }
   select_sm90_kernels(config_, desc, overrides, facts);
+  if (config_.uses_bf16_activations()) {  // the workspace gains h as bf16 (plan.h)
+    LayerShape bf16_shape = shape;
+    bf16_shape.bf16_activations = true;
+    plan_ = make_plan(bf16_shape);
+  }
 
   shared_scratch_ = static_cast<bool>(scratch);
   workspace_ = scratch ? scratch(plan_.workspace.total_bytes)

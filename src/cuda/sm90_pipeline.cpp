@@ -26,6 +26,19 @@ cudaError_t quantize_nvfp4_step(const Launch& l, const Sm90Binding& b, cudaStrea
   return launch_sm90_nvfp4_quantize(q, s);
 }
 
+// kCallerA: x comes quantized from the caller (desc.quantize_input = false).
+template <bool kCallerA>
+cudaError_t x_to_bf16_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  const Sm90Pipeline::ToBf16& c = l.x_bf16;
+  return launch_sm90_q8_to_rs_bf16(kCallerA ? b.a : c.q, kCallerA ? b.a_scale : c.scales, b.num_tokens, c.k,
+                                   c.out, s);
+}
+
+cudaError_t h_to_bf16_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  const Sm90Pipeline::ToBf16& c = l.h_bf16;
+  return launch_sm90_q8_to_rs_bf16(c.q, c.scales, b.num_tokens * l.plan.shape.top_k, c.k, c.out, s);
+}
+
 cudaError_t permute_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
   PermuteParams r = l.permute;
   r.topk_ids = b.topk_ids;
@@ -95,6 +108,9 @@ GemmFamily gemm_family(const Sm90Config& c, Sm90Gemm gemm) {
     case Sm90Gemm::kNvfp4Mma:
       return {&launch_sm90_nvfp4_grouped_gemm1, &launch_sm90_nvfp4_grouped_gemm2, kGemmBlockN, true,
               f.mma_blocks_per_sm};
+    case Sm90Gemm::kWgmmaBf16:
+      return {&launch_sm90_mxfp4_rs_grouped_gemm1, &launch_sm90_mxfp4_rs_grouped_gemm2, 128, true,
+              f.wgmma_bf16_blocks_per_sm};
     case Sm90Gemm::kWgmma:
       if (c.wgmma_tile == WgmmaTile::k64x256)
         return {&wgmma_gemm1<WgmmaTile::k64x256>, &wgmma_gemm2<WgmmaTile::k64x256>,
@@ -205,15 +221,33 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     l.grid2 = fam.persistent ? GridRule{kGemmBlockM, H / fam.block_n, sms * fam.blocks_per_sm[1]}
                              : GridRule{kDecodeBlockM, 1, 0};
 
+    // wgmma-bf16: GEMM 1 reads x as bf16 (kept in o until GEMM 2 writes o), GEMM 2 h as bf16.
+    const bool bf16 = bucket.gemm == Sm90Gemm::kWgmmaBf16;
+    if (bf16) {
+      MOE_EP_ASSERT(s.bf16_activations);
+      l.x_bf16 = {ws(w.a), ws(w.a_scale), static_cast<int>(H), reinterpret_cast<uint16_t*>(workspace + w.o)};
+      l.h_bf16 = {ws(w.h), ws(w.h_scale), static_cast<int>(I), reinterpret_cast<uint16_t*>(workspace + w.h_bf16)};
+      g1.op.a = ws(w.o);
+      g1.op.a_row_bytes = 2 * H;
+      g1.op.a_scale = nullptr;
+      g1.op.a_scale_row_bytes = 0;
+      g2.op.a = ws(w.h_bf16);
+      g2.op.a_row_bytes = 2 * I;
+      g2.op.a_scale = nullptr;
+      g2.op.a_scale_row_bytes = 0;
+    }
+
     l.combine.o = g2.epilogue.out;
     l.combine.slot_row = r.slot_row;
     l.combine.top_k = static_cast<int32_t>(s.top_k);
     l.combine.hidden = static_cast<int32_t>(H);
 
     if (quantize_input) l.steps.push_back(recipe.fp4_activations ? &quantize_nvfp4_step : &quantize_q8_step);
+    if (bf16) l.steps.push_back(quantize_input ? &x_to_bf16_step<false> : &x_to_bf16_step<true>);
     l.steps.push_back(&permute_step);
-    l.steps.push_back(quantize_input ? &gemm1_step<false> : &gemm1_step<true>);
+    l.steps.push_back(quantize_input || bf16 ? &gemm1_step<false> : &gemm1_step<true>);
     if (recipe.global_scales) l.steps.push_back(&h_nvfp4_step);
+    if (bf16) l.steps.push_back(&h_to_bf16_step);
     l.steps.push_back(&gemm2_step);
     l.steps.push_back(&combine_step);
     launches_.push_back(std::move(l));
@@ -233,14 +267,15 @@ void Sm90Pipeline::run(const Sm90Binding& b, cudaStream_t stream) const {
 
 void Sm90Pipeline::describe(SelectedConfig& out) const {
   for (const Launch& l : launches_) {
-    const bool quantize = l.steps.front() != &permute_step;
+    const bool quantize = l.steps.front() == &quantize_q8_step || l.steps.front() == &quantize_nvfp4_step;
+    const bool bf16 = l.x_bf16.out != nullptr;
     out.plan.push_back(
         {fmt::format("T={}..{}", std::max<int64_t>(1, l.bucket.min_tokens), l.bucket.max_tokens),
          fmt::format("{} GEMMs, routing m tiles of {} rows; gemm1 grid {}, gemm2 grid {}; {} steps "
-                     "({}routing, gemm1, {}gemm2, combine)",
+                     "({}{}routing, gemm1, {}{}gemm2, combine)",
                      sm90_gemm_name(l.bucket.gemm), l.bucket.block_m, grid_str(l.grid1), grid_str(l.grid2),
-                     l.steps.size(), quantize ? "quantize x, " : "",
-                     l.gemm1.epilogue.h_f32 ? "nvfp4 of h, " : "")});
+                     l.steps.size(), quantize ? "quantize x, " : "", bf16 ? "x to bf16, " : "",
+                     l.gemm1.epilogue.h_f32 ? "nvfp4 of h, " : "", bf16 ? "h to bf16, " : "")});
   }
 }
 

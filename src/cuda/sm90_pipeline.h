@@ -5,6 +5,7 @@
 //
 //   [quantize x] -> routing (m tiles of the bucket's block_m) -> GEMM 1 (+ SwiGLU, + Q8 of h)
 //   -> [NVFP4 of h] -> GEMM 2 -> combine
+// wgmma-bf16 buckets also convert Q8 x (before routing) and Q8 h (before GEMM 2) to bf16.
 #pragma once
 
 #include <cstdint>
@@ -59,10 +60,18 @@ class Sm90Pipeline {
   using Step = cudaError_t (*)(const Launch& launch, const Sm90Binding& binding, cudaStream_t stream);
   using Gemm1Fn = cudaError_t (*)(const Gemm1Params&, int grid, cudaStream_t);
   using Gemm2Fn = cudaError_t (*)(const Gemm2Params&, int grid, cudaStream_t);
+  // A Q8 -> bf16 conversion (launch_sm90_q8_to_rs_bf16); rows = T (x) or T * K (h).
+  struct ToBf16 {
+    const uint8_t* q = nullptr;
+    const uint8_t* scales = nullptr;
+    int k = 0;
+    uint16_t* out = nullptr;
+  };
   struct Launch {
     Sm90Bucket bucket;
     Plan plan;
     Q8QuantizeParams q8;
+    ToBf16 x_bf16, h_bf16;
     Nvfp4QuantizeParams x_nvfp4, h_nvfp4;
     PermuteParams permute;
     Gemm1Params gemm1;

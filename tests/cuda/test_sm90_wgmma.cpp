@@ -446,6 +446,7 @@ Sm90Facts all_available() {
   f.decode_blocks_per_sm[0] = f.decode_blocks_per_sm[1] = 2;
   f.mma_blocks_per_sm[0] = f.mma_blocks_per_sm[1] = 1;
   f.wgmma_blocks_per_sm[0] = f.wgmma_blocks_per_sm[1] = 1;
+  f.wgmma_bf16_blocks_per_sm[0] = f.wgmma_bf16_blocks_per_sm[1] = 1;
   return f;
 }
 
@@ -507,6 +508,14 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
     ASSERT_EQ(f.buckets.size(), 1u);
     EXPECT_EQ(f.bucket(1).gemm, k == GemmKernel::kDecode ? G::kDecode : k == GemmKernel::kMma ? G::kMma : G::kWgmma);
   }
+  // wgmma-bf16 runs by override only (auto never picks it yet), every T, 128-row m tiles.
+  EXPECT_FALSE(selected(d, {}).uses_bf16_activations());
+  forced.gemm = GemmKernel::kWgmmaBf16;
+  const Sm90Config bf16 = selected(d, forced);
+  ASSERT_EQ(bf16.buckets.size(), 1u);
+  EXPECT_EQ(bf16.bucket(1).gemm, G::kWgmmaBf16);
+  EXPECT_EQ(bf16.bucket(8192).block_m, kRsBlockM);
+  EXPECT_TRUE(bf16.uses_bf16_activations());
   const Sm90Config nv = selected(flash_desc(Recipe::kNvfp4), {});
   ASSERT_EQ(nv.buckets.size(), 1u);
   EXPECT_EQ(nv.bucket(1).gemm, G::kNvfp4Mma);
@@ -542,6 +551,23 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   KernelOverrides tile;
   tile.tile = {96, 96};
   expect_refused([&] { select_sm90_load_config(d, tile); }, ErrorCode::kUnsupported, "allowed: 64x256, 128x128");
+
+  KernelOverrides bf16;
+  bf16.gemm = GemmKernel::kWgmmaBf16;
+  expect_refused([&] { select_sm90_load_config(exact, bf16); }, ErrorCode::kInvalidArgument,
+                 "overrides.gemm = wgmma-bf16 contradicts desc.numerics.exact_accumulation");
+  expect_refused([&] { selected(d, bf16, unfolded); }, ErrorCode::kUnsupported,
+                 "overrides.gemm = wgmma-bf16: the wgmma-bf16 GEMMs cannot run this layer: the weights are "
+                 "not inside the FP8 window");
+  KernelOverrides bf16_no_fold = bf16;
+  bf16_no_fold.fold_fp8 = false;
+  expect_refused([&] { select_sm90_load_config(d, bf16_no_fold); }, ErrorCode::kUnsupported,
+                 "overrides.gemm = wgmma-bf16 needs folded weights");
+  expect_refused([&] { select_sm90_load_config(flash_desc(Recipe::kNvfp4), bf16); }, ErrorCode::kUnsupported,
+                 "allowed: auto, mma");
+  Sm90Facts no_fit = all_available();
+  no_fit.wgmma_bf16_blocks_per_sm[1] = 0;
+  expect_refused([&] { selected(d, bf16, no_fit); }, ErrorCode::kUnsupported, "do not fit on this device");
 }
 
 TEST(Sm90Config, LaunchGridsCapPersistentKernelsAtTheResidentBlocks) {
@@ -765,12 +791,13 @@ using testsupport::Problem;
 
 TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
   MOE_EP_REQUIRE_CUDA();
-  for (const char* tile : {"64x256", "128x128"}) {
+  for (const char* tile : {"64x256", "128x128", "wgmma-bf16"}) {
     Problem p = testsupport::tiny_problem("mxfp4");
     p.max_tokens = 4096;
     p.exact_accumulation = false;  // wgmma with exact accumulation is refused (Sm90Config tests)
-    p.overrides.gemm = GemmKernel::kWgmma;
-    p.overrides.tile = parse_tile_shape(tile);
+    const bool bf16 = std::string(tile) == "wgmma-bf16";
+    p.overrides.gemm = bf16 ? GemmKernel::kWgmmaBf16 : GemmKernel::kWgmma;
+    if (!bf16) p.overrides.tile = parse_tile_shape(tile);
     const testsupport::WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 12);
     auto check = [&](const Inputs& in, const std::string& what) {
       const std::vector<double> ref = cpu_reference(p, w.pack(), in);
@@ -781,7 +808,7 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
       int64_t same = 0;
       for (size_t i = 0; i < y.size(); ++i) same += bf16_to_float(y[i]) == ref[i];
       EXPECT_LE(err, wgmma_recipe_tolerance()) << what << " tile " << tile << ": " << p.str();
-      fmt::print("[ wgmma   ] layer tiny {:<8} {:<28} T={:<5} rel_err={:.3e} bitwise-equal={:.4f}\n", tile, what,
+      fmt::print("[ wgmma   ] layer tiny {:<10} {:<28} T={:<5} rel_err={:.3e} bitwise-equal={:.4f}\n", tile, what,
                  in.tokens, err, y.empty() ? 1.0 : static_cast<double>(same) / y.size());
     };
     for (int64_t T : {1, 7, 300, 4096})
@@ -797,12 +824,14 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
   }
 }
 
-TEST(Sm90WgmmaLayer, FlashMatchesCpuAndIsBitwiseDeterministic) {
+class Sm90WgmmaFlashLayer : public ::testing::TestWithParam<GemmKernel> {};
+
+TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
   MOE_EP_REQUIRE_CUDA();
   const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
   Problem p = preset_problem("deepseek-v4-flash", "mxfp4", 4096);
   p.exact_accumulation = false;
-  p.overrides.gemm = GemmKernel::kWgmma;
+  p.overrides.gemm = GetParam();
   const testing::HostWeights weights = preset_weights(p, WeightFormat::kMXFP4, 2027);
 
   struct Case {
@@ -833,14 +862,20 @@ TEST(Sm90WgmmaLayer, FlashMatchesCpuAndIsBitwiseDeterministic) {
     for (uint16_t v : y) nan += std::isnan(bf16_to_float(v));
     EXPECT_EQ(nan, 0) << c.name << ": unwritten (NaN-poisoned) outputs";
     EXPECT_LE(err, wgmma_recipe_tolerance()) << c.name << ": " << p.str();
-    fmt::print("[ wgmma   ] layer flash {:<24} rows checked={:<5} rel_err={:.3e}\n", c.name,
-               c.rows.empty() ? c.in.tokens : static_cast<int64_t>(c.rows.size()), err);
+    fmt::print("[ wgmma   ] layer flash {:<10} {:<24} rows checked={:<5} rel_err={:.3e}\n",
+               gemm_kernel_name(GetParam()), c.name, c.rows.empty() ? c.in.tokens : static_cast<int64_t>(c.rows.size()),
+               err);
   }
   EXPECT_EQ(layer->read_error_flags(), 0u);
   const DeviceInputs d = to_device(p, cases[3].in);  // T = 4096
   const uint64_t h = hash_bits(run_on_gpu(*layer, d));
   for (int rep = 0; rep < 20; ++rep) ASSERT_EQ(hash_bits(run_on_gpu(*layer, d)), h) << "rerun " << rep;
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, Sm90WgmmaFlashLayer, ::testing::Values(GemmKernel::kWgmma, GemmKernel::kWgmmaBf16),
+                         [](const ::testing::TestParamInfo<GemmKernel>& info) {
+                           return info.param == GemmKernel::kWgmma ? std::string("wgmma") : std::string("wgmma_bf16");
+                         });
 
 }  // namespace
 }  // namespace moe_ep::cudatest
