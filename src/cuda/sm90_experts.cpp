@@ -140,8 +140,12 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
     if (facts.w13_folded && facts.w2_folded) {
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm1(config_.wgmma_tile, &facts.wgmma_blocks_per_sm[0]));
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm2(config_.wgmma_tile, &facts.wgmma_blocks_per_sm[1]));
-      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_grouped_gemm1(&facts.wgmma_bf16_blocks_per_sm[0]));
-      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_grouped_gemm2(&facts.wgmma_bf16_blocks_per_sm[1]));
+      // wgmma-bf16 (override only): a failed probe leaves it unavailable, never fails the layer.
+      if (configure_sm90_mxfp4_rs_grouped_gemm1(&facts.wgmma_bf16_blocks_per_sm[0]) != cudaSuccess ||
+          configure_sm90_mxfp4_rs_grouped_gemm2(&facts.wgmma_bf16_blocks_per_sm[1]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        facts.wgmma_bf16_blocks_per_sm[0] = facts.wgmma_bf16_blocks_per_sm[1] = 0;
+      }
     }
   }
   select_sm90_kernels(config_, desc, overrides, facts);

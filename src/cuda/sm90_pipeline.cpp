@@ -227,14 +227,8 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
       MOE_EP_ASSERT(s.bf16_activations);
       l.x_bf16 = {ws(w.a), ws(w.a_scale), static_cast<int>(H), reinterpret_cast<uint16_t*>(workspace + w.o)};
       l.h_bf16 = {ws(w.h), ws(w.h_scale), static_cast<int>(I), reinterpret_cast<uint16_t*>(workspace + w.h_bf16)};
-      g1.op.a = ws(w.o);
-      g1.op.a_row_bytes = 2 * H;
-      g1.op.a_scale = nullptr;
-      g1.op.a_scale_row_bytes = 0;
-      g2.op.a = ws(w.h_bf16);
-      g2.op.a_row_bytes = 2 * I;
-      g2.op.a_scale = nullptr;
-      g2.op.a_scale_row_bytes = 0;
+      set_bf16_activations(g1.op, l.x_bf16.out);
+      set_bf16_activations(g2.op, l.h_bf16.out);
     }
 
     l.combine.o = g2.epilogue.out;

@@ -268,10 +268,7 @@ class GemmRun {
     if (k_.rs) {
       MOE_EP_CUDA_CHECK(launch_sm90_q8_to_rs_bf16(p_.a.get(), p_.a_scale.get(), p_.T, static_cast<int>(s_.H),
                                                   x_rs_.get<uint16_t>(), nullptr));
-      g1.op.a = x_rs_.get();
-      g1.op.a_row_bytes = 2 * s_.H;
-      g1.op.a_scale = nullptr;
-      g1.op.a_scale_row_bytes = 0;
+      set_bf16_activations(g1.op, x_rs_.get<uint16_t>());
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_grouped_gemm1(g1, grid1_, nullptr));
     } else if (k_.wgmma)
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm1(*k_.wgmma, g1, grid1_, nullptr, k_.decode));
@@ -296,10 +293,7 @@ class GemmRun {
     if (k_.rs) {
       MOE_EP_CUDA_CHECK(launch_sm90_q8_to_rs_bf16(in.h_.get(), in.h_scale_.get(), r_.rows, static_cast<int>(s_.I),
                                                   h_rs_.get<uint16_t>(), nullptr));
-      g2.op.a = h_rs_.get();
-      g2.op.a_row_bytes = 2 * s_.I;
-      g2.op.a_scale = nullptr;
-      g2.op.a_scale_row_bytes = 0;
+      set_bf16_activations(g2.op, h_rs_.get<uint16_t>());
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_grouped_gemm2(g2, grid2_, nullptr));
     } else if (k_.wgmma)
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm2(*k_.wgmma, g2, grid2_, nullptr, k_.decode));

@@ -133,6 +133,14 @@ cudaError_t configure_sm90_mxfp4_rs_grouped_gemm1(int* blocks_per_sm);
 cudaError_t configure_sm90_mxfp4_rs_grouped_gemm2(int* blocks_per_sm);
 cudaError_t launch_sm90_mxfp4_rs_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
 cudaError_t launch_sm90_mxfp4_rs_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
+// A of the wgmma-bf16 GEMMs: bf16 rows of op.k elements in the rs order, no scales.
+inline void set_bf16_activations(GroupedGemmOperands& op, const uint16_t* a) {
+  op.a = reinterpret_cast<const uint8_t*>(a);
+  op.a_row_bytes = 2 * static_cast<int64_t>(op.k);
+  op.a_scale = nullptr;
+  op.a_scale_row_bytes = 0;
+  op.a_global = nullptr;
+}
 // Q8 rows (e4m3 [rows, k] + E8M0 [rows, k / 32]) -> bf16 [rows, k]: element k' of each 128-wide
 // k step at position rs_position_of_k(k') of that step, value e4m3 * 2^(E8M0 - 127) (exact).
 cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows, int k,

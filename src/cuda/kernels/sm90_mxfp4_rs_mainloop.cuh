@@ -89,17 +89,9 @@ struct RsWeightStep {
 
 template <class Cfg, class Epilogue, class Params>
 __device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* smem_raw) {
-  const uint32_t raw_addr = ptx::smem_addr(smem_raw);
-  const RsSmem<Cfg> sm{smem_raw + ((1024 - (raw_addr & 1023)) & 1023)};
+  const RsSmem<Cfg> sm{align_smem_1024(smem_raw)};
   const int tid = threadIdx.x;
-  if (tid == 0) {
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      ptx::mbarrier_init(sm.full(s), 128);
-      ptx::mbarrier_init(sm.empty(s), 4 * Cfg::kConsumers);
-    }
-    ptx::fence_mbarrier_init();
-  }
-  __syncthreads();
+  init_stage_barriers<Cfg>(sm);
 
   const GroupedGemmOperands& op = p.op;
   const int k_steps = op.k / Cfg::kBlockK;
