@@ -1,7 +1,9 @@
-// Host-only checks of tile/fp4_bf16_codec.h (folded FP4 -> bf16 register fragments of the bf16
-// wgmma with weights as operand A): every code at every shift against the formats module, and
-// the fragments of a whole kernel-layout tensor against the canonical weights, element by
-// element in the order along k the activations are stored in. They need no GPU.
+// Checks of tile/fp4_bf16_codec.h (folded FP4 -> bf16 register fragments of the bf16 wgmma with
+// weights as operand A): on the host, every code at every shift against the formats module, and
+// the fragments of a whole kernel-layout tensor against the canonical weights, element by element
+// in the order along k the activations are stored in; on the GPU, the same decode bitwise equal
+// to the host's (Sm90RsCodecDevice), and the Q8 -> bf16 conversion of the activations into that
+// order (launch_sm90_q8_to_rs_bf16) against a host model built from the formats module.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -14,6 +16,9 @@
 #include "cuda/tile/fp4_bf16_codec.h"
 #include "cuda/tile/fp4_codec.h"
 #include "cuda/weight_layout.h"
+#include "cuda_test_util.h"
+#include "moe_ep/quant.h"
+#include "rs_codec_probe.h"
 #include "moe_ep/formats.h"
 #include "support/fp4_word_cases.h"
 #include "support/layer_problem.h"
@@ -133,6 +138,68 @@ TEST(Sm90RsCodec, FragmentsOfAFoldedTensorAreItsCanonicalWeightsInTheRsOrder) {
             }
   }
   EXPECT_EQ(checked, p.num_experts * 3 * H * I);
+}
+
+
+TEST(Sm90RsCodecDevice, FragmentDecodeIsBitwiseTheHosts) {
+  MOE_EP_REQUIRE_CUDA();
+  std::mt19937 rng(29);
+  std::vector<uint32_t> words_g, words_g8, d_g, d_g8;
+  std::vector<int32_t> steps;
+  for (uint32_t d = 0; d < kFoldedShifts; ++d)
+    for (int pos = 0; pos < 8; ++pos)
+      for (uint8_t code = 0; code < 16; ++code)
+        for (int step = 0; step < 2; ++step) {
+          words_g.push_back(random_fp4_word_with(rng, pos, code).word);
+          words_g8.push_back(random_fp4_word_with(rng, 7 - pos, code ^ 8).word);
+          d_g.push_back(d);
+          d_g8.push_back(kFoldedShifts - 1 - d);
+          steps.push_back(step);
+        }
+  const int n = static_cast<int>(steps.size());
+  const DeviceBuffer wg = DeviceBuffer::upload(words_g), wg8 = DeviceBuffer::upload(words_g8),
+                     dg = DeviceBuffer::upload(d_g), dg8 = DeviceBuffer::upload(d_g8), st = DeviceBuffer::upload(steps);
+  DeviceBuffer out(static_cast<size_t>(n) * 16);
+  MOE_EP_CUDA_CHECK(test::run_rs_fragment_probe(wg.get<uint32_t>(), wg8.get<uint32_t>(), dg.get<uint32_t>(),
+                                                dg8.get<uint32_t>(), st.get<int32_t>(), n, out.get<uint32_t>()));
+  std::vector<uint32_t> got(static_cast<size_t>(n) * 4);
+  MOE_EP_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), got.size() * 4, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < n; ++i) {
+    uint32_t want[4];
+    const uint32_t fg = rs_fold_factor(d_g[i]), fg8 = rs_fold_factor(d_g8[i]);
+    if (steps[i] == 0) rs_a_fragment<0>(words_g[i], words_g8[i], fg, fg8, want);
+    else rs_a_fragment<1>(words_g[i], words_g8[i], fg, fg8, want);
+    for (int r = 0; r < 4; ++r)
+      ASSERT_EQ(got[4 * i + r], want[r]) << "case " << i << " register " << r << " shift " << d_g[i];
+  }
+}
+
+// Random Q8 rows (formats module quantizer) -> bf16 rows in the rs order on the GPU, against the
+// host: position rs_position_of_k(k) of each 128-wide step holds bf16(e4m3 * 2^(E8M0 - 127)).
+TEST(Sm90RsCodecDevice, Q8ToBf16WritesEachValueExactlyAtItsRsPosition) {
+  MOE_EP_REQUIRE_CUDA();
+  const int64_t rows = 37, k = 384;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(rows * k);
+  for (int64_t i = 0; i < rows * k; ++i) x[i] = normal(rng) * std::ldexp(1.0f, static_cast<int>(i / k) - 18);
+  std::vector<uint8_t> q(rows * k), sc(rows * k / 32);
+  for (int64_t r = 0; r < rows; ++r) quantize_q8(x.data() + r * k, k, q.data() + r * k, sc.data() + r * k / 32);
+  const DeviceBuffer dq = DeviceBuffer::upload(q), dsc = DeviceBuffer::upload(sc);
+  DeviceBuffer out(static_cast<size_t>(rows * k) * 2);
+  MOE_EP_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));  // bf16 NaN
+  MOE_EP_CUDA_CHECK(launch_sm90_q8_to_rs_bf16(dq.get(), dsc.get(), rows, static_cast<int>(k), out.get<uint16_t>(), nullptr));
+  MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> got(rows * k);
+  MOE_EP_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const float v = e4m3_to_float(q[r * k + kk]) * std::ldexp(1.0f, sc[r * k / 32 + kk / 32] - 127);
+      const int64_t at = r * k + kk / 128 * 128 + rs_position_of_k(static_cast<int>(kk % 128));
+      ASSERT_EQ(got[at], float_to_bf16(v)) << "row " << r << " k " << kk;
+      ASSERT_EQ(bf16_to_float(got[at]), v) << "row " << r << " k " << kk << ": not exact";
+    }
+  EXPECT_EQ(launch_sm90_q8_to_rs_bf16(dq.get(), dsc.get(), rows, 96, out.get<uint16_t>(), nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ __global__ void __launch_bounds__(RsTileConfig::kThreads, 1) sm90_mxfp4_rs_kerne
 template <class Epilogue, class Params>
 cudaError_t launch_rs(const Params& p, int grid, cudaStream_t stream) {
   if (grid <= 0) return cudaSuccess;
-  if (!p.op.w_col_scale || p.op.n % RsTileConfig::kBlockN != 0 || p.op.k % RsTileConfig::kBlockK != 0)
+  if (!p.op.w_col_scale || p.op.n <= 0 || p.op.k <= 0 || p.op.n % RsTileConfig::kBlockN != 0 ||
+      p.op.k % RsTileConfig::kBlockK != 0)
     return cudaErrorInvalidValue;  // folded weights, whole tiles only
   sm90_mxfp4_rs_kernel<Epilogue, Params><<<grid, RsTileConfig::kThreads, RsTileConfig::kSharedBytes, stream>>>(p);
   return cudaGetLastError();

@@ -3,15 +3,16 @@
 //   D^T[n, m] = sum_k W[n, k] * A[m, k]   (weight rows n on the wgmma M side, tokens m on N)
 // The consumers decode the FP4 weights straight from global memory into bf16 A fragments
 // (tile/fp4_bf16_codec.h: e2m1 * 2^(d - 14), exact); the activations are bf16 rows in the rs
-// order along k (sm90_rs_activations.cu writes them from Q8), also exact, so every product is
+// order along k (launch_sm90_q8_to_rs_bf16 writes them from Q8), also exact, so every product is
 // exact and the fp32 sum runs over all of K without promotion. Epilogues multiply by the column
 // factor times 2^kRsFoldBias.
 //
 // Block of 3 warpgroups (384 threads), one block per SM, persistent over the (m tile, n tile)
 // list of the routing kernel (m tiles of kBlockM = 128 token rows, n tiles of 128 weight rows):
-//   WG 0      producer: thread r copies token row r of the tile (a_row_index gathers), 256 bytes
-//             per k step, into the stage with cp.async (zero-filled past the tile's rows);
-//             kLookahead steps later it fences and arrives on the stage's full barrier.
+//   WG 0      producer: cp.async of the tile's token rows (a_row_index gathers; zero-filled past
+//             the tile's rows), 256 bytes per row and k step, 8 threads per 128-byte row half
+//             (thread tid: rows tid / 8 + 16 j, chunk tid % 8); kLookahead steps later it fences
+//             and arrives on the stage's full barrier.
 //   WG 1, 2   consumers: weight rows 64 c .. 64 c + 63 of the n tile each; per k step 8
 //             m64n128k16 wgmmas, each fragment decoded while the previous wgmma runs (two
 //             fragment buffers, wgmma_wait_group<1> before one is rewritten).
@@ -47,8 +48,12 @@ struct RsTileConfig {
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = 224;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
-  static_assert(kStages > kLookahead, "the producer must be able to run kLookahead steps ahead");
+  // setmaxnreg moves registers within the block's allocation: 384 threads x 168 at launch.
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register file");
+  // A consumer releases step i - 1 only after waiting on full(i), which the producer signals after
+  // issuing step i + kLookahead, which needs step i + kLookahead - kStages released.
+  static_assert(kStages >= kLookahead + 2, "the stage ring would deadlock");
+  static constexpr int kRowsPerThread = kBlockM / 16;  // producer: 8 threads per row
 
   static constexpr int kColBytes = kBlockM * 128;  // one 64-wide k column block
   static constexpr int kStageBytes = 2 * kColBytes;
@@ -102,19 +107,21 @@ __device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* sm
   if (tid < 128) {
     ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
     int item = 0;  // k steps issued so far (over all tiles of this block)
-    const uint8_t* src = op.a;
-    bool valid = false;
+    const int c = tid % 8;  // this thread's 16-byte chunk of each 128-byte row half
+    const uint8_t* src[Cfg::kRowsPerThread];  // rows tid / 8 + 16 j at chunk c; null past the tile
     auto step = [&](bool issue_one, int ks) {
       if (issue_one) {
         const int s = item % S;
         ptx::mbarrier_wait_parity(sm.empty(s), ((item / S) & 1) ^ 1);
-        const uint32_t dst = ptx::smem_addr(sm.b(s)) + tid * 128;
+        const uint32_t dst = ptx::smem_addr(sm.b(s));
 #pragma unroll
-        for (int cb = 0; cb < 2; ++cb)
+        for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
+          const int row = tid / 8 + 16 * j;
 #pragma unroll
-          for (int c = 0; c < 8; ++c)
-            ptx::cp_async_16(dst + cb * Cfg::kColBytes + ((c ^ (tid & 7)) << 4),
-                             valid ? src + ks * 256 + cb * 128 + c * 16 : op.a, valid ? 16 : 0);
+          for (int cb = 0; cb < 2; ++cb)
+            ptx::cp_async_16(dst + cb * Cfg::kColBytes + row * 128 + ((c ^ (row & 7)) << 4),
+                             src[j] ? src[j] + ks * 256 + cb * 128 : op.a, src[j] ? 16 : 0);
+        }
       }
       ptx::cp_async_commit();
       const int q = item - L;
@@ -127,10 +134,13 @@ __device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* sm
     };
     for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
       const WgmmaTileCoord t = wgmma_tile_coord<Cfg>(p.schedule, tile, n_tiles);
-      valid = tid < t.num_rows;
-      if (valid) {
-        const int row = t.row_begin + tid;
-        src = op.a + static_cast<int64_t>(op.a_row_index ? op.a_row_index[row] : row) * op.a_row_bytes;
+#pragma unroll
+      for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
+        const int r = tid / 8 + 16 * j;
+        const int row = t.row_begin + r;
+        src[j] = r < t.num_rows
+                     ? op.a + static_cast<int64_t>(op.a_row_index ? op.a_row_index[row] : row) * op.a_row_bytes + c * 16
+                     : nullptr;
       }
       for (int ks = 0; ks < k_steps; ++ks) step(true, ks);
     }

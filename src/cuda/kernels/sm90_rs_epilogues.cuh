@@ -14,10 +14,15 @@
 
 namespace moe_ep::cuda {
 
-// The column factor of kernel row `row` for the rs decode (e2m1 * 2^(d - 8 - kRsFoldBias)).
+// The column factor of kernel row `row` (the fold's, for e4m3 = e2m1 * 2^(d - 8)).
 __device__ __forceinline__ float rs_col_scale(const GroupedGemmOperands& op, const WgmmaTileCoord& t, int row) {
-  return op.w_col_scale[static_cast<int64_t>(t.expert) * op.n + row] * static_cast<float>(1 << kRsFoldBias);
+  return op.w_col_scale[static_cast<int64_t>(t.expert) * op.n + row];
 }
+
+// The accumulator in the fold's units: the rs decode is e2m1 * 2^(d - 8 - kRsFoldBias). Exact (a
+// power of two), and multiplied before the column factor so the product rounds once, as in the
+// FP8 epilogues.
+__device__ __forceinline__ float rs_unbias(float acc) { return acc * static_cast<float>(1 << kRsFoldBias); }
 
 // GEMM 1: rows f.row (gate, kernel row block 2b) and f.row + 8 (its up partner, block 2b + 1)
 // give h column 8b + g. A warpgroup's 64 kernel rows are the 32 h columns of one Q8 block: amax
@@ -38,8 +43,8 @@ struct RsSwigluQ8Epilogue {
       for (int c = 0; c < 2; ++c) {
         const int col = 8 * i + 2 * f.t + c;
         const float weight = col < t.num_rows ? ep.row_weight[t.row_begin + col] : 0.0f;
-        const float gate = round_to_bf16_device(acc[4 * i + c] * gate_scale);
-        const float up = round_to_bf16_device(acc[4 * i + 2 + c] * up_scale);
+        const float gate = round_to_bf16_device(rs_unbias(acc[4 * i + c]) * gate_scale);
+        const float up = round_to_bf16_device(rs_unbias(acc[4 * i + 2 + c]) * up_scale);
         h[i][c] = clamped_swiglu_device(gate, up, ep.clamp, weight, ep.fast_math);
       }
     float* amax = sm.amax(f.wg);  // [4 warps][kBlockM]
@@ -85,7 +90,7 @@ struct RsStoreBf16Epilogue {
       for (int c = 0; c < 4; ++c) {
         const int col = 8 * i + 2 * f.t + (c & 1);
         if (col >= t.num_rows) continue;
-        const float v = acc[4 * i + c] * scale[c / 2];
+        const float v = rs_unbias(acc[4 * i + c]) * scale[c / 2];
         ep.out[static_cast<int64_t>(t.row_begin + col) * op.n + f.row + 8 * (c / 2)] =
             __bfloat16_as_ushort(__float2bfloat16_rn(v));
       }
