@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU runner of the wgmma grouped GEMMs: SASS summary of their kernels (QGMMA present, no local
-# memory), their tests, compute-sanitizer on the small case, kernel times at the full
+# GPU runner of the wgmma grouped GEMMs (FP8 wgmma and wgmma-bf16 with the weights in registers):
+# SASS summary of their kernels (QGMMA / HGMMA present, no local memory), their tests, compute-sanitizer on the small case, kernel times at the full
 # deepseek-v4-flash size, and the layer bench. Prints a short summary last.
 #
 #   scripts/device_pack.sh build-wgmma .device-bin-wgmma   (here, then on the device:)
@@ -40,7 +40,7 @@ FAILED=0
 
 # 1. SASS of the wgmma kernels: QGMMA count, local memory (LDL/STL), instructions per function.
 if has sass; then
-  for o in "$BIN"/sm90_mxfp4_*grouped_gemm*.cu.o; do
+  for o in "$BIN"/sm90_mxfp4_*grouped_gemm*.cu.o "$BIN"/sm90_mxfp4_rs_gemm.cu.o; do
     [[ -f "$o" ]] || continue
     cuobjdump -sass "$o" > "$WORK/$(basename "$o" .cu.o).sass" 2>&1
     python3 - "$WORK/$(basename "$o" .cu.o).sass" >> "$SUMMARY" <<'PY'
@@ -56,7 +56,9 @@ for line in open(sys.argv[1]):
         stats[fn]["all"] += 1; stats[fn][op] += 1
 for fn, c in stats.items():
     tile = re.search(r"ILi(\d+)ELi(\d+)ELi(\d+)ELb([01])", fn)
-    name = ("wgmma " if "wgmma" in fn else "mma.sync ") + ("gemm1" if "gemm1" in fn else "gemm2") + \
+    family = "wgmma-bf16 " if "rs_kernel" in fn else "wgmma " if "wgmma" in fn else "mma.sync "
+    if "q8_to_rs" in fn: family = "q8->bf16 "
+    name = family + ("gemm1" if "gemm1" in fn or "Gemm1" in fn else "gemm2") + \
         (f" {tile.group(1)}x{tile.group(2)} s{tile.group(3)} {'quad' if tile.group(4) == '1' else 'lane'}" if tile else "")
     print(f"  sass {name}: {c['all']} instr, QGMMA {c['QGMMA']}, HGMMA {c['HGMMA']}, HMMA {c['HMMA']}, "
           f"LDL {c['LDL']}, STL {c['STL']}, FFMA {c['FFMA']}, PRMT {c['PRMT']}, LDS {c['LDS']}, STS {c['STS']}, "
@@ -65,9 +67,10 @@ PY
   done
 fi
 
-# 2. Tests: host checks, kernel-level comparisons with mma.sync, the tiny layer forced onto wgmma.
+# 2. Tests: host checks, the device decode / conversion probes of wgmma-bf16, kernel-level
+# comparisons with mma.sync, the tiny layer forced onto each warpgroup family.
 if has tests; then
-  run_limited 85 "$TESTS" --gtest_filter='Sm90Fp4Codec*:Sm90Config*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.Tiny*' \
+  run_limited 85 "$TESTS" --gtest_filter='Sm90Fp4Codec*:Sm90RsCodec*:Sm90Config*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.Tiny*' \
     > "$WORK/tests.log" 2>&1
   rc=$?
   note "tests (host, kernels, tiny layer): rc=$rc $(gtest_counts "$WORK/tests.log")  ($(elapsed) s)"
