@@ -29,7 +29,7 @@
 #include <type_traits>
 
 #include "cuda/kernels/sm90_grouped_gemm.h"
-#include "cuda/kernels/sm90_mxfp4_wgmma_mainloop.cuh"
+#include "cuda/kernels/sm90_persistent_tiles.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/ld_global.cuh"
 #include "cuda/ptx/mbarrier.cuh"

@@ -34,6 +34,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/kernels/sm90_persistent_tiles.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
@@ -88,24 +89,6 @@ template <bool kQuad>
 using WgmmaTile64x256 = WgmmaTileConfig<64, 256, 4, kQuad>;
 template <bool kQuad>
 using WgmmaTile128x128 = WgmmaTileConfig<128, 128, 5, kQuad>;
-
-struct WgmmaTileCoord {
-  int expert;
-  int row_begin;  // first permuted row of the tile
-  int num_rows;   // valid rows, 1..kBlockM
-  int n_tile;
-};
-
-template <class Cfg>
-__device__ __forceinline__ WgmmaTileCoord wgmma_tile_coord(const GroupedGemmSchedule& s, int tile, int n_tiles) {
-  const int m_tile = tile / n_tiles;
-  WgmmaTileCoord t;
-  t.n_tile = tile % n_tiles;
-  t.expert = s.tile_expert[m_tile];
-  t.row_begin = s.tile_row_begin[m_tile];
-  t.num_rows = min(Cfg::kBlockM, s.expert_offsets[t.expert + 1] - t.row_begin);
-  return t;
-}
 
 // Position of a consumer thread's accumulator fragment in the tile.
 struct WgmmaFragment {
@@ -253,33 +236,12 @@ struct WgmmaProducer {
   }
 };
 
-// ---- shared by the warp-specialized kernels (this one and sm90_mxfp4_rs_mainloop.cuh) --------
-
-// The dynamic shared memory from its first 1024-byte boundary (wgmma's 128-byte swizzle).
-__device__ __forceinline__ uint8_t* align_smem_1024(uint8_t* raw) {
-  return raw + ((1024 - (ptx::smem_addr(raw) & 1023)) & 1023);
-}
-
-// Thread 0 initialises each stage's full barrier (128 producer arrivals) and empty barrier (one
-// arrival per consumer warp); the block syncs before any use.
-template <class Cfg, class Smem>
-__device__ __forceinline__ void init_stage_barriers(const Smem& sm) {
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      ptx::mbarrier_init(sm.full(s), 128);
-      ptx::mbarrier_init(sm.empty(s), 4 * Cfg::kConsumers);
-    }
-    ptx::fence_mbarrier_init();
-  }
-  __syncthreads();
-}
-
 // ---- the kernel body -------------------------------------------------------------------------
 // Epilogue::apply(ep, op, tile, fragment, acc): writes the valid rows of a 64 x 128 sub-tile.
 template <class Cfg, class Epilogue, class Params>
 __device__ __forceinline__ void run_wgmma_grouped_gemm(const Params& p, uint8_t* smem_raw) {
-  // (The same setup as align_smem_1024 + init_stage_barriers, kept inline: this kernel's binary
-  // is the one measured on the device.)
+  // (align_smem_1024 + init_stage_barriers of sm90_persistent_tiles.cuh, kept inline: this
+  // kernel's binary is the one measured on the device.)
   const uint32_t raw_addr = ptx::smem_addr(smem_raw);
   const WgmmaSmem<Cfg> sm{smem_raw + ((1024 - (raw_addr & 1023)) & 1023)};
   const int tid = threadIdx.x;

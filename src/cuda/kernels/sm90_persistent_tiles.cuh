@@ -1,0 +1,51 @@
+// Pieces shared by the persistent, warp-specialized grouped GEMMs (sm90_mxfp4_wgmma_mainloop.cuh,
+// sm90_mxfp4_rs_mainloop.cuh): the tile a block takes from the routing kernel's m-tile list, the
+// 1024-byte alignment of shared memory, and the full/empty barrier pairs of the stage ring.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/ptx/mbarrier.cuh"
+
+namespace moe_ep::cuda {
+
+// Tile = m_tile * n_tiles + n_tile (block b takes b, b + grid, ...); Cfg::kBlockM rows per m tile.
+struct WgmmaTileCoord {
+  int expert;
+  int row_begin;  // first permuted row of the tile
+  int num_rows;   // valid rows, 1..kBlockM
+  int n_tile;
+};
+
+template <class Cfg>
+__device__ __forceinline__ WgmmaTileCoord wgmma_tile_coord(const GroupedGemmSchedule& s, int tile, int n_tiles) {
+  const int m_tile = tile / n_tiles;
+  WgmmaTileCoord t;
+  t.n_tile = tile % n_tiles;
+  t.expert = s.tile_expert[m_tile];
+  t.row_begin = s.tile_row_begin[m_tile];
+  t.num_rows = min(Cfg::kBlockM, s.expert_offsets[t.expert + 1] - t.row_begin);
+  return t;
+}
+
+// The dynamic shared memory from its first 1024-byte boundary (wgmma's 128-byte swizzle).
+__device__ __forceinline__ uint8_t* align_smem_1024(uint8_t* raw) {
+  return raw + ((1024 - (ptx::smem_addr(raw) & 1023)) & 1023);
+}
+
+// Thread 0 initialises each stage's full barrier (128 producer arrivals) and empty barrier (one
+// arrival per consumer warp); the block syncs before any use.
+template <class Cfg, class Smem>
+__device__ __forceinline__ void init_stage_barriers(const Smem& sm) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      ptx::mbarrier_init(sm.full(s), 128);
+      ptx::mbarrier_init(sm.empty(s), 4 * Cfg::kConsumers);
+    }
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+}
+
+}  // namespace moe_ep::cuda
