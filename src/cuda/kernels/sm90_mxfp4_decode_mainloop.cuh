@@ -51,8 +51,8 @@ inline constexpr int kAChunkRowBytes = kAChunkSteps * kGemmBlockK;    // 512
 inline constexpr int kAChunkBytes = kDecodeBlockM * kAChunkRowBytes;  // 8 KB
 inline constexpr int kARing = 3, kAAhead = kARing - 1;
 
-constexpr int decode_saf_offset(int) { return kARing * kAChunkBytes; }
-constexpr int decode_epilogue_offset(int k) { return decode_saf_offset(k) + (k / 32) * kDecodeBlockM * 4; }
+constexpr int decode_saf_offset() { return kARing * kAChunkBytes; }
+constexpr int decode_epilogue_offset(int k) { return decode_saf_offset() + (k / 32) * kDecodeBlockM * 4; }
 constexpr int decode_shared_bytes(int k) { return decode_epilogue_offset(k) + kDecodeWarps * 16 * 4; }
 
 // The folded decode tables: entry d = the e4m3 magnitude bytes of codes 0..7 for shift d.
@@ -114,7 +114,7 @@ struct Mxfp4DecodeMainloop {
     }
     // Scales: thread kb converts k32 block kb of every row (8 independent loads in flight per
     // group of 8 rows) and stores them as 16-byte vectors.
-    float* saf = reinterpret_cast<float*>(smem + decode_saf_offset(k));
+    float* saf = reinterpret_cast<float*>(smem + decode_saf_offset());
     for (int kb = threadIdx.x; kb < k / 32; kb += kDecodeThreads) {
 #pragma unroll
       for (int r0 = 0; r0 < kDecodeBlockM; r0 += 8) {
@@ -186,7 +186,7 @@ struct Mxfp4DecodeMainloop {
 #pragma unroll
     for (int p = 0; p < 2; ++p)
       a_lane[p] = a_base + (lane & 7) * kAChunkRowBytes + ((((4 * p + (lane >> 3)) ^ lane) & 7) << 4);
-    const float* saf = reinterpret_cast<const float*>(smem + decode_saf_offset(k)) + 2 * tq;
+    const float* saf = reinterpret_cast<const float*>(smem + decode_saf_offset()) + 2 * tq;
     const int a_chunks = (k_steps + kAChunkSteps - 1) / kAChunkSteps;
     for (int c = 0; c < a_chunks; ++c) {
       // Chunk c has landed (this thread's copies, then everyone's), and every warp is done with

@@ -25,6 +25,12 @@ __device__ __forceinline__ int64_t load_id(const void* base, int is64, int64_t i
   return is64 ? static_cast<const int64_t*>(base)[i] : static_cast<const int32_t*>(base)[i];
 }
 
+// The warp's input errors into the layer's flags, by one lane.
+__device__ __forceinline__ void report_errors(uint32_t errors, int lane, uint32_t* flags) {
+  errors = __reduce_or_sync(0xffffffffu, errors);
+  if (errors && lane == 0) atomicOr(flags, errors);
+}
+
 // (value, id) of the better candidate: larger value, ties to the lower id.
 __device__ __forceinline__ bool better(float v, int id, float best_v, int best_id) {
   return v > best_v || (v == best_v && id < best_id);
@@ -102,8 +108,7 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_route_kernel(const __grid_co
     if constexpr (kSplit > 1) {
       __syncthreads();  // every element of the token evaluated
       if (part != 0) {
-        errors = __reduce_or_sync(0xffffffffu, errors);
-        if (errors && lane == 0) atomicOr(p.error_flags, errors);
+        report_errors(errors, lane, p.error_flags);
         return;
       }
       for (int e = lane; e < L; e += 32) offer(sel[e], e);
@@ -171,8 +176,7 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_route_kernel(const __grid_co
       static_cast<int32_t*>(p.topk_ids)[slot] = static_cast<int32_t>(out);
     if (p.logits) p.topk_weights[slot] = my_weight;
   }
-  errors = __reduce_or_sync(0xffffffffu, errors);
-  if (errors && lane == 0) atomicOr(p.error_flags, errors);
+  report_errors(errors, lane, p.error_flags);
 }
 
 }  // namespace
