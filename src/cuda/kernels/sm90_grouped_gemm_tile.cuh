@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/kernels/sm90_persistent_tiles.cuh"
 
 namespace moe_ep::cuda {
 
@@ -15,13 +16,6 @@ inline constexpr int kWarpTileM = 32;
 inline constexpr int kWarpTileN = 32;
 inline constexpr int kWarpsN = kGemmBlockN / kWarpTileN;  // 4
 static_assert(kGemmThreads / 32 == (kGemmBlockM / kWarpTileM) * kWarpsN, "8 warps cover the tile");
-
-struct TileCoord {
-  int expert;
-  int row_begin;  // first permuted row of the tile
-  int num_rows;   // valid rows, 1..kGemmBlockM
-  int n_tile;
-};
 
 using Accumulators = float[2][4][4];
 
@@ -40,16 +34,6 @@ __device__ __forceinline__ WarpPosition warp_position() {
   return w;
 }
 
-__device__ __forceinline__ TileCoord tile_coord(const GroupedGemmSchedule& s, int tile, int n_tiles) {
-  const int m_tile = tile / n_tiles;
-  TileCoord t;
-  t.n_tile = tile % n_tiles;
-  t.expert = s.tile_expert[m_tile];
-  t.row_begin = s.tile_row_begin[m_tile];
-  t.num_rows = min(kGemmBlockM, s.expert_offsets[t.expert + 1] - t.row_begin);
-  return t;
-}
-
 // The A row that GEMM row `row` reads (op.a_row_index, identity when null).
 __device__ __forceinline__ int a_source_row(const GroupedGemmOperands& op, int row) {
   return op.a_row_index ? op.a_row_index[row] : row;
@@ -61,7 +45,7 @@ __device__ __forceinline__ void run_grouped_gemm(const Params& p, uint8_t* smem)
   const int n_tiles = p.op.n / kGemmBlockN;
   const int num_tiles = *p.schedule.num_m_tiles * n_tiles;
   for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-    const TileCoord t = tile_coord(p.schedule, tile, n_tiles);
+    const TileCoord t = tile_coord<kGemmBlockM>(p.schedule, tile, n_tiles);
     Accumulators acc;
     Mainloop::run(p.op, t, smem, acc);
     Epilogue::apply(p.epilogue, p.op, t, acc, smem + Mainloop::kSharedBytes);

@@ -133,7 +133,7 @@ __device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* sm
       ++item;
     };
     for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-      const WgmmaTileCoord t = wgmma_tile_coord<Cfg>(p.schedule, tile, n_tiles);
+      const TileCoord t = tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles);
 #pragma unroll
       for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
         const int r = tid / 8 + 16 * j;
@@ -153,7 +153,7 @@ __device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* sm
   const int g = lane / 4;
   int item = 0;
   for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-    const WgmmaTileCoord t = wgmma_tile_coord<Cfg>(p.schedule, tile, n_tiles);
+    const TileCoord t = tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles);
     const RsFragment f{t.n_tile * Cfg::kBlockN + 64 * wg + 16 * warp + g, lane % 4, warp, wg};
     // Weight micro-tiles f.row / 8 (rows g) and the next one (rows g + 8), k step 0.
     const int64_t micro = static_cast<int64_t>(t.expert) * (op.n / 8) + f.row / 8;

@@ -122,7 +122,7 @@ struct WgmmaProducer {
   const uint8_t* shift_tile;  // lane decode: shift word of this lane's row; quad: this lane's
                               // 16 B (4 rows) of the warp's micro-tiles; k step 0
 
-  __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const WgmmaTileCoord& t,
+  __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const TileCoord& t,
                                              int k_steps, int tid) {
     auto source_row = [&](int r) {
       if (r >= t.num_rows) return -1;
@@ -290,7 +290,7 @@ __device__ __forceinline__ void run_wgmma_grouped_gemm(const Params& p, uint8_t*
       ++item;
     };
     for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-      prod.begin_tile(op, wgmma_tile_coord<Cfg>(p.schedule, tile, n_tiles), k_steps, tid);
+      prod.begin_tile(op, tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles), k_steps, tid);
       for (int ks = 0; ks < k_steps; ++ks) step(true, ks);
     }
     for (int d = 0; d < L; ++d) step(false, 0);
@@ -301,7 +301,7 @@ __device__ __forceinline__ void run_wgmma_grouped_gemm(const Params& p, uint8_t*
     const int row0 = m0 + 16 * warp + lane / 4;
     int item = 0;
     for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-      const WgmmaTileCoord t = wgmma_tile_coord<Cfg>(p.schedule, tile, n_tiles);
+      const TileCoord t = tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles);
       const bool active = m0 < t.num_rows;  // warpgroup-uniform
       float acc[64];
 #pragma unroll

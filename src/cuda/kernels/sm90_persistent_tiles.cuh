@@ -1,6 +1,7 @@
-// Pieces shared by the persistent, warp-specialized grouped GEMMs (sm90_mxfp4_wgmma_mainloop.cuh,
-// sm90_mxfp4_rs_mainloop.cuh): the tile a block takes from the routing kernel's m-tile list, the
-// 1024-byte alignment of shared memory, and the full/empty barrier pairs of the stage ring.
+// Pieces shared by the persistent grouped GEMMs: the tile a block takes from the routing kernel's
+// m-tile list (every family), and for the warp-specialized ones (sm90_mxfp4_wgmma_mainloop.cuh,
+// sm90_mxfp4_rs_mainloop.cuh) the 1024-byte alignment of shared memory and the full/empty barrier
+// pairs of the stage ring.
 #pragma once
 
 #include <cstdint>
@@ -10,22 +11,23 @@
 
 namespace moe_ep::cuda {
 
-// Tile = m_tile * n_tiles + n_tile (block b takes b, b + grid, ...); Cfg::kBlockM rows per m tile.
-struct WgmmaTileCoord {
+// The tile a persistent block works on: tile = m_tile * n_tiles + n_tile (block b takes b,
+// b + grid, ...), m tiles of kBlockM rows listed by the routing kernel.
+struct TileCoord {
   int expert;
   int row_begin;  // first permuted row of the tile
   int num_rows;   // valid rows, 1..kBlockM
   int n_tile;
 };
 
-template <class Cfg>
-__device__ __forceinline__ WgmmaTileCoord wgmma_tile_coord(const GroupedGemmSchedule& s, int tile, int n_tiles) {
+template <int kBlockM>
+__device__ __forceinline__ TileCoord tile_coord(const GroupedGemmSchedule& s, int tile, int n_tiles) {
   const int m_tile = tile / n_tiles;
-  WgmmaTileCoord t;
+  TileCoord t;
   t.n_tile = tile % n_tiles;
   t.expert = s.tile_expert[m_tile];
   t.row_begin = s.tile_row_begin[m_tile];
-  t.num_rows = min(Cfg::kBlockM, s.expert_offsets[t.expert + 1] - t.row_begin);
+  t.num_rows = min(kBlockM, s.expert_offsets[t.expert + 1] - t.row_begin);
   return t;
 }
 

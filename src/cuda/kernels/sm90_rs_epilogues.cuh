@@ -15,7 +15,7 @@
 namespace moe_ep::cuda {
 
 // The column factor of kernel row `row` (the fold's, for e4m3 = e2m1 * 2^(d - 8)).
-__device__ __forceinline__ float rs_col_scale(const GroupedGemmOperands& op, const WgmmaTileCoord& t, int row) {
+__device__ __forceinline__ float rs_col_scale(const GroupedGemmOperands& op, const TileCoord& t, int row) {
   return op.w_col_scale[static_cast<int64_t>(t.expert) * op.n + row];
 }
 
@@ -31,7 +31,7 @@ __device__ __forceinline__ float rs_unbias(float acc) { return acc * static_cast
 struct RsSwigluQ8Epilogue {
   template <class Cfg>
   static __device__ __forceinline__ void apply(const SwigluEpilogueParams& ep, const GroupedGemmOperands& op,
-                                               const WgmmaTileCoord& t, const RsFragment& f,
+                                               const TileCoord& t, const RsFragment& f,
                                                const RsSmem<Cfg>& sm, float (&acc)[64]) {
     const float gate_scale = rs_col_scale(op, t, f.row), up_scale = rs_col_scale(op, t, f.row + 8);
     const int g = f.row % 8;
@@ -81,7 +81,7 @@ struct RsSwigluQ8Epilogue {
 struct RsStoreBf16Epilogue {
   template <class Cfg>
   static __device__ __forceinline__ void apply(const StoreEpilogueParams& ep, const GroupedGemmOperands& op,
-                                               const WgmmaTileCoord& t, const RsFragment& f,
+                                               const TileCoord& t, const RsFragment& f,
                                                const RsSmem<Cfg>&, float (&acc)[64]) {
     const float scale[2] = {rs_col_scale(op, t, f.row), rs_col_scale(op, t, f.row + 8)};
 #pragma unroll

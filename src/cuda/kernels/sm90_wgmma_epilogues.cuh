@@ -12,7 +12,7 @@
 
 namespace moe_ep::cuda {
 
-__device__ __forceinline__ float wgmma_col_scale(const GroupedGemmOperands& op, const WgmmaTileCoord& t, int col) {
+__device__ __forceinline__ float wgmma_col_scale(const GroupedGemmOperands& op, const TileCoord& t, int col) {
   return op.w_col_scale ? op.w_col_scale[static_cast<int64_t>(t.expert) * op.n + col] : 1.0f;
 }
 
@@ -22,7 +22,7 @@ __device__ __forceinline__ float wgmma_col_scale(const GroupedGemmOperands& op, 
 // block; amax over the quad, then e4m3 bytes and the E8M0 byte as SwigluQ8Epilogue writes them.
 struct WgmmaSwigluQ8Epilogue {
   static __device__ __forceinline__ void apply(const SwigluEpilogueParams& ep, const GroupedGemmOperands& op,
-                                               const WgmmaTileCoord& t, const WgmmaFragment& f,
+                                               const TileCoord& t, const WgmmaFragment& f,
                                                float (&acc)[64]) {
     float gate_scale[8][2], up_scale[8][2];
 #pragma unroll
@@ -74,7 +74,7 @@ struct WgmmaSwigluQ8Epilogue {
 // GEMM 2: o = bf16(acc * w_col_scale) [rows, n].
 struct WgmmaStoreBf16Epilogue {
   static __device__ __forceinline__ void apply(const StoreEpilogueParams& ep, const GroupedGemmOperands& op,
-                                               const WgmmaTileCoord& t, const WgmmaFragment& f,
+                                               const TileCoord& t, const WgmmaFragment& f,
                                                float (&acc)[64]) {
     float2 cs[16];
 #pragma unroll
