@@ -14,8 +14,9 @@
 //             (thread tid: rows tid / 8 + 16 j, chunk tid % 8); kLookahead steps later it fences
 //             and arrives on the stage's full barrier.
 //   WG 1, 2   consumers: weight rows 64 c .. 64 c + 63 of the n tile each; per k step 8
-//             m64n128k16 wgmmas, each fragment decoded while the previous wgmma runs (two
-//             fragment buffers, wgmma_wait_group<1> before one is rewritten).
+//             m64n128k16 wgmmas from one of two fragment sets (32 registers each), while the
+//             next k step is decoded into the other (wgmma_wait_group<1> retires the step that
+//             read it; the weights of the step after are loaded a step ahead).
 //
 // Shared memory (base aligned to 1024 bytes here):
 //   stage s < kStages:  2 column blocks (k 0..63, 64..127 of the step), each kBlockM rows x 128 B,
