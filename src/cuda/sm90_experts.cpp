@@ -82,7 +82,6 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
   }
   MOE_EP_CHECK_CODE(facts.mma_blocks_per_sm[0] > 0 && facts.mma_blocks_per_sm[1] > 0, ErrorCode::kUnsupported,
                     "the grouped GEMM kernels do not fit on cuda:{} ({})", device_index, dev.name);
-  plan_ = make_plan(shape);
 
   // Weights: MXFP4 as given goes to the GPU as it is (validated, analysed and converted there);
   // any other pack becomes canonical on the host first (copied there when it lives on a GPU).
@@ -149,11 +148,9 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
     }
   }
   select_sm90_kernels(config_, desc, overrides, facts);
-  if (config_.uses_bf16_activations()) {  // the workspace gains h as bf16 (plan.h)
-    LayerShape bf16_shape = shape;
-    bf16_shape.bf16_activations = true;
-    plan_ = make_plan(bf16_shape);
-  }
+  LayerShape planned = shape;  // wgmma-bf16 buckets add h as bf16 to the workspace (plan.h)
+  planned.bf16_activations = config_.uses_bf16_activations();
+  plan_ = make_plan(planned);
 
   shared_scratch_ = static_cast<bool>(scratch);
   workspace_ = scratch ? scratch(plan_.workspace.total_bytes)

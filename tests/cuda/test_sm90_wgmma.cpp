@@ -266,9 +266,7 @@ class GemmRun {
     g1.epilogue.h_q = h_.get();
     g1.epilogue.h_scale = h_scale_.get();
     if (k_.rs) {
-      MOE_EP_CUDA_CHECK(launch_sm90_q8_to_rs_bf16(p_.a.get(), p_.a_scale.get(), p_.T, static_cast<int>(s_.H),
-                                                  x_rs_.get<uint16_t>(), nullptr));
-      set_bf16_activations(g1.op, x_rs_.get<uint16_t>());
+      use_bf16_activations(g1.op, p_.a, p_.a_scale, p_.T, x_rs_);
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_grouped_gemm1(g1, grid1_, nullptr));
     } else if (k_.wgmma)
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm1(*k_.wgmma, g1, grid1_, nullptr, k_.decode));
@@ -291,9 +289,7 @@ class GemmRun {
     g2.op.w_col_scale = k_.folded() ? w_.w2.col_scale.get<float>() : nullptr;
     g2.epilogue.out = o_.get<uint16_t>();
     if (k_.rs) {
-      MOE_EP_CUDA_CHECK(launch_sm90_q8_to_rs_bf16(in.h_.get(), in.h_scale_.get(), r_.rows, static_cast<int>(s_.I),
-                                                  h_rs_.get<uint16_t>(), nullptr));
-      set_bf16_activations(g2.op, h_rs_.get<uint16_t>());
+      use_bf16_activations(g2.op, in.h_, in.h_scale_, r_.rows, h_rs_);
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_grouped_gemm2(g2, grid2_, nullptr));
     } else if (k_.wgmma)
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm2(*k_.wgmma, g2, grid2_, nullptr, k_.decode));
@@ -315,6 +311,14 @@ class GemmRun {
   int64_t rows() const { return r_.rows; }
 
  private:
+  // rs: `rows` Q8 rows of op.k values (q, scales) converted to bf16 in the rs order into `out`,
+  // which becomes the GEMM's A.
+  static void use_bf16_activations(GroupedGemmOperands& op, const DeviceBuffer& q, const DeviceBuffer& scales,
+                                   int64_t rows, DeviceBuffer& out) {
+    MOE_EP_CUDA_CHECK(launch_sm90_q8_to_rs_bf16(q.get(), scales.get(), rows, op.k, out.get<uint16_t>(), nullptr));
+    set_bf16_activations(op, out.get<uint16_t>());
+  }
+
   const Shape& s_;
   const DeviceProblem& p_;
   const DeviceWeights& w_;
