@@ -36,6 +36,12 @@ struct MoeDesc {
   std::optional<float> activation_clamp;  // c; absent = +inf; must be finite and >= 0
   bool quantize_input = true;             // the layer quantizes bf16 x; false: caller passes a + scales
   NumericsPolicy numerics;
+  // The optional shared expert (SPEC.md §6; precision recipe in moe_ep/shared_expert.h): its
+  // intermediate size Is, 0 = none. Its bf16 weights come in WeightPack::shared_w13 / shared_w2
+  // (every rank holds all of them); every token of a rank passes through it and its output o is
+  // added in the combine, y = bf16(fp32(bf16(routed sum)) + fp32(o)): bitwise a separate
+  // SharedExpert::add_to after the routed layer. Needs quantize_input (it reads bf16 x).
+  int64_t shared_intermediate_size = 0;
 
   const RecipeTraits& traits() const { return recipe_traits(recipe); }
   std::string str() const;  // every field, for messages and `moe_ep info`

@@ -15,6 +15,11 @@
 //           dequantized w = e2m1 * block_scale * weight_scale_2
 //   kBF16   w13           bf16         [E_loc, 2I, H]     quantized by the layer's family
 //           w2            bf16         [E_loc, H, I]
+//
+// The shared expert (MoeDesc::shared_intermediate_size = Is > 0; any format), on the same device
+// as w13:
+//           shared_w13    bf16         [2Is, H]           rows [0, Is) gate, [Is, 2Is) up
+//           shared_w2     bf16         [H, Is]
 #pragma once
 
 #include <string_view>
@@ -31,6 +36,7 @@ struct WeightPack {
   WeightFormat format = WeightFormat::kMXFP4;
   TensorView w13, w13_scale, w13_global;
   TensorView w2, w2_scale, w2_global;
+  TensorView shared_w13, shared_w2;  // when desc.shared_intermediate_size > 0, else empty
 };
 
 }  // namespace moe_ep

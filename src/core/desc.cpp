@@ -12,11 +12,11 @@ namespace moe_ep {
 std::string MoeDesc::str() const {
   return fmt::format(
       "recipe={} E={} H={} I={} K={} max_tokens_per_rank={} activation_clamp={} "
-      "quantize_input={} fast_math={} exact_accumulation={}",
+      "quantize_input={} fast_math={} exact_accumulation={} shared_intermediate_size={}",
       recipe_name(recipe), fleet.num_experts, fleet.hidden_size, intermediate_size, top_k,
       fleet.max_tokens_per_rank,
       activation_clamp ? fmt::format("{}", *activation_clamp) : std::string("none"),
-      quantize_input, numerics.fast_math, numerics.exact_accumulation);
+      quantize_input, numerics.fast_math, numerics.exact_accumulation, shared_intermediate_size);
 }
 
 void validate_desc(const MoeDesc& d, int world_size) {
@@ -53,6 +53,16 @@ void validate_desc(const MoeDesc& d, int world_size) {
                  "activation_clamp = {} is invalid; expected a finite value >= 0 (or none for "
                  "+inf)", c);
   }
+  const int64_t Is = d.shared_intermediate_size;
+  MOE_EP_CHECK(Is == 0 || (Is >= 16 && Is % 16 == 0 && Is <= (int64_t{1} << 20)),
+               "shared_intermediate_size = {} is invalid; expected 0 (no shared expert) or a "
+               "multiple of 16 in [16, 2^20]", Is);
+  MOE_EP_CHECK(Is == 0 || fleet.hidden_size <= (int64_t{1} << 20),
+               "hidden_size = {} is too large for the shared expert; expected <= 2^20",
+               fleet.hidden_size);
+  MOE_EP_CHECK(Is == 0 || d.quantize_input,
+               "shared_intermediate_size = {} needs quantize_input = true (the shared expert reads "
+               "bf16 x); got quantize_input = false", Is);
 }
 
 }  // namespace moe_ep

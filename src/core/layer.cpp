@@ -76,8 +76,9 @@ void check_absent(const TensorView& t, std::string_view name, std::string_view w
 
 // ---- weights ----
 
+// `one_expert`: the pack of replace_expert_weights (one routed expert, never the shared one).
 void check_weight_layout(const WeightPack& w, const MoeDesc& desc, int64_t num_local,
-                         Device layer_device) {
+                         Device layer_device, bool one_expert = false) {
   const Device dev = w.w13.device;
   const bool dev_ok = dev.type == DeviceType::kCPU || dev == layer_device;
   const std::string rule = layer_device.type == DeviceType::kCPU
@@ -126,6 +127,20 @@ void check_weight_layout(const WeightPack& w, const MoeDesc& desc, int64_t num_l
       MOE_EP_FAIL(ErrorCode::kInvalidArgument, "weights.format = {} is not a known weight format; "
                   "expected mxfp4, nvfp4 or bf16", static_cast<int>(w.format));
   }
+
+  const int64_t Is = desc.shared_intermediate_size;
+  if (one_expert || Is == 0) {
+    const char* why = one_expert ? "by replace_expert_weights (it replaces one routed expert)"
+                                 : "when desc.shared_intermediate_size = 0 (no shared expert)";
+    check_absent(w.shared_w13, "shared_w13", why);
+    check_absent(w.shared_w2, "shared_w2", why);
+    return;
+  }
+  const std::string shared_rule = fmt::format("{} (where w13 is)", dev.str());
+  check_tensor(w.shared_w13, "shared_w13", {DType::kBF16}, {{2 * Is, "2Is"}, h}, shared_rule,
+               dev_ok && w.shared_w13.device == dev);
+  check_tensor(w.shared_w2, "shared_w2", {DType::kBF16}, {h, {Is, "Is"}}, shared_rule,
+               dev_ok && w.shared_w2.device == dev);
 }
 
 bool pack_on_host(const WeightPack& w) { return w.w13.device.type == DeviceType::kCPU; }
@@ -309,7 +324,7 @@ void Layer::replace_expert_weights(int64_t physical_expert, const WeightPack& on
                impl_->runtime->rank(), first, first + info.num_local_experts - 1,
                info.num_local_experts);
   check_weight_format(info.desc.traits(), one_expert.format);
-  check_weight_layout(one_expert, info.desc, 1, info.device);
+  check_weight_layout(one_expert, info.desc, 1, info.device, /*one_expert=*/true);
   if (pack_on_host(one_expert)) check_weight_values(one_expert);
   impl_->replace_expert_weights(physical_expert - first, one_expert);
 }

@@ -34,8 +34,8 @@ struct ExpertShape {
 // Runs task(0..num_tasks-1), possibly in parallel; each task touches disjoint data.
 void serial_for(int64_t num_tasks, const std::function<void(int64_t)>& task);
 
-// Rejects NaN/0xFF E8M0 scales, NaN e4m3 scales and non-finite or non-positive global scales,
-// naming the tensor and the first bad index. The pack must be in host memory.
+// Rejects NaN/0xFF E8M0 scales, NaN e4m3 scales, non-finite or non-positive global scales and
+// non-finite bf16 weights (the shared expert's too), naming the tensor and the first bad index. The pack must be in host memory.
 void check_weight_values(const WeightPack& pack);
 
 // Layout, all row-major, experts outermost (B = block: 32 for MXFP4, 16 for NVFP4):

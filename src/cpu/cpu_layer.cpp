@@ -1,5 +1,6 @@
 // The CPU layer for world size 1: quantize x -> build (row, expert, weight) entries from
-// topk_ids -> expert outputs -> combine y[t] = bf16(sum over valid k, in slot order, of o_k).
+// topk_ids -> expert outputs -> combine y[t] = bf16(sum over valid k, in slot order, of o_k)
+// [-> y[t] = bf16(y[t] + shared expert o[t])].
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -12,6 +13,7 @@
 #include "core/weight_prep.h"
 #include "cpu/ep_expert_weights.h"
 #include "cpu/expert_compute.h"
+#include "cpu/layer_shared_expert.h"
 #include "core/thread_pool.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/quant.h"
@@ -58,6 +60,7 @@ class CpuLayer final : public Layer::Impl {
           "the CPU reference converts no weights to FP8: it decodes e2m1 * 2^k to fp32, exact "
           "for every row");
     }
+    shared_ = cpu::make_layer_shared_expert(req);
     batch_override_ = req.overrides.cpu_batch_tokens;
     problem_.weights = &weights_;
     problem_.activation_clamp = req.desc.activation_clamp.value_or(
@@ -155,7 +158,8 @@ class CpuLayer final : public Layer::Impl {
       outputs.resize(entries.size() * H);
       cpu::compute_expert_outputs(problem_, act, entries, outputs.data(), *pool_);
 
-      // Combine in slot order k = 0..K-1; a token without a valid slot gets zeros.
+      // Combine in slot order k = 0..K-1; a token without a valid slot gets zeros (plus the
+      // shared expert's output).
       pool_->parallel_for(n, [&](int64_t i) {
         uint16_t* y_row = args.y.ptr<uint16_t>() + batch_rows[i] * H;
         for (int64_t j = 0; j < H; ++j) {
@@ -166,6 +170,7 @@ class CpuLayer final : public Layer::Impl {
           }
           y_row[j] = float_to_bf16(sum);
         }
+        if (shared_) cpu::add_shared_expert_row(*shared_, args, batch_rows[i]);
       });
     }
   }
@@ -174,6 +179,7 @@ class CpuLayer final : public Layer::Impl {
   std::shared_ptr<ThreadPool> pool_;
   HostExpertWeights weights_;
   cpu::ExpertProblem problem_;
+  std::unique_ptr<const SharedExpert> shared_;  // null without a shared expert
   int64_t batch_override_ = 0;
 };
 

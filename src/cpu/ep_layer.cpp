@@ -4,7 +4,8 @@
 // y is bitwise equal to the single-rank CPU layer for every R: each rank quantizes its own rows
 // with the same quantizer, the owner of an expert computes o_k with the same per-expert code
 // (cpu::compute_expert_outputs is independent of entry order and thread count), every o_k
-// travels back unchanged as bf16, and the source rank sums them in slot order k = 0..K-1.
+// travels back unchanged as bf16, and the source rank sums them in slot order k = 0..K-1 (then
+// adds its own tokens' shared expert output, when the layer has one).
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -16,6 +17,7 @@
 #include "core/fault_points.h"
 #include "core/layer_impl.h"
 #include "cpu/cpu_layers.h"
+#include "cpu/layer_shared_expert.h"
 #include "core/runtime_state.h"
 #include "core/weight_prep.h"
 #include "cpu/ep_expert_weights.h"
@@ -81,6 +83,7 @@ class CpuEpLayer final : public Layer::Impl {
   const Workspace* workspace_ = nullptr;
   HostExpertWeights weights_;
   cpu::ExpertProblem problem_;
+  std::unique_ptr<const SharedExpert> shared_;  // every rank its own copy; null without one
   int R_ = 1, rank_ = 0;
   int64_t E_loc_ = 0, T_max_ = 0, H_ = 0, K_ = 0;
   bool global_scales_ = false;  // the recipe's activations carry a per-row global scale
@@ -125,6 +128,7 @@ CpuEpLayer::CpuEpLayer(const LayerRequest& req)
                       "provides 0x{:x}", kNeeds, rt.device().str(), rt.parts());
     weights_ = prepare_host_weights(desc_.recipe, req.weights, {E_loc_, H_, desc_.intermediate_size},
                                     parallel_for_of(*pool_));
+    shared_ = cpu::make_layer_shared_expert(req);
   } catch (const Error& e) {
     local = std::current_exception();
     error = e.message();
@@ -336,6 +340,7 @@ void CpuEpLayer::reduce(const ForwardArgs& args, int64_t T) {
     }
     uint16_t* y = args.y.ptr<uint16_t>() + t * H_;
     for (int64_t j = 0; j < H_; ++j) y[j] = float_to_bf16(sum[j]);
+    if (shared_) cpu::add_shared_expert_row(*shared_, args, t);
   });
 }
 

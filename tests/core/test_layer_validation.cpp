@@ -11,6 +11,7 @@
 
 #include "moe_ep/error.h"
 #include "moe_ep/formats.h"
+#include "support/ep_harness.h"
 #include "support/layer_problem.h"
 
 namespace moe_ep::testsupport {
@@ -151,6 +152,49 @@ TEST_F(CreateValidation, WeightValues) {
   WeightSet b = random_weights(mx_, WeightFormat::kBF16, 43);
   b.w2_bf16[5] = 0x7F80;  // +inf
   expect_create_error(mx_, b.pack(), ErrorCode::kInvalidArgument, {"w2[0, 0, 5]", "not finite"}, "bf16 inf");
+}
+
+TEST_F(CreateValidation, SharedExpert) {
+  Problem p = mx_;
+  p.shared_intermediate = 64;
+  const WeightSet w = random_weights(p, WeightFormat::kMXFP4, 46);
+  Problem bad = p;
+  bad.shared_intermediate = 24;
+  expect_create_error(bad, w.pack(), ErrorCode::kInvalidArgument,
+                      {"shared_intermediate_size = 24", "multiple of 16"}, "Is not a multiple of 16");
+  bad = p;
+  bad.quantize_input = false;
+  expect_create_error(bad, w.pack(), ErrorCode::kInvalidArgument,
+                      {"shared_intermediate_size = 64", "quantize_input = true"}, "shared expert without x");
+
+  WeightPack pack = w.pack();
+  pack.shared_w13 = TensorView{};
+  expect_create_error(p, pack, ErrorCode::kInvalidArgument, {"shared_w13 is missing", "[2Is, H]", "[128, 256]"},
+                      "missing shared_w13");
+  pack = w.pack();
+  pack.shared_w2.shape[1] = 32;
+  expect_create_error(p, pack, ErrorCode::kInvalidArgument, {"shared_w2 has shape [256, 32]", "[256, 64]"},
+                      "shared_w2 shape");
+  pack = w.pack();
+  pack.shared_w2.dtype = DType::kF32;
+  expect_create_error(p, pack, ErrorCode::kInvalidArgument, {"shared_w2 has dtype f32", "bf16"},
+                      "shared_w2 dtype");
+  expect_create_error(mx_, w.pack(), ErrorCode::kInvalidArgument,
+                      {"shared_w13 is given but not used", "shared_intermediate_size = 0"},
+                      "shared weights without a shared expert");
+
+  WeightSet nan = w;
+  nan.shared_w2[3 * 64 + 7] = 0x7FC0;
+  expect_create_error(p, nan.pack(), ErrorCode::kInvalidArgument, {"shared_w2[3, 7]", "not finite"},
+                      "NaN in shared_w2");
+
+  auto layer = make_layer(p, w);
+  WeightPack one = slice_experts(w.pack(), 2, 1);  // keeps the shared expert's tensors
+  expect_error([&] { layer->replace_expert_weights(2, one); }, ErrorCode::kInvalidArgument,
+               {"shared_w13 is given but not used", "replace_expert_weights"}, "replace with shared weights");
+  one.shared_w13 = TensorView{};
+  one.shared_w2 = TensorView{};
+  layer->replace_expert_weights(2, one);  // the routed expert alone is accepted
 }
 
 // ---- Layer::forward ----

@@ -65,6 +65,8 @@ WeightSet gather_experts(const WeightSet& w, const std::vector<int32_t>& experts
   g.w2_bf16 = gather_rows(w.w2_bf16, rows, DType::kBF16);
   g.w13_global = gather_rows(w.w13_global, rows, DType::kF32);
   g.w2_global = gather_rows(w.w2_global, rows, DType::kF32);
+  g.shared_w13 = w.shared_w13;  // one shared expert, whatever the routed experts' placement
+  g.shared_w2 = w.shared_w2;
   return g;
 }
 

@@ -14,7 +14,7 @@ namespace moe_ep::testsupport {
 
 // Experts [first, first + count) of a pack (views into the same memory).
 WeightPack slice_experts(const WeightPack& all, int64_t first, int64_t count);
-// A weight set whose expert i is expert experts[i] of w (copies).
+// A weight set whose expert i is expert experts[i] of w, and w's shared expert (copies).
 WeightSet gather_experts(const WeightSet& w, const std::vector<int32_t>& experts);
 
 // Rows [begin, begin + count) of an input batch (copies; a/a_scale/a_global when present).

@@ -23,15 +23,16 @@ MoeDesc Problem::desc() const {
   d.activation_clamp = clamp;
   d.quantize_input = quantize_input;
   d.numerics.exact_accumulation = exact_accumulation;
+  d.shared_intermediate_size = shared_intermediate;
   return d;
 }
 
 std::string Problem::str() const {
   return fmt::format("recipe={} E={} H={} I={} K={} max_tokens={} clamp={} quantize_input={} "
-                     "exact_accumulation={} overrides=[{}]",
+                     "exact_accumulation={} shared_intermediate={} overrides=[{}]",
                      name(), num_experts, hidden, intermediate, top_k, max_tokens,
                      clamp ? fmt::format("{}", *clamp) : std::string("none"), quantize_input,
-                     exact_accumulation, overrides.str());
+                     exact_accumulation, shared_intermediate, overrides.str());
 }
 
 Problem tiny_problem(Recipe recipe) {
@@ -45,6 +46,8 @@ Problem tiny_problem(const std::string& recipe) { return tiny_problem(parse_reci
 WeightPack WeightSet::pack() const {
   WeightPack w;
   w.format = format;
+  w.shared_w13 = shared_w13.view();
+  w.shared_w2 = shared_w2.view();
   if (format == WeightFormat::kBF16) {
     w.w13 = w13_bf16.view();
     w.w2 = w2_bf16.view();
@@ -137,6 +140,10 @@ WeightSet random_weights(const Problem& p, WeightFormat format, uint64_t seed,
   const auto w2 = gaussian_experts(E, H, I, 1.0 / std::sqrt(double(I)), false, rng);
   WeightSet w;
   w.format = format;
+  if (const int64_t Is = p.shared_intermediate; Is > 0) {
+    w.shared_w13 = to_bf16(gaussian_experts(1, 2 * Is, H, 4.0 / std::sqrt(double(H)), false, rng), {2 * Is, H});
+    w.shared_w2 = to_bf16(gaussian_experts(1, H, Is, 1.0 / std::sqrt(double(Is)), false, rng), {H, Is});
+  }
   if (format == WeightFormat::kBF16) {
     w.w13_bf16 = to_bf16(w13, {E, 2 * I, H});
     w.w2_bf16 = to_bf16(w2, {E, H, I});

@@ -21,6 +21,7 @@ struct Problem {
   // Tests default to the exact mxfp4 path (bitwise comparisons with the CPU layer); the wgmma
   // tests take the default product path (NumericsPolicy::exact_accumulation = false).
   bool exact_accumulation = true;
+  int64_t shared_intermediate = 0;  // Is of the shared expert; 0 = none
   KernelOverrides overrides;  // kernel choices the test pins (none by default)
 
   FleetParams fleet() const { return {num_experts, max_tokens, hidden}; }
@@ -39,6 +40,7 @@ struct WeightSet {
   HostTensor<uint8_t> w13, w13_scale, w2, w2_scale;  // mxfp4 / nvfp4
   HostTensor<uint16_t> w13_bf16, w2_bf16;            // bf16
   HostTensor<float> w13_global, w2_global;           // nvfp4
+  HostTensor<uint16_t> shared_w13, shared_w2;        // bf16, when p.shared_intermediate > 0
   WeightPack pack() const;
 };
 
@@ -49,7 +51,8 @@ struct WeightOptions {
 };
 
 // Gaussian weights (expert e's W13 scaled by 2^(e % 4) so that the clamp acts), quantized with
-// the library's quantizers for the fp4 formats.
+// the library's quantizers for the fp4 formats; the shared expert's (drawn after the routed ones,
+// which stay those of the same seed without it) with W13 at 4x the routed scale.
 WeightSet random_weights(const Problem& p, WeightFormat format, uint64_t seed,
                          const WeightOptions& options = {});
 

@@ -1,0 +1,19 @@
+#include "cpu/layer_shared_expert.h"
+
+namespace moe_ep::cpu {
+
+std::unique_ptr<const SharedExpert> make_layer_shared_expert(const LayerRequest& req) {
+  if (req.desc.shared_intermediate_size == 0) return nullptr;
+  return SharedExpert::create(req.desc.fleet.hidden_size, req.desc.shared_intermediate_size,
+                              req.desc.activation_clamp, req.weights.shared_w13, req.weights.shared_w2);
+}
+
+void add_shared_expert_row(const SharedExpert& shared, const ForwardArgs& args, int64_t t) {
+  const int64_t H = shared.hidden_size();
+  auto row = [&](const TensorView& m) {
+    return TensorView::contiguous(static_cast<uint16_t*>(m.data) + t * H, DType::kBF16, {1, H});
+  };
+  shared.add_to(row(args.x), row(args.y));
+}
+
+}  // namespace moe_ep::cpu
