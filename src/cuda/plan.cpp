@@ -50,6 +50,8 @@ WorkspaceLayout workspace_layout(const LayerShape& s) {
   w.h_f32 = c.take(nvfp4 ? M * I * 4 : 0);  // GEMM 1's fp32 h before its NVFP4 pass
   w.h_bf16 = c.take(s.bf16_activations ? M * I * 2 : 0);
   w.o = c.take(M * H * 2);
+  w.shared_h = c.take(R * s.shared_intermediate * 2);
+  w.shared_o = c.take(s.shared_intermediate > 0 ? R * H * 2 : 0);
   w.total_bytes = c.offset;
   return w;
 }

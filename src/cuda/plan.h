@@ -18,7 +18,12 @@
 //                                                                 GEMM 2 (rs order, grouped_gemm.h)
 //   o            M x H x 2 B                                      expert outputs, bf16; before
 //                GEMM 2 writes it, wgmma-bf16 buckets keep x as bf16 there (R x H x 2 B <= it)
-// Every forward rewrites what it reads; nothing needs clearing between forwards.
+//   shared_h     R x Is x 2 B (shared expert only)                its bf16 SwiGLU output
+//   shared_o     R x H x 2 B (shared expert only)                 its bf16 output, which the
+//                                                                 combine adds to y
+// Every forward rewrites what it reads; nothing needs clearing between forwards. The shared
+// expert's regions are written on a second stream while the routed steps run: no routed step
+// touches them.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +38,7 @@ struct LayerShape {
   int64_t num_experts = 0, hidden = 0, intermediate = 0, top_k = 0, max_tokens = 0;
   Recipe recipe = Recipe::kMxfp4;
   bool bf16_activations = false;  // a bucket runs wgmma-bf16 (Sm90Config::uses_bf16_activations)
+  int64_t shared_intermediate = 0;  // Is of the layer's shared expert (0: none)
 };
 
 struct WorkspaceLayout {
@@ -41,6 +47,7 @@ struct WorkspaceLayout {
   size_t row_token = 0, row_weight = 0, slot_row = 0;
   size_t h = 0, h_scale = 0, h_global = 0, h_f32 = 0, h_bf16 = 0;
   size_t o = 0;
+  size_t shared_h = 0, shared_o = 0;
   size_t total_bytes = 0;
 };
 

@@ -10,6 +10,7 @@
 #include "core/weight_prep.h"
 #include "cuda/device_info.h"
 #include "cuda/errors.h"
+#include "cuda/kernels/sm90_shared_expert.h"
 #include "cuda/weight_layout.h"
 #include "cuda/weight_upload.h"
 
@@ -106,7 +107,7 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
     } else {
       HostCopy c13 = copy_to_host(in.w13), c13s = copy_to_host(in.w13_scale), c13g = copy_to_host(in.w13_global),
                c2 = copy_to_host(in.w2), c2s = copy_to_host(in.w2_scale), c2g = copy_to_host(in.w2_global);
-      const WeightPack host_pack{in.format, c13.view, c13s.view, c13g.view, c2.view, c2s.view, c2g.view};
+      const WeightPack host_pack{in.format, c13.view, c13s.view, c13g.view, c2.view, c2s.view, c2g.view, {}, {}};  // routed experts only
       const HostExpertWeights canonical = prepare_host_weights(desc.recipe, host_pack, expert_shape, parallel);
       notes_ = canonical.notes;
       kw = prepare_device_weights(canonical_view(canonical), fold, parallel);
@@ -150,7 +151,15 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
   select_sm90_kernels(config_, desc, overrides, facts);
   LayerShape planned = shape;  // wgmma-bf16 buckets add h as bf16 to the workspace (plan.h)
   planned.bf16_activations = config_.uses_bf16_activations();
+  planned.shared_intermediate = desc.shared_intermediate_size;
   plan_ = make_plan(planned);
+  if (desc.shared_intermediate_size > 0) {
+    MOE_EP_ASSERT(desc.quantize_input);  // validate_desc: the shared expert reads bf16 x
+    shared_ = std::make_unique<Sm90SharedExpert>(shape.hidden, desc.shared_intermediate_size, desc.activation_clamp,
+                                                 in.shared_w13, in.shared_w2, shape.max_tokens, device_index,
+                                                 /*own_scratch=*/false);
+    side_ = std::make_unique<SideStream>(device_index);
+  }
 
   shared_scratch_ = static_cast<bool>(scratch);
   workspace_ = scratch ? scratch(plan_.workspace.total_bytes)
@@ -166,9 +175,27 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
   MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+void Sm90ExpertEngine::run(const Sm90Binding& b, cudaStream_t stream) const {
+  if (!shared_ || b.num_tokens == 0) return pipeline_->run(b, stream);
+  const WorkspaceLayout& w = plan_.workspace;
+  Sm90Binding with_shared = b;
+  with_shared.y_add = workspace_->get<uint16_t>(w.shared_o);
+  shared_->forward(b.x, workspace_->get<uint16_t>(w.shared_o), workspace_->get<uint16_t>(w.shared_h), b.num_tokens,
+                   side_->fork(stream));
+  with_shared.y_add_ready = side_->join();
+  pipeline_->run(with_shared, stream);
+}
+
 SelectedConfig Sm90ExpertEngine::selected() const {
   SelectedConfig out;
   config_.describe(out);
+  if (shared_)
+    out.add("shared_expert",
+            fmt::format("bf16, Is = {}, on a second stream beside the routed experts ({}); added to y in the "
+                        "combine", shared_->intermediate_size(),
+                        shared_->uses_tensor_cores(plan_.shape.max_tokens)
+                            ? fmt::format("dot products below T = {}, tensor cores from it", kSharedExpertMmaMinTokens)
+                            : std::string("dot products")));
   out.add("workspace_bytes", fmt::format("{} ({:.1f} MiB, this layer's plan; max rows {}, max m-tiles {}); "
                                          "scratch buffer {} bytes{}",
                                          plan_.workspace.total_bytes, plan_.workspace.total_bytes / 1048576.0,

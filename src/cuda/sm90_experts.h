@@ -5,9 +5,13 @@
 //   -> plan (workspace) -> pipeline (prebuilt launches)
 //
 // Used by the world-size-1 CUDA layer over the caller's tokens and by an expert-parallel rank
-// over its received rows (desc with E = E_loc, top_k = 1, quantize_input = false). Creation
-// synchronizes the device; run() only launches on the caller's stream (CUDA-graph capturable,
-// no allocation, no host synchronization).
+// over its received rows (desc with E = E_loc, top_k = 1, quantize_input = false, no shared
+// expert). Creation synchronizes the device; run() only launches on the caller's stream
+// (CUDA-graph capturable, no allocation, no host synchronization).
+//
+// A shared expert (desc.shared_intermediate_size > 0) runs on a second stream forked at the start
+// of run() (cuda/side_stream.h), over x into the plan's shared_h / shared_o, while the routed
+// steps run; the combine waits for it and adds shared_o to y in its one pass over y.
 #pragma once
 
 #include <functional>
@@ -20,6 +24,8 @@
 #include "cuda/plan.h"
 #include "cuda/sm90_config.h"
 #include "cuda/sm90_pipeline.h"
+#include "cuda/sm90_shared_expert.h"
+#include "cuda/side_stream.h"
 #include "moe_ep/desc.h"
 #include "moe_ep/kernel_config.h"
 #include "moe_ep/weights.h"
@@ -37,7 +43,7 @@ class Sm90ExpertEngine {
   Sm90ExpertEngine(const Sm90ExpertEngine&) = delete;
   Sm90ExpertEngine& operator=(const Sm90ExpertEngine&) = delete;
 
-  void run(const Sm90Binding& binding, cudaStream_t stream) const { pipeline_->run(binding, stream); }
+  void run(const Sm90Binding& binding, cudaStream_t stream) const;
 
   const Sm90Config& config() const { return config_; }
   const Plan& plan() const { return plan_; }
@@ -61,6 +67,8 @@ class Sm90ExpertEngine {
   bool shared_scratch_ = false;
   DeviceBuffer error_flags_;
   std::unique_ptr<Sm90Pipeline> pipeline_;
+  std::unique_ptr<Sm90SharedExpert> shared_;  // null without a shared expert
+  std::unique_ptr<SideStream> side_;          // the shared expert's stream
 };
 
 }  // namespace moe_ep::cuda

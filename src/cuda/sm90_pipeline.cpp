@@ -71,8 +71,11 @@ cudaError_t gemm2_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
 }
 
 cudaError_t combine_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  if (b.y_add_ready != nullptr)
+    if (const cudaError_t e = cudaStreamWaitEvent(s, b.y_add_ready, 0); e != cudaSuccess) return e;
   CombineParams c = l.combine;
   c.y = b.y;
+  c.add = b.y_add;
   c.num_tokens = static_cast<int32_t>(b.num_tokens);
   return launch_sm90_combine(c, s);
 }

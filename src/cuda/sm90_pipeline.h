@@ -4,7 +4,7 @@
 // T and the caller's pointers, and launches: no branching on recipe or kernel variant.
 //
 //   [quantize x] -> routing (m tiles of the bucket's block_m) -> GEMM 1 (+ SwiGLU, + Q8 of h)
-//   -> [NVFP4 of h] -> GEMM 2 -> combine
+//   -> [NVFP4 of h] -> GEMM 2 -> combine [+ the binding's y_add]
 // wgmma-bf16 buckets also convert Q8 x (before routing) and Q8 h (before GEMM 2) to bf16.
 #pragma once
 
@@ -35,6 +35,10 @@ struct Sm90Binding {
   bool ids_int64 = false;
   const float* topk_weights = nullptr;
   uint16_t* y = nullptr;  // bf16 [T, H]
+  // Added to y by the combine (bf16 [T, H]: the shared expert's output), written on another
+  // stream: the combine's stream waits for y_add_ready (when set) first.
+  const uint16_t* y_add = nullptr;
+  cudaEvent_t y_add_ready = nullptr;
 };
 
 // One GEMM's weights on the device (kernels/sm90_grouped_gemm.h layouts).

@@ -11,13 +11,15 @@
 namespace moe_ep::cuda {
 namespace {
 
-void check_matrix(const TensorView& t, const char* name, int64_t rows, int64_t cols, const char* dims) {
+void check_matrix(const TensorView& t, const char* name, int64_t rows, int64_t cols, const char* dims,
+                  int device_index) {
+  const Device here = Device::cuda(device_index);
   MOE_EP_CHECK(t.defined() && t.dtype == DType::kBF16 && t.ndim == 2 && t.shape[0] == rows &&
-                   t.shape[1] == cols && t.is_contiguous() && t.device.type == DeviceType::kCPU &&
-                   t.data != nullptr,
-               "{} is {} {} on {}; expected contiguous bf16 {} = [{}, {}] in host memory", name,
+                   t.shape[1] == cols && t.is_contiguous() &&
+                   (t.device.type == DeviceType::kCPU || t.device == here) && t.data != nullptr,
+               "{} is {} {} on {}; expected contiguous bf16 {} = [{}, {}] in host memory or on {}", name,
                t.defined() ? dtype_name(t.dtype) : "missing", t.shape_str(), t.device.str(), dims,
-               rows, cols);
+               rows, cols, here.str());
 }
 
 }  // namespace
@@ -27,7 +29,8 @@ struct Sm90SharedExpert::Buffers {
 };
 
 Sm90SharedExpert::Sm90SharedExpert(int64_t H, int64_t I, std::optional<float> clamp, const TensorView& w13,
-                                   const TensorView& w2, int64_t max_tokens, int device_index)
+                                   const TensorView& w2, int64_t max_tokens, int device_index,
+                                   bool own_scratch)
     : H_(H), I_(I), max_tokens_(max_tokens), device_index_(device_index), buf_(std::make_unique<Buffers>()) {
   MOE_EP_CHECK(H >= 16 && H % 16 == 0 && H <= (1 << 20),
                "shared expert hidden_size = {} is invalid; expected a multiple of 16 in [16, 2^20]", H);
@@ -40,26 +43,30 @@ Sm90SharedExpert::Sm90SharedExpert(int64_t H, int64_t I, std::optional<float> cl
                  "shared expert activation_clamp = {} is invalid; expected a finite value >= 0 "
                  "(or none for +inf)", *clamp);
   clamp_ = clamp.value_or(std::numeric_limits<float>::infinity());
-  check_matrix(w13, "shared w13", 2 * I, H, "[2I, H]");
-  check_matrix(w2, "shared w2", H, I, "[H, I]");
+  check_matrix(w13, "shared w13", 2 * I, H, "[2I, H]", device_index);
+  check_matrix(w2, "shared w2", H, I, "[H, I]", device_index);
   MOE_EP_CUDA_CHECK(cudaSetDevice(device_index_));
   MOE_EP_CUDA_CHECK(configure_sm90_shared_expert_mma());
   buf_->w13 = DeviceBuffer(static_cast<size_t>(w13.nbytes()));
   buf_->w2 = DeviceBuffer(static_cast<size_t>(w2.nbytes()));
-  buf_->h = DeviceBuffer(static_cast<size_t>(max_tokens * I * 2));
-  MOE_EP_CUDA_CHECK(cudaMemcpy(buf_->w13.get(), w13.data, buf_->w13.bytes(), cudaMemcpyHostToDevice));
-  MOE_EP_CUDA_CHECK(cudaMemcpy(buf_->w2.get(), w2.data, buf_->w2.bytes(), cudaMemcpyHostToDevice));
+  if (own_scratch) buf_->h = DeviceBuffer(static_cast<size_t>(max_tokens * I * 2));
+  MOE_EP_CUDA_CHECK(cudaMemcpy(buf_->w13.get(), w13.data, buf_->w13.bytes(), cudaMemcpyDefault));
+  MOE_EP_CUDA_CHECK(cudaMemcpy(buf_->w2.get(), w2.data, buf_->w2.bytes(), cudaMemcpyDefault));
   MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 Sm90SharedExpert::~Sm90SharedExpert() = default;
 
 void Sm90SharedExpert::forward(const uint16_t* x, uint16_t* out, int64_t T, void* stream) const {
-  run(x, out, T, false, stream);
+  run(x, out, buf_->h.get<uint16_t>(), T, false, stream);
 }
 
 void Sm90SharedExpert::add_to(const uint16_t* x, uint16_t* y, int64_t T, void* stream) const {
-  run(x, y, T, true, stream);
+  run(x, y, buf_->h.get<uint16_t>(), T, true, stream);
+}
+
+void Sm90SharedExpert::forward(const uint16_t* x, uint16_t* out, uint16_t* h, int64_t T, void* stream) const {
+  run(x, out, h, T, false, stream);
 }
 
 void Sm90SharedExpert::set_way(Way way) {
@@ -84,15 +91,18 @@ SharedExpertParams Sm90SharedExpert::params(int64_t T) const {
   return p;
 }
 
-void Sm90SharedExpert::run(const uint16_t* x, uint16_t* y, int64_t T, bool accumulate, void* stream) const {
+void Sm90SharedExpert::run(const uint16_t* x, uint16_t* y, uint16_t* h, int64_t T, bool accumulate,
+                           void* stream) const {
   MOE_EP_CHECK(T >= 0 && T <= max_tokens_, "shared expert num_tokens = {} is invalid; expected 0..max_tokens = {}",
                T, max_tokens_);
   MOE_EP_CHECK(T == 0 || (x != nullptr && y != nullptr), "shared expert x / y is a null pointer");
+  MOE_EP_CHECK(T == 0 || h != nullptr, "shared expert h scratch is a null pointer (built without its own "
+               "scratch: pass the caller's h)");
   SharedExpertParams p = params(T);
   p.x = x;
   p.w13 = buf_->w13.get<uint16_t>();
   p.w2 = buf_->w2.get<uint16_t>();
-  p.h = buf_->h.get<uint16_t>();
+  p.h = h;
   p.y = y;
   p.accumulate = accumulate ? 1 : 0;
   MOE_EP_CUDA_CHECK(launch_sm90_shared_expert(p, static_cast<cudaStream_t>(stream)));

@@ -21,9 +21,12 @@ struct SharedExpertParams;  // kernels/sm90_shared_expert.h
 class Sm90SharedExpert {
  public:
   enum class Way { kAuto, kDotProducts, kTensorCores };  // kernels/sm90_shared_expert.h
-  // w13 bf16 [2I, H], w2 bf16 [H, I] in host memory (copied); H and I multiples of 16.
+  // w13 bf16 [2I, H], w2 bf16 [H, I] in host memory or on this device (copied); H and I
+  // multiples of 16. own_scratch: allocate h (max_tokens x I bf16) for forward / add_to; without
+  // it only the forward that takes the caller's h runs (a layer's workspace, cuda/plan.h).
   Sm90SharedExpert(int64_t hidden_size, int64_t intermediate_size, std::optional<float> activation_clamp,
-                   const TensorView& w13, const TensorView& w2, int64_t max_tokens, int device_index);
+                   const TensorView& w13, const TensorView& w2, int64_t max_tokens, int device_index,
+                   bool own_scratch = true);
   ~Sm90SharedExpert();
   Sm90SharedExpert(const Sm90SharedExpert&) = delete;
   Sm90SharedExpert& operator=(const Sm90SharedExpert&) = delete;
@@ -31,6 +34,8 @@ class Sm90SharedExpert {
   // Device bf16 [T, H] pointers, T <= max_tokens.
   void forward(const uint16_t* x, uint16_t* out, int64_t num_tokens, void* stream) const;
   void add_to(const uint16_t* x, uint16_t* y, int64_t num_tokens, void* stream) const;
+  // out = o with the caller's h scratch: bf16 [T, I], T <= max_tokens.
+  void forward(const uint16_t* x, uint16_t* out, uint16_t* h, int64_t num_tokens, void* stream) const;
 
   // Pins the kernels (tests, benchmarks); kTensorCores needs H % 128 == 0 and I % 64 == 0.
   void set_way(Way way);
@@ -41,7 +46,7 @@ class Sm90SharedExpert {
   int64_t intermediate_size() const { return I_; }
 
  private:
-  void run(const uint16_t* x, uint16_t* y, int64_t T, bool accumulate, void* stream) const;
+  void run(const uint16_t* x, uint16_t* y, uint16_t* h, int64_t T, bool accumulate, void* stream) const;
   SharedExpertParams params(int64_t num_tokens) const;
   struct Buffers;
   int64_t H_, I_, max_tokens_;

@@ -10,7 +10,8 @@
 //     world-size-1 combine.
 // Inputs: Gaussian with holes, T different per rank (0 included), every slot to one expert,
 // structured x that encodes (rank, token), caller-quantized activations; then graph replay,
-// reruns, an out-of-range id, and a rank that never arrives (bounded wait, no hang).
+// reruns, an out-of-range id, and a rank that never arrives (bounded wait, no hang); a shared
+// expert added in the reduce.
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -179,6 +180,24 @@ TEST_P(EpSimOneGpu, EverySlotToOneExpertAndTokensWithoutValidSlots) {
   for (int64_t t = 0; t < global.tokens; t += 3)
     for (int64_t k = 0; k < p.top_k; ++k) global.set_id(t, k, -1);
   expect_matches(p, w, R, split(global, {50, 50, 50, 50}), fmt::format("{} every third token empty", p.name()));
+}
+
+// Each rank's own tokens pass the shared expert (on the rank's side stream) and the reduce adds
+// its output. Bitwise equal to the world-size-1 layer when both run the same shared-expert
+// kernels: every rank and the global batch below T = 64 (dot products), or all from it
+// (tensor cores).
+TEST_P(EpSimOneGpu, SharedExpertIsAddedInTheReduce) {
+  Problem p = testsupport::tiny_problem(GetParam());
+  p.max_tokens = 96;
+  p.shared_intermediate = 128;
+  const WeightSet w = testsupport::random_weights(p, native_format(p), 51);
+  const std::vector<std::vector<int64_t>> layouts = {{5, 0, 20, 30}, {64, 70, 96, 80}};
+  for (const std::vector<int64_t>& tokens : layouts) {
+    const int64_t total = std::accumulate(tokens.begin(), tokens.end(), int64_t{0});
+    Inputs global = testsupport::random_inputs(p, total, 52 + total, {.skip_fraction = 0.2});
+    for (int64_t k = 0; k < p.top_k; ++k) global.set_id(total - 1, k, -1);  // the shared expert alone
+    expect_matches(p, w, 4, split(global, tokens), fmt::format("{} + shared expert Is=128", p.name()));
+  }
 }
 
 TEST_P(EpSimOneGpu, StructuredInputsEncodeRankAndToken) {

@@ -221,6 +221,23 @@ TEST(Sm90Plan, Bf16ActivationsAddTheirHRegionAndFitXIntoO) {
   EXPECT_LE(static_cast<size_t>(8192 * 4096 * 2), w.total_bytes - w.o);  // x as bf16 inside o
 }
 
+// A shared expert adds h (R x Is x 2 B) and o (R x H x 2 B) after every routed region, so the
+// second stream that writes them never touches what the routed steps use.
+TEST(Sm90Plan, SharedExpertAddsItsRegionsAfterTheRoutedOnes) {
+  LayerShape s{256, 4096, 2048, 6, 8192, Recipe::kMxfp4};
+  const WorkspaceLayout plain = workspace_layout(s);
+  s.shared_intermediate = 1536;
+  const WorkspaceLayout w = workspace_layout(s);
+  const int64_t M = 8192 * 6;
+  EXPECT_EQ(plain.shared_h, plain.total_bytes);  // empty regions without a shared expert
+  EXPECT_EQ(plain.shared_o, plain.total_bytes);
+  EXPECT_EQ(w.o, plain.o);
+  EXPECT_GE(w.shared_h, w.o + static_cast<size_t>(M * 4096 * 2));
+  EXPECT_EQ(w.shared_h % 256, 0u);
+  EXPECT_EQ(w.shared_o, w.shared_h + static_cast<size_t>(8192 * 1536 * 2));
+  EXPECT_EQ(w.total_bytes, w.shared_o + static_cast<size_t>(8192 * 4096 * 2));
+}
+
 TEST(Sm90Plan, MTileBoundCoversEveryRoutingOfTheRows) {
   const LayerShape s{16, 256, 128, 4, 300, Recipe::kMxfp4};
   const Plan plan = make_plan(s);

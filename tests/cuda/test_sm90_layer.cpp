@@ -115,7 +115,7 @@ TEST_P(Sm90LayerTiny, Bf16AndDeviceResidentWeights) {
   const WeightPack host = w.pack();
   DeviceTensor t13 = to_device(host.w13), t13s = to_device(host.w13_scale), t13g = to_device(host.w13_global),
                t2 = to_device(host.w2), t2s = to_device(host.w2_scale), t2g = to_device(host.w2_global);
-  const WeightPack dev{host.format, t13.view, t13s.view, t13g.view, t2.view, t2s.view, t2g.view};
+  const WeightPack dev{host.format, t13.view, t13s.view, t13g.view, t2.view, t2s.view, t2g.view, {}, {}};
   auto layer = make_gpu_layer(p, dev);
   const std::vector<uint16_t> y = run_on_gpu(*layer, to_device(p, in));
   const double err = relative_error_rows(y, ref, p.hidden);

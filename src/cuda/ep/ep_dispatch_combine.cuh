@@ -211,8 +211,9 @@ __global__ void __launch_bounds__(kEpThreads) ep_combine_kernel(const __grid_con
 }
 
 // Step 3: y[t] = bf16(sum over valid k, in slot order, of fp32(combine[t, k])), zeros for a
-// token without a valid slot (the world-size-1 combine's order and rounding). Thread = 8
-// consecutive columns of one token.
+// token without a valid slot (the world-size-1 combine's order and rounding); with y_add (the
+// shared expert's output) y[t] = bf16(fp32(that bf16 sum) + fp32(y_add[t])), as the world-size-1
+// combine. Thread = 8 consecutive columns of one token.
 template <class Peers>
 __global__ void __launch_bounds__(kEpThreads) ep_reduce_kernel(const __grid_constant__ EpLaunch<Peers> p) {
   const EpRankArgs& me = p.host.ranks[blockIdx.y];
@@ -236,6 +237,16 @@ __global__ void __launch_bounds__(kEpThreads) ep_reduce_kernel(const __grid_cons
       for (int j = 0; j < 4; ++j) {
         sum[2 * j] += __uint_as_float(w[j] << 16);
         sum[2 * j + 1] += __uint_as_float(w[j] & 0xFFFF0000u);
+      }
+    }
+    if (me.y_add != nullptr) {
+      const uint4 v = *reinterpret_cast<const uint4*>(me.y_add + t * g.hidden + col);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        sum[2 * j] = __fadd_rn(__bfloat162float(__float2bfloat16_rn(sum[2 * j])), __uint_as_float(w[j] << 16));
+        sum[2 * j + 1] =
+            __fadd_rn(__bfloat162float(__float2bfloat16_rn(sum[2 * j + 1])), __uint_as_float(w[j] & 0xFFFF0000u));
       }
     }
     uint32_t packed[4];

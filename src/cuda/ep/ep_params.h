@@ -70,6 +70,7 @@ struct EpRankArgs {
   int32_t ids_are_int64 = 0;
   const float* topk_weights = nullptr;  // [T, K]
   uint16_t* y = nullptr;             // [T, H] bf16
+  const uint16_t* y_add = nullptr;   // [T, H] bf16 the reduce adds (the shared expert's o), or null
   int32_t rank = 0;
   int32_t num_tokens = 0;            // T of this forward
 };

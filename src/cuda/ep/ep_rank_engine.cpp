@@ -45,7 +45,16 @@ EpRankEngine::EpRankEngine(Device device, int world_size, int rank, const MoeDes
   local.fleet = {geo_.num_local_experts, slot_rows_, H};
   local.top_k = 1;
   local.quantize_input = false;
+  local.shared_intermediate_size = 0;  // the rank's own tokens pass the shared expert, not its rows
   local_ = std::make_unique<Sm90ExpertEngine>(local, overrides, local_weights, device.index);
+  if (const int64_t Is = desc.shared_intermediate_size; Is > 0) {
+    const int64_t T = fleet.max_tokens_per_rank;
+    shared_ = std::make_unique<Sm90SharedExpert>(H, Is, desc.activation_clamp, local_weights.shared_w13,
+                                                 local_weights.shared_w2, T, device.index, /*own_scratch=*/false);
+    side_ = std::make_unique<SideStream>(device.index);
+    shared_h_ = DeviceBuffer(static_cast<size_t>(T * Is * 2));
+    shared_o_ = DeviceBuffer(static_cast<size_t>(T * H * 2));
+  }
 }
 
 EpRankEngine::~EpRankEngine() = default;
@@ -60,6 +69,13 @@ EpRankArgs EpRankEngine::prepare(const ForwardArgs& args, cudaStream_t stream) {
   r.ids_are_int64 = args.topk_ids.dtype == DType::kI64;
   r.topk_weights = args.topk_weights.ptr<const float>();
   r.y = args.y.ptr<uint16_t>();
+  shared_done_ = nullptr;
+  if (shared_ && T > 0) {
+    shared_->forward(args.x.ptr<const uint16_t>(), shared_o_.get<uint16_t>(), shared_h_.get<uint16_t>(), T,
+                     side_->fork(stream));
+    shared_done_ = side_->join();
+    r.y_add = shared_o_.get<uint16_t>();
+  }
   const bool global = desc_.traits().global_scales;
   if (!desc_.quantize_input) {
     r.src_codes = args.a.ptr<const uint8_t>();
@@ -110,6 +126,12 @@ void EpRankEngine::run_local_experts(cudaStream_t stream) {
   b.y = reinterpret_cast<uint16_t*>(window_ + geo_.at(Region::kExpertOut));
   MOE_EP_CUDA_CHECK(cudaSetDevice(device_.index));
   local_->run(b, stream);
+}
+
+void EpRankEngine::wait_shared_expert(cudaStream_t stream) {
+  if (shared_done_ == nullptr) return;
+  MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_done_, 0));
+  shared_done_ = nullptr;
 }
 
 EpSync EpRankEngine::read_sync() const {

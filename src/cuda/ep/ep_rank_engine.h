@@ -13,6 +13,11 @@
 // sums the o_k in slot order like the world-size-1 combine, so a rank's y equals, bit for bit,
 // the world-size-1 CUDA layer on the global batch as long as that layer's per-row arithmetic
 // does not depend on which other rows share a launch.
+//
+// A shared expert (desc.shared_intermediate_size > 0; every rank holds its weights) runs over
+// the rank's own x on a second stream forked in prepare(), into this engine's own h / o buffers
+// (max_tokens_per_rank rows; per layer, like the local experts' scratch); the caller's stream
+// waits for it (wait_shared_expert) before the reduce, which adds o (EpRankArgs::y_add).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +27,9 @@
 #include <cuda_runtime.h>
 
 #include "cuda/ep/ep_params.h"
+#include "cuda/side_stream.h"
 #include "cuda/sm90_experts.h"
+#include "cuda/sm90_shared_expert.h"
 #include "moe_ep/layer.h"
 #include "moe_ep/workspace.h"
 
@@ -44,6 +51,9 @@ class EpRankEngine {
 
   EpRankArgs prepare(const ForwardArgs& args, cudaStream_t stream);
   void run_local_experts(cudaStream_t stream);
+  // Before the reduce step on `stream`: waits for the shared expert the last prepare() forked
+  // (nothing to wait for without one, or after a prepare with no tokens).
+  void wait_shared_expert(cudaStream_t stream);
 
   // The sync head of the rank's workspace (synchronizes the device). clear_errors() resets the
   // sticky bits and the timeout record, not the broken state.
@@ -60,6 +70,10 @@ class EpRankEngine {
   int64_t slot_rows_ = 0;
   std::byte* window_ = nullptr;
   std::unique_ptr<Sm90ExpertEngine> local_;
+  std::unique_ptr<Sm90SharedExpert> shared_;  // null without a shared expert
+  std::unique_ptr<SideStream> side_;
+  DeviceBuffer shared_h_, shared_o_;          // [T, Is], [T, H] bf16
+  cudaEvent_t shared_done_ = nullptr;         // to wait for before the reduce; null: nothing
 };
 
 // "rank r timed out in phase P (barrier e) waiting for rank q ..." for a sync head with a

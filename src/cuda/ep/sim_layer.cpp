@@ -208,6 +208,7 @@ class SimGpuLayer final : public Layer::Impl {
     step(EpStep::kDispatch);
     for (int q = 0; q < R_; ++q) g.engines[q]->run_local_experts(stream);
     step(EpStep::kCombine);
+    for (int q = 0; q < R_; ++q) g.engines[q]->wait_shared_expert(stream);
     step(EpStep::kReduce);
     MOE_EP_CUDA_CHECK(cudaEventRecord(g.done, stream));
   }

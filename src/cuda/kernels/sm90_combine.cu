@@ -36,6 +36,16 @@ __global__ void __launch_bounds__(kThreads) sm90_combine_kernel(const __grid_con
       sum[2 * j + 1] += __uint_as_float(w[j] & 0xFFFF0000u);
     }
   }
+  if (p.add != nullptr) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p.add + static_cast<int64_t>(t) * p.hidden + col);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      sum[2 * j] = __fadd_rn(__bfloat162float(__float2bfloat16_rn(sum[2 * j])), __uint_as_float(w[j] << 16));
+      sum[2 * j + 1] =
+          __fadd_rn(__bfloat162float(__float2bfloat16_rn(sum[2 * j + 1])), __uint_as_float(w[j] & 0xFFFF0000u));
+    }
+  }
   uint4 out;
   out.x = pack_bf16x2(sum[0], sum[1]);
   out.y = pack_bf16x2(sum[2], sum[3]);

@@ -133,6 +133,7 @@ class CudaEpLayer final : public Layer::Impl {
     step(EpStep::kDispatch);
     engine_->run_local_experts(stream);
     step(EpStep::kCombine);
+    engine_->wait_shared_expert(stream);
     if (T > 0) step(EpStep::kReduce);
   }
 
