@@ -107,7 +107,7 @@ CheckResult check_output(const ProblemSetup& s, const RunOptions& o, const testi
   c.checked_rows = static_cast<int64_t>(rows.size());
   const bool cpu = s.device.device.type == DeviceType::kCPU;
   const std::vector<uint16_t> ref =
-      cpu_reference_rows(s, weights, inputs, rows, cpu ? 1 : o.problem.threads);
+      cpu_reference_rows(s, weights.pack(), inputs, rows, cpu ? 1 : o.problem.threads);
   c.rel_err = rel_err_rows(fwd.y, ref, H, rows);
   if (cpu) {
     c.bitwise_required = true;
@@ -265,8 +265,8 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--eplb-redundant", o->eplb_redundant, "redundant physical experts (EPLB)")
       ->check(integer_at_least(0))->capture_default_str();
   cmd->add_flag("--router", o->router, "run the DeepSeek V4 router on synthetic logits first");
-  cmd->add_flag("--shared-expert", o->shared_expert, "--device cuda: add a synthetic bf16 shared expert "
-                "(I = the preset's) to every layer's y, on the GPU");
+  cmd->add_flag("--shared-expert", o->shared_expert, "give every layer a synthetic bf16 shared expert "
+                "(Is = the preset's I), which the layer adds to y in its combine");
   cmd->add_option("--hash-layers", o->hash_layers, "--router: the first N layers route by a synthetic "
                   "[vocab, K] hash table indexed by synthetic token ids")
       ->check(integer_at_least(0))->capture_default_str();

@@ -7,8 +7,9 @@
 //   2. --eplb-redundant M: E = L + M physical experts, the M replicas planned from the logical
 //      load of layer 0, every rank remapping its ids (load counters recorded in the first pass);
 //   3. R threads, one simulated rank each, each with its E/R physical experts and N layers
-//      (all with the same synthetic weights) on the process's one workspace; layer l + 1 takes
-//      layer l's y as x;
+//      (all with the same synthetic routed weights; with --shared-expert each layer its own bf16
+//      shared expert, Is = I, which every rank holds) on the process's one workspace; layer l + 1
+//      takes layer l's y as x;
 //   4. --check: the single-process CPU layer with the L logical experts runs the same N-layer
 //      chain on the global batch (rank 0's tokens first); the ranks' final y must be equal to
 //      it bit for bit (replicas carry identical weights, so EPLB must not change a bit).
@@ -60,13 +61,16 @@ struct Plan {
   std::vector<int64_t> replicated;
   std::vector<int32_t> physical_to_logical;  // [E]
   RouterConfig router;
+  std::vector<SharedExpertWeights> shared;  // [layer], with --shared-expert
 };
+
+// Layer l's weights: the routed `pack` and layer l's shared expert, when there is one.
+WeightPack layer_pack(const Plan& p, const WeightPack& pack, int l) {
+  return p.shared.empty() ? pack : p.shared[l].attach(pack);
+}
 
 Plan make_plan(const RunOptions& o) {
   MOE_EP_CHECK(o.hash_layers == 0 || o.router, "--hash-layers {} needs --router", o.hash_layers);
-  MOE_EP_CHECK_CODE(!o.shared_expert, ErrorCode::kUnsupported,
-                    "--shared-expert runs with --device cuda --ranks 1 in this build (the CPU "
-                    "library has SharedExpert; the simulated-rank run does not add it)");
   Plan p;
   ProblemOptions opts = o.problem;
   if (opts.device == "auto") opts.device = "cpu";
@@ -81,6 +85,7 @@ Plan make_plan(const RunOptions& o) {
   p.L = p.setup.desc.fleet.num_experts;
   p.E = p.L + o.eplb_redundant;
   p.setup.world_size = p.R;
+  if (o.shared_expert) p.setup.desc.shared_intermediate_size = p.setup.desc.intermediate_size;
   p.desc = p.setup.desc;
   p.desc.fleet.num_experts = p.E;
   MOE_EP_CHECK(p.E % p.R == 0,
@@ -91,6 +96,10 @@ Plan make_plan(const RunOptions& o) {
 
   const int64_t K = p.setup.desc.top_k;
   for (int r = 0; r < p.R; ++r) p.inputs.push_back(generate_inputs(p.setup, opts, p.T, r));
+  if (o.shared_expert)
+    for (int l = 0; l < p.N; ++l)
+      p.shared.push_back(synthetic_shared_expert(o.problem.seed, l, p.desc.fleet.hidden_size,
+                                                 p.desc.shared_intermediate_size));
 
   p.router = {p.L, K, p.setup.preset->routed_scaling_factor, o.hash_layers};
   std::vector<float> bias = synthetic_bias(o.problem.seed, p.L);
@@ -176,7 +185,7 @@ void run_rank(const Plan& p, const RunOptions& o, const testing::HostWeights& lo
   auto rt = Runtime::acquire(boot);
   std::vector<std::unique_ptr<Layer>> layers;
   for (int l = 0; l < p.N; ++l)
-    layers.push_back(Layer::create(rt, p.desc, mine.pack(), p.setup.overrides));
+    layers.push_back(Layer::create(rt, p.desc, layer_pack(p, mine.pack(), l), p.setup.overrides));
   out.workspace_bytes = rt->workspace()->bytes();
   out.workspace_shape = rt->workspace()->shape().str();
   if (r == 0) out.notes = layers[0]->info().notes;
@@ -252,7 +261,9 @@ Check check_against_single_rank(const Plan& p, const RunOptions& o, const testin
   MoeDesc single = p.setup.desc;
   single.fleet.max_tokens_per_rank = std::max<int64_t>(G, 1);
   auto rt = Runtime::acquire(Bootstrap{});
-  auto layer = Layer::create(rt, single, logical.pack(), p.setup.overrides);
+  std::vector<std::unique_ptr<Layer>> layers;  // one per layer with per-layer shared experts
+  for (int l = 0; l < (p.shared.empty() ? 1 : p.N); ++l)
+    layers.push_back(Layer::create(rt, single, layer_pack(p, logical.pack(), l), p.setup.overrides));
   std::vector<uint16_t> x(G * H), y(G * H);
   for (int r = 0; r < p.R; ++r) std::copy(p.inputs[r].x.begin(), p.inputs[r].x.end(), x.begin() + r * p.T * H);
   const std::vector<int64_t> rows = sample_rows(G, o.check_rows);
@@ -269,10 +280,11 @@ Check check_against_single_rank(const Plan& p, const RunOptions& o, const testin
     a.topk_weights = TensorView::contiguous(w.data(), DType::kF32, {G, K});
     a.y = TensorView::contiguous(y.data(), DType::kBF16, {G, H});
     std::fill(y.begin(), y.end(), uint16_t{0xFFFF});
+    Layer& layer = *layers[p.shared.empty() ? 0 : l];
     if (l + 1 < p.N)
-      layer->forward(a);
+      layer.forward(a);
     else
-      layer->forward_rows(a, rows);
+      layer.forward_rows(a, rows);
     std::swap(x, y);
   }
   const std::vector<uint16_t>& ref = x;  // the last layer's output
@@ -292,14 +304,15 @@ Check check_against_single_rank(const Plan& p, const RunOptions& o, const testin
     testing::HostInputs in = p.inputs[r];
     in.topk_ids = p.routes[p.N - 1][r].ids;
     std::string detail;
-    const bool ok = sanity_check(ranks[r].y, in, &detail);
+    const bool ok = sanity_check(ranks[r].y, in, &detail, !p.shared.empty());
     if (!ok && c.sanity_ok) c.sanity = fmt::format("rank {}: {}", r, detail);
     c.sanity_ok = c.sanity_ok && ok;
     if (c.sanity.empty() && r + 1 == p.R) c.sanity = detail;
   }
-  c.reference = fmt::format("single-process cpu layer with the {} logical experts on the global "
+  c.reference = fmt::format("single-process cpu layer with the {} logical experts{} on the global "
                             "batch ({} ranks x {} tokens), {} layer(s) chained; {} of {} rows of "
-                            "the last layer compared bit for bit", p.L, p.R, p.T, p.N,
+                            "the last layer compared bit for bit", p.L,
+                            p.shared.empty() ? "" : " and the layer's shared expert", p.R, p.T, p.N,
                             rows.size(), G);
   c.passed = c.reference_ok && c.sanity_ok;
   return c;
@@ -366,6 +379,9 @@ int report(const Plan& p, const RunOptions& o, const std::vector<RankResult>& ra
                                   {"logits", "synthetic N(0, 1) per (layer, rank)"}}
                            : Json(nullptr);
     j["eplb"] = o.eplb_redundant > 0 ? eplb_json(p) : Json(nullptr);
+    j["shared_expert"] = p.shared.empty() ? Json(nullptr)
+                                          : Json{{"intermediate_size", p.desc.shared_intermediate_size},
+                                                 {"weights", "synthetic bf16 per layer, held by every rank"}};
     j["time_us"] = json_number(median_of(r0.times_us));
     Json times = Json::array();
     for (double t : r0.times_us) times.push_back(json_number(t));
@@ -390,10 +406,13 @@ int report(const Plan& p, const RunOptions& o, const std::vector<RankResult>& ra
                "backend {}, {} simulated ranks on the cpu\n",
                s.preset->name, p.desc.fleet.hidden_size, s.desc.intermediate_size, p.L, p.E,
                s.desc.top_k, s.desc.traits().name, p.R);
-    fmt::print("  tokens {} per rank, {} layer(s) back to back, max_tokens_per_rank {}, seed {}{}\n",
+    fmt::print("  tokens {} per rank, {} layer(s) back to back, max_tokens_per_rank {}, seed {}{}{}\n",
                p.T, p.N, p.desc.fleet.max_tokens_per_rank, o.problem.seed,
                o.router ? fmt::format(", routing by the DeepSeek V4 router on synthetic logits ({} hash "
-                                      "layer(s))", p.router.num_hash_layers) : std::string());
+                                      "layer(s))", p.router.num_hash_layers) : std::string(),
+               p.shared.empty() ? std::string()
+                                : fmt::format(", a bf16 shared expert (Is = {}) in every layer",
+                                              p.desc.shared_intermediate_size));
     fmt::print("  workspace: {} bytes per rank ({:.2f} MiB) for {}, shared by the {} layer(s); "
                "clean after each forward: {}\n",
                r0.workspace_bytes, r0.workspace_bytes / 1048576.0, r0.workspace_shape, p.N,

@@ -11,6 +11,8 @@
 // Every mode checks the ranks' y against the CPU single-rank layer on the same tokens (float64
 // relative error within the recipe's threshold: the GPU and the CPU sum fp32 products in
 // different orders), the sanity of every row, and that the timed reruns reproduce y bitwise.
+// --shared-expert gives the layer a synthetic bf16 shared expert (Is = I; every rank holds it and
+// runs it over its own tokens); the CPU reference layer has the same one.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -22,6 +24,7 @@
 #include "cli/problem.h"
 #include "cli/rank_launcher.h"
 #include "cli/run_ep.h"
+#include "cli/synthetic_routing.h"
 #include "core/check.h"
 #include "moe_ep/layer.h"
 #include "moe_ep/runtime.h"
@@ -56,8 +59,20 @@ struct EpCheck {
   std::string sanity, reference;
 };
 
-// y of `inputs` (one rank's or the global batch) against the CPU single-rank layer.
-[[maybe_unused]] EpCheck check_against_cpu(const ProblemSetup& s, const RunOptions& o, const testing::HostWeights& w,
+// The run's problem: the preset's, plus the shared expert with --shared-expert (its weights in
+// `shared`).
+[[maybe_unused]] ProblemSetup plan_ep_problem(const RunOptions& o, SharedExpertWeights& shared) {
+  ProblemSetup s = plan_problem(o.problem, o.tokens, o.ranks);
+  if (o.shared_expert) {
+    s.desc.shared_intermediate_size = s.desc.intermediate_size;
+    shared = synthetic_shared_expert(o.problem.seed, 0, s.desc.fleet.hidden_size, s.desc.intermediate_size);
+  }
+  return s;
+}
+
+// y of `inputs` (one rank's or the global batch) against the CPU single-rank layer with all the
+// experts of `w` (and its shared expert, when the problem has one).
+[[maybe_unused]] EpCheck check_against_cpu(const ProblemSetup& s, const RunOptions& o, const WeightPack& w,
                           const testing::HostInputs& in, const std::vector<uint16_t>& y, bool rerun_equal) {
   EpCheck c;
   ProblemSetup one = s;
@@ -68,10 +83,11 @@ struct EpCheck {
   const std::vector<uint16_t> ref = cpu_reference_rows(one, w, in, rows, o.problem.threads);
   c.rel_err = rows.empty() ? 0.0 : rel_err_rows(y, ref, s.desc.fleet.hidden_size, rows);
   c.threshold = testing::device_rel_err_threshold(s.desc.recipe, s.desc.numerics.exact_accumulation);
-  c.sanity_ok = sanity_check(y, in, &c.sanity);
+  c.sanity_ok = sanity_check(y, in, &c.sanity, s.desc.shared_intermediate_size > 0);
   c.passed = c.rel_err <= c.threshold && c.sanity_ok && rerun_equal;
-  c.reference = fmt::format("cpu single-rank layer (all {} experts) forward_rows on {} of {} rows; "
-                            "relative error (float64) <= {:g}", s.desc.fleet.num_experts, rows.size(),
+  c.reference = fmt::format("cpu single-rank layer (all {} experts{}) forward_rows on {} of {} rows; "
+                            "relative error (float64) <= {:g}", s.desc.fleet.num_experts,
+                            s.desc.shared_intermediate_size > 0 ? ", the shared expert" : "", rows.size(),
                             in.num_tokens, c.threshold);
   return c;
 }
@@ -117,10 +133,12 @@ struct EpCheck {
 
 int run_simulated(const RunOptions& o) {
   const int R = o.ranks;
-  const ProblemSetup s = plan_problem(o.problem, o.tokens, R);
+  SharedExpertWeights shared;
+  const ProblemSetup s = plan_ep_problem(o, shared);
   MOE_EP_CHECK_CODE(s.device.device.type == DeviceType::kCUDA, ErrorCode::kUnsupported,
                     "--simulate-ranks-on-one-gpu needs --device cuda[:N]; got {}", o.problem.device);
   const testing::HostWeights weights = generate_weights(s, o.problem.seed);
+  const WeightPack all = o.shared_expert ? shared.attach(weights.pack()) : weights.pack();
   std::vector<testing::HostInputs> inputs;
   for (int r = 0; r < R; ++r) inputs.push_back(generate_inputs(s, o.problem, o.tokens, r));
   const int64_t E_loc = s.desc.fleet.num_experts / R, H = s.desc.fleet.hidden_size;
@@ -132,7 +150,7 @@ int run_simulated(const RunOptions& o) {
   go.overrides = s.overrides;
   go.timeout_ms = o.timeout_ms;
   std::vector<WeightPack> packs;
-  for (int r = 0; r < R; ++r) packs.push_back(slice_pack(weights.pack(), r * E_loc, E_loc));
+  for (int r = 0; r < R; ++r) packs.push_back(slice_pack(all, r * E_loc, E_loc));
   auto driver = make_driver(s.device.device);
   cuda::ep::SimEpGroup group(go, packs);
   std::vector<DeviceBatch> batches;
@@ -167,7 +185,7 @@ int run_simulated(const RunOptions& o) {
   const bool rerun_equal = y_all() == y;
   const testing::HostInputs global = concat(inputs);
   EpCheck c;
-  if (o.check) c = check_against_cpu(s, o, weights, global, y, rerun_equal);
+  if (o.check) c = check_against_cpu(s, o, all, global, y, rerun_equal);
   const bool passed = flags == 0 && rerun_equal && (!o.check || c.passed);
 
   Json j;
@@ -178,6 +196,7 @@ int run_simulated(const RunOptions& o) {
   j["tokens"] = o.tokens;
   j["tokens_per_rank"] = o.tokens;
   j["layers"] = 1;
+  j["shared_expert"] = o.shared_expert ? Json{{"intermediate_size", s.desc.shared_intermediate_size}} : Json(nullptr);
   j["time_us"] = json_number(median(times));
   j["timing"] = fmt::format("{} of the {} ranks' forward on one GPU, median of {} after {} warm-up",
                             o.eager ? "eager launches" : "cuda graph replays", R, iters, warmup);
@@ -214,8 +233,10 @@ int run_nccl_rank(const RunOptions& o) {
   const int R = o.ranks, r = o.ep_rank;
   MOE_EP_CHECK(r >= 0 && r < R, "--ep-rank {} is outside [0, --ranks {})", r, R);
   MOE_EP_CHECK(!o.ep_rendezvous.empty(), "--ep-rank needs --ep-rendezvous (the unique-id file)");
-  const ProblemSetup s = plan_problem(o.problem, o.tokens, R);
+  SharedExpertWeights shared;
+  const ProblemSetup s = plan_ep_problem(o, shared);
   const testing::HostWeights weights = generate_weights(s, o.problem.seed);
+  const WeightPack all = o.shared_expert ? shared.attach(weights.pack()) : weights.pack();
   const testing::HostInputs in = generate_inputs(s, o.problem, o.tokens, r);
   const int64_t E_loc = s.desc.fleet.num_experts / R;
 
@@ -234,7 +255,7 @@ int run_nccl_rank(const RunOptions& o) {
     b.rendezvous = o.ep_rendezvous;
     b.timeout_ms = o.timeout_ms;
     auto rt = Runtime::acquire(b);
-    auto layer = Layer::create(rt, s.desc, slice_pack(weights.pack(), r * E_loc, E_loc), s.overrides);
+    auto layer = Layer::create(rt, s.desc, slice_pack(all, r * E_loc, E_loc), s.overrides);
     workspace_bytes = rt->workspace()->bytes();
     notes = layer->info().notes;
     DeviceBatch batch = upload_batch(*driver, in);
@@ -253,12 +274,13 @@ int run_nccl_rank(const RunOptions& o) {
     rerun_equal = download_y(*driver, batch) == y;
   }  // the layer, then the runtime, are released here: the CPU reference needs its own world
   EpCheck c;
-  if (o.check) c = check_against_cpu(s, o, weights, in, y, rerun_equal);
+  if (o.check) c = check_against_cpu(s, o, all, in, y, rerun_equal);
   const bool passed = rerun_equal && (!o.check || c.passed);
   Json j;
   j["command"] = "run";
   j.update(problem_json(s, o.problem));
   j["mode"] = "nccl-rank";
+  j["shared_expert"] = o.shared_expert ? Json{{"intermediate_size", s.desc.shared_intermediate_size}} : Json(nullptr);
   j["rank"] = r;
   j["tokens"] = o.tokens;
   j["time_us"] = json_number(median(times));
@@ -284,6 +306,7 @@ std::vector<std::string> rank_args(const RunOptions& o, int r, const std::string
   if (o.iters > 0) a.insert(a.end(), {"--iters", std::to_string(o.iters)});
   if (o.warmup >= 0) a.insert(a.end(), {"--warmup", std::to_string(o.warmup)});
   if (!o.check) a.push_back("--no-check");
+  if (o.shared_expert) a.push_back("--shared-expert");
   if (o.eager) a.push_back("--eager");
   return a;
 }

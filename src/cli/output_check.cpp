@@ -46,13 +46,15 @@ bool bitwise_equal_rows(std::span<const uint16_t> y, std::span<const uint16_t> r
   return true;
 }
 
-bool sanity_check(std::span<const uint16_t> y, const testing::HostInputs& in, std::string* detail) {
+bool sanity_check(std::span<const uint16_t> y, const testing::HostInputs& in, std::string* detail,
+                  bool shared_expert) {
   const int64_t T = in.num_tokens, H = in.hidden_size, K = in.top_k;
   int64_t non_finite = 0, bad_empty_rows = 0, zero_rows = 0;
   int64_t first_bad = -1;
   for (int64_t t = 0; t < T; ++t) {
     bool any_valid = false;
     for (int64_t k = 0; k < K; ++k) any_valid |= in.topk_ids[t * K + k] >= 0;
+    any_valid |= shared_expert;  // the shared expert's output: expected nonzero like a routed one
     double norm2 = 0.0;
     int64_t row_non_finite = 0;
     for (int64_t h = 0; h < H; ++h) {
@@ -68,14 +70,16 @@ bool sanity_check(std::span<const uint16_t> y, const testing::HostInputs& in, st
   }
   const bool ok = non_finite == 0 && bad_empty_rows == 0 && zero_rows == 0;
   if (detail)
-    *detail = ok ? "all values finite; tokens without a valid slot are zero; the others are nonzero"
+    *detail = ok ? (shared_expert ? "all values finite; every token nonzero (all pass the shared expert)"
+                                  : "all values finite; tokens without a valid slot are zero; the others are nonzero")
                  : fmt::format("{} non-finite values, {} tokens without a valid slot not zero, "
-                               "{} tokens with valid slots all zero (first bad row {})",
-                               non_finite, bad_empty_rows, zero_rows, first_bad);
+                               "{} tokens {} all zero (first bad row {})",
+                               non_finite, bad_empty_rows, zero_rows,
+                               shared_expert ? "(all with the shared expert)" : "with valid slots", first_bad);
   return ok;
 }
 
-std::vector<uint16_t> cpu_reference_rows(const ProblemSetup& s, const testing::HostWeights& weights,
+std::vector<uint16_t> cpu_reference_rows(const ProblemSetup& s, const WeightPack& weights,
                                          const testing::HostInputs& in, std::span<const int64_t> rows,
                                          int num_threads) {
   auto driver = make_cpu_driver();
@@ -84,7 +88,7 @@ std::vector<uint16_t> cpu_reference_rows(const ProblemSetup& s, const testing::H
   auto runtime = Runtime::acquire(boot);
   KernelOverrides overrides;
   overrides.num_threads = num_threads;
-  auto layer = Layer::create(runtime, s.desc, weights.pack(), overrides);
+  auto layer = Layer::create(runtime, s.desc, weights, overrides);
   DeviceBatch batch = upload_batch(*driver, in);
   poison_y(*driver, batch);
   layer->forward_rows(batch.args, rows);

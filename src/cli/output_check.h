@@ -24,12 +24,15 @@ bool bitwise_equal_rows(std::span<const uint16_t> y, std::span<const uint16_t> r
                         std::span<const int64_t> rows);
 
 // Every element finite (no poison left), tokens without a valid slot exactly zero, and a
-// nonzero output where some slot is valid. `detail` says what failed.
-bool sanity_check(std::span<const uint16_t> y, const testing::HostInputs& inputs, std::string* detail);
+// nonzero output where some slot is valid. With a shared expert every token passes it, so every
+// row must be nonzero instead. `detail` says what failed.
+bool sanity_check(std::span<const uint16_t> y, const testing::HostInputs& inputs, std::string* detail,
+                  bool shared_expert = false);
 
 // The CPU reference backend's y on `rows` (other rows stay NaN): a fresh CPU runtime and layer
-// with `num_threads` threads (0: the library default). No other runtime may be alive.
-std::vector<uint16_t> cpu_reference_rows(const ProblemSetup& setup, const testing::HostWeights& weights,
+// of setup.desc (its shared expert too, when `weights` carries one) with `num_threads` threads
+// (0: the library default). No other runtime may be alive.
+std::vector<uint16_t> cpu_reference_rows(const ProblemSetup& setup, const WeightPack& weights,
                                          const testing::HostInputs& inputs,
                                          std::span<const int64_t> rows, int num_threads);
 

@@ -44,11 +44,27 @@ SharedExpertWeights synthetic_shared_expert(uint64_t seed, int layer, int64_t H,
   std::normal_distribution<float> a(0.0f, 4.0f / std::sqrt(static_cast<float>(H)));
   std::normal_distribution<float> b(0.0f, 1.0f / std::sqrt(static_cast<float>(I)));
   SharedExpertWeights w;
+  w.hidden = H;
+  w.intermediate = I;
   w.w13.resize(2 * I * H);
   w.w2.resize(H * I);
   for (uint16_t& v : w.w13) v = float_to_bf16(a(rng));
   for (uint16_t& v : w.w2) v = float_to_bf16(b(rng));
   return w;
+}
+
+TensorView SharedExpertWeights::w13_view() const {
+  return TensorView::contiguous(const_cast<uint16_t*>(w13.data()), DType::kBF16, {2 * intermediate, hidden});
+}
+
+TensorView SharedExpertWeights::w2_view() const {
+  return TensorView::contiguous(const_cast<uint16_t*>(w2.data()), DType::kBF16, {hidden, intermediate});
+}
+
+WeightPack SharedExpertWeights::attach(WeightPack pack) const {
+  pack.shared_w13 = w13_view();
+  pack.shared_w2 = w2_view();
+  return pack;
 }
 
 testing::HostWeights gather_slots(const testing::HostWeights& all, std::span<const int32_t> ids) {

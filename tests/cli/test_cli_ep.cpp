@@ -38,9 +38,21 @@ TEST(CliRunEp, HashLayersRouteByTheTableAndPassTheBitwiseCheck) {
   CliResult bad = run_cli("run --device cpu --layers 2 --hash-layers 1");
   EXPECT_NE(bad.exit_code, 0) << describe(bad);
   EXPECT_NE(bad.err.find("--hash-layers 1 needs --router"), std::string::npos) << describe(bad);
-  bad = run_cli("run --device cpu --layers 2 --shared-expert");
-  EXPECT_NE(bad.exit_code, 0) << describe(bad);
-  EXPECT_NE(bad.err.find("--shared-expert runs with --device cuda"), std::string::npos) << describe(bad);
+}
+
+TEST(CliRunEp, SharedExpertOnSimulatedRanksPassesTheBitwiseCheckAndTheCheckCanFail) {
+  const CliResult r = run_cli("run --device cpu --ranks 4 --layers 2 --router --eplb-redundant 4 "
+                              "--shared-expert --tokens 12 --json");
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const nlohmann::json j = parse_json(r);
+  EXPECT_EQ(j.value("check_passed", false), true) << describe(r);
+  ASSERT_TRUE(j["shared_expert"].is_object()) << describe(r);
+  EXPECT_EQ(j["shared_expert"].value("intermediate_size", 0), 128);
+  EXPECT_NE(j.value("reference", "").find("shared expert"), std::string::npos) << describe(r);
+  EXPECT_NE(j.value("sanity", "").find("every token nonzero"), std::string::npos) << describe(r);
+  const CliResult bad = run_cli("run --device cpu --ranks 2 --shared-expert --tokens 8 --corrupt-row 5");
+  EXPECT_EQ(bad.exit_code, 1) << describe(bad);
+  EXPECT_NE(bad.err.find("not bitwise equal to the single-rank layer"), std::string::npos) << describe(bad);
 }
 
 TEST(CliRunEp, EveryRankCountPassesAndTheCheckCanFail) {
