@@ -106,7 +106,7 @@ void layer_init(PyLayer* self, std::shared_ptr<Runtime> runtime, int64_t num_exp
                 std::optional<float> activation_clamp, bool fast_math, bool exact_accumulation,
                 const std::string& gemm, const std::string& tile,
                 std::optional<int64_t> decode_max_tokens, std::optional<bool> fold_fp8,
-                int num_threads, int64_t cpu_batch_tokens) {
+                int num_threads, int64_t cpu_batch_tokens, nb::handle shared_w13, nb::handle shared_w2) {
   if (!runtime) throw nb::type_error("moe_ep: runtime is None; expected moe_ep.Runtime.acquire(...)");
   MoeDesc desc;
   desc.fleet = {num_experts, max_tokens_per_rank, hidden_size};
@@ -125,6 +125,15 @@ void layer_init(PyLayer* self, std::shared_ptr<Runtime> runtime, int64_t num_exp
   ov.cpu_batch_tokens = cpu_batch_tokens;
   ImportedWeights w;
   import_weights(weights, w);
+  // The shared expert: Is from whichever of its tensors is given (the layer names a missing one).
+  const std::optional<ImportedTensor> s13 = import_tensor(shared_w13, "shared_w13");
+  const std::optional<ImportedTensor> s2 = import_tensor(shared_w2, "shared_w2");
+  if (s13) w.pack.shared_w13 = s13->view;
+  if (s2) w.pack.shared_w2 = s2->view;
+  if (s13 && s13->view.ndim == 2)
+    desc.shared_intermediate_size = s13->view.shape[0] / 2;
+  else if (s2 && s2->view.ndim == 2)
+    desc.shared_intermediate_size = s2->view.shape[1];
   std::unique_ptr<Layer> layer;
   {
     nb::gil_scoped_release release;
@@ -179,10 +188,13 @@ void bind_layer(nb::module_& m) {
            nb::arg("exact_accumulation") = false, nb::arg("gemm") = "auto",
            nb::arg("tile") = "auto", nb::arg("decode_max_tokens") = nb::none(),
            nb::arg("fold_fp8") = nb::none(), nb::arg("num_threads") = 0,
-           nb::arg("cpu_batch_tokens") = 0,
+           nb::arg("cpu_batch_tokens") = 0, nb::arg("shared_w13") = nb::none(),
+           nb::arg("shared_w2") = nb::none(),
            "Build a layer on `runtime` from a moe_ep.WeightPack. recipe: 'mxfp4' | 'nvfp4'; "
            "activation_clamp: None (+inf) or a finite value >= 0; gemm/tile/decode_max_tokens/"
-           "fold_fp8/num_threads/cpu_batch_tokens pin kernel choices (KernelOverrides).")
+           "fold_fp8/num_threads/cpu_batch_tokens pin kernel choices (KernelOverrides). "
+           "shared_w13 bf16 [2Is, H] / shared_w2 bf16 [H, Is]: a shared expert every token passes, "
+           "added to y in the layer's combine (on GPUs it runs beside the routed experts).")
       .def("forward", &layer_forward, nb::arg("x"), nb::arg("topk_ids"), nb::arg("topk_weights"),
            nb::arg("out") = nb::none(), nb::arg("stream") = nb::none(),
            "y = layer(x bf16 [T, H], topk_ids int32|int64 [T, K] (-1 skips), topk_weights f32 "

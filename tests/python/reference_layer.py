@@ -231,6 +231,23 @@ def layer_forward(recipe: str, w: ReferenceWeights, x_bf16_bits: np.ndarray, top
     return bf16_round(acc)
 
 
+def shared_expert_add(y: np.ndarray, x_bf16_bits: np.ndarray, w13_bits: np.ndarray,
+                      w2_bits: np.ndarray, clamp: Optional[float]) -> np.ndarray:
+    """y + the shared expert's output (moe_ep/shared_expert.h): gu = bf16(x W13^T),
+    gate = min(gu[:Is], c), up = clamp(gu[Is:], -c, c), h = bf16(silu(gate) * up),
+    o = bf16(h W2^T), y = bf16(y + o); bf16 weights, dot products in float64."""
+    x = bf16_from_bits(x_bf16_bits)
+    w13 = bf16_from_bits(w13_bits)
+    w2 = bf16_from_bits(w2_bits)
+    i = w13.shape[0] // 2
+    c = math.inf if clamp is None else float(clamp)
+    gu = bf16_round(x @ w13.T)
+    gate = np.minimum(gu[:, :i], c)
+    up = np.clip(gu[:, i:], -c, c)
+    h = bf16_round(gate / (1.0 + np.exp(-gate)) * up)
+    return bf16_round(y + bf16_round(h @ w2.T))
+
+
 def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
     """||out - ref||_2 / ||ref||_2 in float64 (0 when both are zero)."""
     out = np.asarray(out, dtype=np.float64)

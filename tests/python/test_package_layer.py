@@ -47,6 +47,38 @@ def check_against_oracle(p, layer, x, ids, w, clamp=problems.CLAMP):
 CASES = [("mxfp4", "mxfp4"), ("mxfp4", "bf16"), ("nvfp4", "nvfp4")]
 
 
+@pytest.mark.parametrize("recipe,weight_format", [("mxfp4", "mxfp4"), ("nvfp4", "nvfp4")])
+def test_shared_expert_is_added_to_y(recipe, weight_format):
+    p = problems.make_problem(recipe, weight_format, 3)
+    rng = np.random.default_rng(5)
+    i_s = 64
+    w13s = (rng.standard_normal((2 * i_s, p.H)) * 4 / np.sqrt(p.H)).astype(ml_dtypes.bfloat16)
+    w2s = (rng.standard_normal((p.H, i_s)) * 0.05 / np.sqrt(i_s)).astype(ml_dtypes.bfloat16)  # o ~ the routed y
+    rt = moe_ep.Runtime.acquire(device="cpu")
+    pack = getattr(moe_ep.WeightPack, p.weight_format)(**p.tensors)
+    layer = moe_ep.Layer(rt, num_experts=p.E, hidden_size=p.H, intermediate_size=p.I, top_k=p.K,
+                         max_tokens_per_rank=64, recipe=p.recipe, activation_clamp=problems.CLAMP,
+                         weights=pack, shared_w13=w13s, shared_w2=w2s)
+    assert "shared_intermediate_size=64" in layer.info()["desc"]
+    x, ids, w = problems.random_inputs(p, 9, 77)
+    ids[2, :] = -1  # token 2: the shared expert's output alone
+    out = poisoned_out(*x.shape)
+    layer.forward(x, ids, w, out=out)
+    got = np.asarray(out, dtype=np.float64)
+    routed = ref.layer_forward(p.recipe, p.oracle, x.view(np.uint16), ids, w, problems.CLAMP)
+    want = ref.shared_expert_add(routed, x.view(np.uint16), w13s.view(np.uint16), w2s.view(np.uint16),
+                                 problems.CLAMP)
+    err = ref.relative_error(got, want)
+    assert err <= LIMITS[p.recipe][0], f"rel_err {err:.3e}"
+    # Both parts matter: leaving either out is far outside the limit.
+    assert ref.relative_error(routed, want) > 10 * LIMITS[p.recipe][0]
+    assert ref.relative_error(want - routed, want) > 10 * LIMITS[p.recipe][0]
+    assert np.count_nonzero(got[2]) > p.H // 2, "token 2 must carry the shared expert's output"
+    with pytest.raises(ValueError, match="shared_w2 is missing"):
+        moe_ep.Layer(rt, num_experts=p.E, hidden_size=p.H, intermediate_size=p.I, top_k=p.K,
+                     max_tokens_per_rank=64, recipe=p.recipe, weights=pack, shared_w13=w13s)
+
+
 @pytest.mark.parametrize("recipe,weight_format", CASES)
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_inputs_match_oracle(recipe, weight_format, seed):
