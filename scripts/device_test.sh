@@ -5,8 +5,8 @@
 #
 #   scripts/device_test.sh                  binaries from .device-bin (scripts/device_pack.sh),
 #                                           else builds build-cuda here (needs the dev packages)
-#   MOE_EP_DEVICE_STEPS="tests sanitizer run ep torch bench profile"   steps (default: all;
-#                                           "pro" adds deepseek-v4-pro at T = 1, 8192)
+#   MOE_EP_DEVICE_STEPS="tests sanitizer run ep stages torch bench profile"   steps (default:
+#                                           all; "pro" adds deepseek-v4-pro at T = 1, 8192)
 #   MOE_EP_BENCH_TOKENS=1,8,32,128,512,2048,8192            bench sweep
 #
 # Outputs ($OUT, default ./device-out): summary.txt, bench.csv, torch.csv, logs.tar.gz.
@@ -14,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
 WORK=$(mktemp -d /tmp/moe_ep_device.XXXX)
-STEPS=${MOE_EP_DEVICE_STEPS:-tests sanitizer run ep torch bench profile}
+STEPS=${MOE_EP_DEVICE_STEPS:-tests sanitizer run ep stages torch bench profile}
 TOKENS=${MOE_EP_BENCH_TOKENS:-1,8,32,128,512,2048,8192}
 mkdir -p "$OUT"
 START=$(date +%s)
@@ -58,6 +58,7 @@ if has_step tests; then
   groups=("Sm90Kernels.*:Sm90Fp4*:Sm90WeightLayout*:Recipes/Sm90WeightLayout*:Sm90Plan*:Sm90LayerErrors*"
           "Recipes/Sm90LayerTiny.*/0" "Recipes/Sm90LayerTiny.*/1" "Sm90FlashMxfp4.*" "Sm90FlashNvfp4.*"
           "Recipes/EpSimOneGpu.*" "EpNcclWorldOfOne.*"
+          "Sm90SharedExpert*:Recipes/Sm90LayerSharedExpert.*:Sm90Routing*:Sm90LayerChain*"
           "Sm90Config*:Sm90RsCodec*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.*:Kernels/Sm90WgmmaFlashLayer.*")
   # MOE_EP_DEVICE_TEST_GROUPS="g1;g2": only these gtest filters.
   [[ -n "${MOE_EP_DEVICE_TEST_GROUPS:-}" ]] && IFS=';' read -r -a groups <<< "$MOE_EP_DEVICE_TEST_GROUPS"
@@ -117,6 +118,29 @@ if has_step ep; then
       --csv "$WORK/bench_ep_R$R.csv" > "$WORK/bench_ep_R$R.log" 2>&1
     note "ep bench R=$R: rc=$? ($(elapsed) s)"
     sed 's/^/  /' "$WORK/bench_ep_R$R.log" | tail -6 >> "$SUMMARY"
+  done
+fi
+
+# 3c. The stages around the routed experts (issue 13): the router, EPLB remap and the shared
+# expert inside each layer (second stream, added in the combine), on one GPU and on simulated
+# ranks, checked against the CPU layer; then their per-stage times in an 8-layer graph.
+if has_step stages; then
+  : > "$WORK/stages.log"
+  for args in "run --preset tiny --layers 2 --router --eplb-redundant 4 --shared-expert -T 100" \
+              "run --preset deepseek-v4-flash --layers 2 --router --eplb-redundant 8 --shared-expert -T 1" \
+              "run --preset deepseek-v4-flash --shared-expert -T 2048 --check-rows 32" \
+              "run --preset tiny --ranks 4 -T 70 --shared-expert --simulate-ranks-on-one-gpu" \
+              "run --preset deepseek-v4-flash --ranks 8 -T 16 --shared-expert --check-rows 32 --simulate-ranks-on-one-gpu"; do
+    run_limited 150 "$CLI" $args --device cuda --timeout-ms 20000 > "$WORK/stages.log.tmp" 2>&1
+    rc=$?
+    cat "$WORK/stages.log.tmp" >> "$WORK/stages.log"
+    note "stages $args: rc=$rc $(grep -iE "check:|result|shared expert|error" "$WORK/stages.log.tmp" | tail -3 | tr -s ' ' | tr '\n' ' ' | cut -c1-500)"
+  done
+  for shared in "" "--shared-expert"; do
+    run_limited 200 "$CLI" bench --device cuda --preset deepseek-v4-flash --layers 8 --router --eplb-redundant 8 \
+      $shared --tokens 1,128,2048 --csv "$WORK/bench_stages${shared:+_shared}.csv" > "$WORK/bench_stages.log.tmp" 2>&1
+    note "bench stages ${shared:-(no shared expert)}: rc=$? ($(elapsed) s)"
+    sed 's/^/  /' "$WORK/bench_stages.log.tmp" | tail -8 >> "$SUMMARY"
   done
 fi
 
