@@ -44,23 +44,14 @@ double us_since(Clock::time_point start) {
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
 }
 
-struct Route {
-  std::vector<int32_t> ids;      // logical, [T, K]
-  std::vector<int32_t> physical; // after EPLB (== ids without it)
-  std::vector<float> weights;    // [T, K]
-};
-
 struct Plan {
   ProblemSetup setup;  // the logical problem (fleet.num_experts = L)
   MoeDesc desc;        // the problem of the ranks: the physical fleet (E = L + redundant)
   int R = 1, N = 1;
   int64_t T = 0, L = 0, E = 0;
   std::vector<testing::HostInputs> inputs;  // [rank]: x and the generated routing
-  std::vector<std::vector<Route>> routes;   // [layer][rank]
-  std::unique_ptr<Eplb> eplb;
-  std::vector<int64_t> replicated;
+  SyntheticRouting routing;                 // per (layer, rank): logical and physical ids
   std::vector<int32_t> physical_to_logical;  // [E]
-  RouterConfig router;
   std::vector<SharedExpertWeights> shared;  // [layer], with --shared-expert
 };
 
@@ -101,52 +92,9 @@ Plan make_plan(const RunOptions& o) {
       p.shared.push_back(synthetic_shared_expert(o.problem.seed, l, p.desc.fleet.hidden_size,
                                                  p.desc.shared_intermediate_size));
 
-  p.router = {p.L, K, p.setup.preset->routed_scaling_factor, o.hash_layers};
-  std::vector<float> bias = synthetic_bias(o.problem.seed, p.L);
-  p.routes.assign(p.N, std::vector<Route>(p.R));
-  for (int l = 0; l < p.N; ++l)
-    for (int r = 0; r < p.R; ++r) {
-      Route& route = p.routes[l][r];
-      if (!o.router) {
-        route.ids = p.inputs[r].topk_ids;
-        route.weights = p.inputs[r].topk_weights;
-        continue;
-      }
-      const std::vector<float> logits = synthetic_logits(o.problem.seed, l, r, p.T, p.L);
-      route.ids.resize(p.T * K);
-      route.weights.resize(p.T * K);
-      RouterArgs a;
-      a.layer_idx = l;
-      a.logits = TensorView::contiguous(const_cast<float*>(logits.data()), DType::kF32, {p.T, p.L});
-      a.bias = TensorView::contiguous(bias.data(), DType::kF32, {p.L});
-      a.topk_ids = TensorView::contiguous(route.ids.data(), DType::kI32, {p.T, K});
-      a.topk_weights = TensorView::contiguous(route.weights.data(), DType::kF32, {p.T, K});
-      std::vector<int32_t> tokens, table;
-      if (is_hash_layer(p.router, l)) {
-        tokens = synthetic_token_ids(o.problem.seed, r, p.T);
-        table = synthetic_hash_table(o.problem.seed, l, K, p.L);
-        a.token_ids = TensorView::contiguous(tokens.data(), DType::kI32, {p.T});
-        a.hash_table = TensorView::contiguous(table.data(), DType::kI32, {kSyntheticVocab, K});
-      }
-      route_deepseek_v4(p.router, a);
-    }
-
-  std::vector<int64_t> load(p.L, 0);
-  for (const Route& route : p.routes[0])
-    for (int32_t id : route.ids)
-      if (id >= 0) ++load[id];
-  p.replicated = plan_redundant_experts(load, o.eplb_redundant);
-  p.eplb = std::make_unique<Eplb>(make_eplb_placement(p.L, p.replicated));
-  p.physical_to_logical = p.eplb->placement().physical_to_logical();
-  p.eplb->set_recording(true);
-  for (int l = 0; l < p.N; ++l)
-    for (int r = 0; r < p.R; ++r) {
-      Route& route = p.routes[l][r];
-      route.physical.resize(route.ids.size());
-      p.eplb->remap(TensorView::contiguous(route.ids.data(), DType::kI32, {p.T, K}),
-                    TensorView::contiguous(route.physical.data(), DType::kI32, {p.T, K}));
-      if (l == 0 && r == p.R - 1) p.eplb->set_recording(false);  // count layer 0 only
-    }
+  const RouterConfig rc{p.L, K, p.setup.preset->routed_scaling_factor, o.hash_layers};
+  p.routing = make_synthetic_routing(o.problem.seed, rc, o.router, o.eplb_redundant, p.N, p.inputs);
+  p.physical_to_logical = p.routing.placement.physical_to_logical();
   return p;
 }
 
@@ -195,7 +143,7 @@ void run_rank(const Plan& p, const RunOptions& o, const testing::HostWeights& lo
   auto pass = [&] {
     for (auto& yl : y) std::fill(yl.begin(), yl.end(), uint16_t{0xFFFF});  // NaN poison
     for (int l = 0; l < p.N; ++l) {
-      const Route& route = p.routes[l][r];
+      const RoutedBatch& route = p.routing.at(l, r);
       ForwardArgs a;
       const uint16_t* x = l == 0 ? p.inputs[r].x.data() : y[l - 1].data();
       a.x = TensorView::contiguous(const_cast<uint16_t*>(x), DType::kBF16, {p.T, H});
@@ -271,8 +219,9 @@ Check check_against_single_rank(const Plan& p, const RunOptions& o, const testin
     std::vector<int32_t> ids(G * K);
     std::vector<float> w(G * K);
     for (int r = 0; r < p.R; ++r) {
-      std::copy(p.routes[l][r].ids.begin(), p.routes[l][r].ids.end(), ids.begin() + r * p.T * K);
-      std::copy(p.routes[l][r].weights.begin(), p.routes[l][r].weights.end(), w.begin() + r * p.T * K);
+      const RoutedBatch& route = p.routing.at(l, r);
+      std::copy(route.logical.begin(), route.logical.end(), ids.begin() + r * p.T * K);
+      std::copy(route.weights.begin(), route.weights.end(), w.begin() + r * p.T * K);
     }
     ForwardArgs a;
     a.x = TensorView::contiguous(x.data(), DType::kBF16, {G, H});
@@ -302,7 +251,7 @@ Check check_against_single_rank(const Plan& p, const RunOptions& o, const testin
   }
   for (int r = 0; r < p.R; ++r) {
     testing::HostInputs in = p.inputs[r];
-    in.topk_ids = p.routes[p.N - 1][r].ids;
+    in.topk_ids = p.routing.at(p.N - 1, r).logical;
     std::string detail;
     const bool ok = sanity_check(ranks[r].y, in, &detail, !p.shared.empty());
     if (!ok && c.sanity_ok) c.sanity = fmt::format("rank {}: {}", r, detail);
@@ -329,8 +278,8 @@ Json eplb_json(const Plan& p) {
   j["logical_experts"] = p.L;
   j["physical_experts"] = p.E;
   j["redundant"] = p.E - p.L;
-  j["replicated_logical"] = p.replicated;
-  const std::vector<int64_t> counters = p.eplb->counter_values();
+  j["replicated_logical"] = p.routing.replicated;
+  const std::vector<int64_t> counters = p.routing.physical_load(0);
   j["physical_load_layer0"] = counters;
   const int64_t E_loc = p.E / p.R;
   Json per_rank = Json::array();
@@ -373,9 +322,9 @@ int report(const Plan& p, const RunOptions& o, const std::vector<RankResult>& ra
     j["workspace"] = workspace_json(layout);
     j["workspace_clean_after_each_forward"] = clean;
     j["router"] = o.router ? Json{{"kind", "deepseek-v4"},
-                                  {"routed_scaling_factor", p.router.routed_scaling_factor},
+                                  {"routed_scaling_factor", p.routing.config.routed_scaling_factor},
                                   {"selection_bias", true},
-                                  {"num_hash_layers", p.router.num_hash_layers},
+                                  {"num_hash_layers", p.routing.config.num_hash_layers},
                                   {"logits", "synthetic N(0, 1) per (layer, rank)"}}
                            : Json(nullptr);
     j["eplb"] = o.eplb_redundant > 0 ? eplb_json(p) : Json(nullptr);
@@ -409,7 +358,7 @@ int report(const Plan& p, const RunOptions& o, const std::vector<RankResult>& ra
     fmt::print("  tokens {} per rank, {} layer(s) back to back, max_tokens_per_rank {}, seed {}{}{}\n",
                p.T, p.N, p.desc.fleet.max_tokens_per_rank, o.problem.seed,
                o.router ? fmt::format(", routing by the DeepSeek V4 router on synthetic logits ({} hash "
-                                      "layer(s))", p.router.num_hash_layers) : std::string(),
+                                      "layer(s))", p.routing.config.num_hash_layers) : std::string(),
                p.shared.empty() ? std::string()
                                 : fmt::format(", a bf16 shared expert (Is = {}) in every layer",
                                               p.desc.shared_intermediate_size));

@@ -3,6 +3,10 @@
 //   --simulate-ranks-on-one-gpu   R simulated ranks on the one --device GPU (cuda/ep/sim_group.h):
 //                                 every rank its own workspace and local experts, the NCCL path's
 //                                 dispatch/combine kernels with the simulation's peer policy;
+//                                 --router / --eplb-redundant M route every rank's tokens through
+//                                 the device routing stage first (cli/device_routing.h: E = L + M
+//                                 physical experts, ids, weights and load counters checked bit for
+//                                 bit against the CPU router and Eplb), inside the timed graph;
 //   otherwise (or --nccl)         one process per GPU: this process starts itself R times
 //                                 (cli/rank_launcher.h) with --ep-rank r --device cuda:r and a
 //                                 unique-id file rendezvous, and collects each rank's JSON;
@@ -25,6 +29,7 @@
 #include "cli/rank_launcher.h"
 #include "cli/run_ep.h"
 #include "cli/synthetic_routing.h"
+#include "cli/device_routing.h"
 #include "core/check.h"
 #include "moe_ep/layer.h"
 #include "moe_ep/runtime.h"
@@ -134,31 +139,57 @@ struct EpCheck {
 int run_simulated(const RunOptions& o) {
   const int R = o.ranks;
   SharedExpertWeights shared;
-  const ProblemSetup s = plan_ep_problem(o, shared);
+  const ProblemSetup s = plan_ep_problem(o, shared);  // L logical experts
   MOE_EP_CHECK_CODE(s.device.device.type == DeviceType::kCUDA, ErrorCode::kUnsupported,
                     "--simulate-ranks-on-one-gpu needs --device cuda[:N]; got {}", o.problem.device);
-  const testing::HostWeights weights = generate_weights(s, o.problem.seed);
-  const WeightPack all = o.shared_expert ? shared.attach(weights.pack()) : weights.pack();
+  MOE_EP_CHECK(o.hash_layers == 0 || o.router, "--hash-layers {} needs --router", o.hash_layers);
+  const int64_t L = s.desc.fleet.num_experts, E = L + o.eplb_redundant, K = s.desc.top_k;
+  MOE_EP_CHECK(E % R == 0,
+               "--eplb-redundant {} with --ranks {}: the {} logical + {} redundant = {} physical experts "
+               "must split evenly over the ranks (E % R == 0)", o.eplb_redundant, R, L, o.eplb_redundant, E);
+  MoeDesc desc = s.desc;  // the ranks' problem: E physical experts
+  desc.fleet.num_experts = E;
+  validate_desc(desc, R);
   std::vector<testing::HostInputs> inputs;
   for (int r = 0; r < R; ++r) inputs.push_back(generate_inputs(s, o.problem, o.tokens, r));
-  const int64_t E_loc = s.desc.fleet.num_experts / R, H = s.desc.fleet.hidden_size;
+  // Routing: every rank's own tokens through the device routing stage (router and / or EPLB
+  // remap, when asked for), checked bit for bit against the CPU router and Eplb.
+  const RouterConfig rc{L, K, s.preset->routed_scaling_factor, o.hash_layers};
+  const SyntheticRouting routes = make_synthetic_routing(o.problem.seed, rc, o.router, o.eplb_redundant, 1, inputs);
+  const bool routing_stage = o.router || o.eplb_redundant > 0;
+  const testing::HostWeights logical = generate_weights(s, o.problem.seed);
+  const testing::HostWeights physical = gather_slots(logical, routes.placement.physical_to_logical());
+  auto with_shared = [&](const testing::HostWeights& w) {
+    return o.shared_expert ? shared.attach(w.pack()) : w.pack();
+  };
+  const WeightPack all = with_shared(physical);
+  const int64_t E_loc = E / R, H = s.desc.fleet.hidden_size;
 
   cuda::ep::SimGroupOptions go;
   go.world_size = R;
   go.device = s.device.device;
-  go.desc = s.desc;
+  go.desc = desc;
   go.overrides = s.overrides;
   go.timeout_ms = o.timeout_ms;
   std::vector<WeightPack> packs;
   for (int r = 0; r < R; ++r) packs.push_back(slice_pack(all, r * E_loc, E_loc));
   auto driver = make_driver(s.device.device);
   cuda::ep::SimEpGroup group(go, packs);
+  DeviceRouting routing(*driver, routes, o.eplb_redundant, s.device.device.index);
   std::vector<DeviceBatch> batches;
   std::vector<ForwardArgs> args;
   for (int r = 0; r < R; ++r) {
     batches.push_back(upload_batch(*driver, inputs[r]));
-    args.push_back(batches.back().args);
+    ForwardArgs a = batches.back().args;
+    a.topk_ids = TensorView::contiguous(routing.ids(0, r), DType::kI32, {o.tokens, K}, driver->device());
+    a.topk_weights = TensorView::contiguous(routing.weights(0, r), DType::kF32, {o.tokens, K}, driver->device());
+    args.push_back(a);
   }
+  auto forward = [&](void* stream) {
+    for (int r = 0; r < R; ++r) routing.route(0, r, stream);
+    for (ForwardArgs& a : args) a.stream = stream;
+    group.forward(args, stream);
+  };
   auto y_all = [&] {
     std::vector<uint16_t> y;
     for (const DeviceBatch& b : batches) {
@@ -168,25 +199,34 @@ int run_simulated(const RunOptions& o) {
     return y;
   };
   for (const DeviceBatch& b : batches) poison_y(*driver, b);
-  group.forward(args, driver->stream());
+  routing.poison();
+  routing.set_recording(true);
+  forward(driver->stream());
   driver->synchronize();
   const uint32_t flags = group.read_error_flags();
+  const uint32_t routing_flags = routing.read_error_flags();
+  routing.set_recording(false);  // the timed replays leave the counters alone
+  const std::vector<int64_t> counters = routing.counters();
+  const std::string routing_mismatch = routing.compare();
   const std::vector<uint16_t> y = y_all();
   const int iters = o.iters > 0 ? o.iters : 20, warmup = o.warmup >= 0 ? o.warmup : 3;
   for (const DeviceBatch& b : batches) poison_y(*driver, b);
-  const std::vector<double> times = driver->time_forward(
-      [&](void* stream) {
-        for (ForwardArgs& a : args) a.stream = stream;
-        group.forward(args, stream);
-      },
-      warmup, iters, !o.eager);
+  const std::vector<double> times = driver->time_forward(forward, warmup, iters, !o.eager);
   const cuda::ep::SimStepTimes steps = group.forward_timed(args, driver->stream());
   group.read_error_flags();
   const bool rerun_equal = y_all() == y;
-  const testing::HostInputs global = concat(inputs);
+  const bool routing_equal = routing_mismatch.empty() && routing_flags == 0;
+  const bool counters_equal = o.eplb_redundant == 0 || (counters == routes.counters && routing.counters() == counters);
+  testing::HostInputs global = concat(inputs);  // the logical routing: the reference has the L experts
+  global.topk_ids.clear();
+  global.topk_weights.clear();
+  for (int r = 0; r < R; ++r) {
+    global.topk_ids.insert(global.topk_ids.end(), routes.at(0, r).logical.begin(), routes.at(0, r).logical.end());
+    global.topk_weights.insert(global.topk_weights.end(), routes.at(0, r).weights.begin(), routes.at(0, r).weights.end());
+  }
   EpCheck c;
-  if (o.check) c = check_against_cpu(s, o, all, global, y, rerun_equal);
-  const bool passed = flags == 0 && rerun_equal && (!o.check || c.passed);
+  if (o.check) c = check_against_cpu(s, o, with_shared(logical), global, y, rerun_equal);
+  const bool passed = flags == 0 && rerun_equal && routing_equal && counters_equal && (!o.check || c.passed);
 
   Json j;
   j["command"] = "run";
@@ -197,9 +237,24 @@ int run_simulated(const RunOptions& o) {
   j["tokens_per_rank"] = o.tokens;
   j["layers"] = 1;
   j["shared_expert"] = o.shared_expert ? Json{{"intermediate_size", s.desc.shared_intermediate_size}} : Json(nullptr);
+  j["L"] = L;
+  j["E"] = E;
+  j["router"] = o.router ? Json{{"kind", "deepseek-v4"}, {"on", "device"},
+                                {"routed_scaling_factor", rc.routed_scaling_factor},
+                                {"num_hash_layers", rc.num_hash_layers}}
+                         : Json(nullptr);
+  j["eplb"] = o.eplb_redundant > 0 ? Json{{"redundant", o.eplb_redundant},
+                                          {"replicated_logical", routes.replicated},
+                                          {"physical_load", counters},
+                                          {"counters_equal_cpu", counters_equal}}
+                                   : Json(nullptr);
+  j["routing_stage"] = routing_stage ? Json("device, every rank's tokens, inside the timed graph") : Json(nullptr);
+  j["routing_bitwise_equal_cpu"] = routing_equal;
+  j["routing_mismatch"] = routing_mismatch;
   j["time_us"] = json_number(median(times));
-  j["timing"] = fmt::format("{} of the {} ranks' forward on one GPU, median of {} after {} warm-up",
-                            o.eager ? "eager launches" : "cuda graph replays", R, iters, warmup);
+  j["timing"] = fmt::format("{} of the {} ranks' forward{} on one GPU, median of {} after {} warm-up",
+                            o.eager ? "eager launches" : "cuda graph replays", R,
+                            routing_stage ? " with their routing stages" : "", iters, warmup);
   j["steps_us"] = {{"quantize", steps.quantize_us}, {"dispatch", steps.dispatch_us},
                    {"local_experts", steps.local_experts_us}, {"combine", steps.combine_us},
                    {"reduce", steps.reduce_us}};
@@ -211,18 +266,31 @@ int run_simulated(const RunOptions& o) {
   fill_check_json(j, c, o);
   if (!passed)
     j["failure"] = fmt::format("error flags 0x{:x}, rerun bitwise equal {}, rel_err {} (threshold {}), "
-                               "sanity: {}", flags, rerun_equal, c.rel_err, c.threshold, c.sanity);
+                               "sanity: {}; routing {} (flags 0x{:x}), counters equal {}", flags, rerun_equal,
+                               c.rel_err, c.threshold, c.sanity, routing_mismatch.empty() ? "equal" : routing_mismatch,
+                               routing_flags, counters_equal);
   const std::string summary = fmt::format(
-      "moe_ep run: preset {} (H={} I={} E={} K={}), backend {}, {} ranks simulated on {} ({})\n"
-      "  tokens {} per rank, max_tokens_per_rank {}, device workspace {} bytes per rank\n"
+      "moe_ep run: preset {} (H={} I={} L={} logical / E={} physical experts, K={}), backend {}, {} ranks "
+      "simulated on {} ({})\n"
+      "  tokens {} per rank, max_tokens_per_rank {}, device workspace {} bytes per rank{}{}\n"
       "  forward: {:.1f} us for all ranks ({}); steps (eager, us): quantize {:.1f}, dispatch "
-      "{:.1f}, local experts {:.1f}, combine {:.1f}, reduce {:.1f}\n"
+      "{:.1f}, local experts {:.1f}, combine {:.1f}, reduce {:.1f}\n{}"
       "  rerun: y {} the first forward's bitwise\n  check: {}\n         rel_err {:.3e} (threshold "
       "{:g}); sanity: {}\n  result: {}\n",
-      s.preset->name, H, s.desc.intermediate_size, s.desc.fleet.num_experts, s.desc.top_k,
-      s.desc.traits().name, R, s.device.device.str(), s.device.name, o.tokens, s.desc.fleet.max_tokens_per_rank,
-      group.layout().total_bytes, median(times), j["timing"].get<std::string>(), steps.quantize_us,
+      s.preset->name, H, s.desc.intermediate_size, L, E, s.desc.top_k, s.desc.traits().name, R,
+      s.device.device.str(), s.device.name, o.tokens, s.desc.fleet.max_tokens_per_rank, group.layout().total_bytes,
+      o.router ? fmt::format("; DeepSeek V4 router on the device ({} hash layer(s))", o.hash_layers) : "",
+      o.shared_expert ? fmt::format("; shared expert Is = {}", s.desc.shared_intermediate_size) : "",
+      median(times), j["timing"].get<std::string>(), steps.quantize_us,
       steps.dispatch_us, steps.local_experts_us, steps.combine_us, steps.reduce_us,
+      routing_stage ? fmt::format("  routing stage: device ids / weights {} the cpu router and Eplb{}{}\n",
+                                  routing_equal ? "bitwise equal to" : "DIFFER FROM (" + routing_mismatch + ")",
+                                  o.eplb_redundant > 0 ? fmt::format("; {} redundant experts replicating {}",
+                                                                     o.eplb_redundant, Json(routes.replicated).dump())
+                                                       : std::string(),
+                                  o.eplb_redundant > 0 ? (counters_equal ? "; load counters equal" : "; load counters DIFFER")
+                                                       : "")
+                    : std::string(),
       rerun_equal ? "equals" : "DIFFERS FROM", o.check ? c.reference : "off", c.rel_err, c.threshold,
       c.sanity, passed ? "PASSED" : "FAILED");
   return finish(j, o, passed, summary);
@@ -360,10 +428,13 @@ bool wants_cuda_expert_parallel_run(const RunOptions& o) {
 }
 
 int run_cuda_expert_parallel(const RunOptions& o) {
-  MOE_EP_CHECK_CODE(o.layers == 1 && o.eplb_redundant == 0 && !o.router, ErrorCode::kUnsupported,
-                    "--layers / --eplb-redundant / --router on GPUs run on one GPU (--device cuda "
-                    "--ranks 1) or on simulated CPU ranks (--device cpu); the CUDA expert-parallel "
-                    "path (--ranks > 1, --nccl, --simulate-ranks-on-one-gpu) runs one layer");
+  MOE_EP_CHECK_CODE(o.layers == 1, ErrorCode::kUnsupported,
+                    "--layers {} on GPU ranks: the CUDA expert-parallel path (--ranks > 1, --nccl, "
+                    "--simulate-ranks-on-one-gpu) runs one layer; chains of layers run on one GPU "
+                    "(--device cuda --ranks 1) or on simulated CPU ranks (--device cpu)", o.layers);
+  MOE_EP_CHECK_CODE(o.simulate_ranks_on_one_gpu || (o.eplb_redundant == 0 && !o.router), ErrorCode::kUnsupported,
+                    "--eplb-redundant / --router on GPU ranks run with --simulate-ranks-on-one-gpu (or on one "
+                    "GPU, --ranks 1, or on simulated CPU ranks); NCCL ranks take the generated routing");
   MOE_EP_CHECK(!(o.simulate_ranks_on_one_gpu && o.nccl),
                "--simulate-ranks-on-one-gpu and --nccl exclude each other");
 #ifdef MOE_EP_WITH_CUDA

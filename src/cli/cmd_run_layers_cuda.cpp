@@ -15,11 +15,11 @@
 //      on that layer's device input, by the recipe's threshold; the y after the timed replays bitwise equal to the first.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <memory>
 
 #include <fmt/format.h>
 
+#include "cli/batch.h"
 #include "cli/cli_common.h"
 #include "cli/device_driver.h"
 #include "cli/output_check.h"
@@ -33,9 +33,9 @@
 #include "moe_ep/runtime.h"
 #include "testing/tolerances.h"
 #ifdef MOE_EP_WITH_CUDA
+#include "cli/device_routing.h"
 #include "cuda/layer_scratch.h"
 #include "cuda/sm90_shared_expert.h"
-#include "cuda/sm90_routing.h"
 #endif
 
 namespace moe_ep::cli {
@@ -52,36 +52,6 @@ int run_cuda_layers(const RunOptions&) {
 }
 #else
 
-namespace {
-
-struct LayerRoute {
-  std::vector<int32_t> logical, physical;  // [T, K]
-  std::vector<float> weights;              // [T, K]
-  std::vector<float> logits;               // [T, L] (router)
-  std::vector<int32_t> table;              // [vocab, K] (hash layers)
-};
-
-struct DeviceLayerTensors {
-  void *ids = nullptr, *weights = nullptr, *y = nullptr;
-  void *logits = nullptr, *table = nullptr, *logical = nullptr;
-};
-
-template <class T>
-void* upload_vec(Driver& d, const std::vector<T>& v) {
-  void* p = d.allocate(static_cast<int64_t>(v.size() * sizeof(T)));
-  d.upload(p, v.data(), static_cast<int64_t>(v.size() * sizeof(T)));
-  return p;
-}
-
-template <class T>
-std::vector<T> download_vec(Driver& d, const void* p, size_t n) {
-  std::vector<T> v(n);
-  d.download(v.data(), p, static_cast<int64_t>(n * sizeof(T)));
-  return v;
-}
-
-}  // namespace
-
 int run_cuda_layers(const RunOptions& o) {
   MOE_EP_CHECK(o.hash_layers == 0 || o.router, "--hash-layers {} needs --router", o.hash_layers);
   const ProblemSetup setup = plan_problem(o.problem, o.tokens, 1);
@@ -97,45 +67,9 @@ int run_cuda_layers(const RunOptions& o) {
 
   // ---- routing on the host (the reference of the device stage) ----
   const RouterConfig rc{L, K, setup.preset->routed_scaling_factor, o.hash_layers};
-  const std::vector<float> bias = synthetic_bias(seed, L);
-  const std::vector<int32_t> tokens = synthetic_token_ids(seed, 0, T);
-  std::vector<LayerRoute> routes(N);
-  for (int l = 0; l < N; ++l) {
-    LayerRoute& r = routes[l];
-    if (!o.router) {
-      r.logical = inputs.topk_ids;
-      r.weights = inputs.topk_weights;
-      continue;
-    }
-    r.logits = synthetic_logits(seed, l, 0, T, L);
-    r.logical.resize(T * K);
-    r.weights.resize(T * K);
-    RouterArgs a;
-    a.layer_idx = l;
-    a.logits = TensorView::contiguous(r.logits.data(), DType::kF32, {T, L});
-    a.bias = TensorView::contiguous(const_cast<float*>(bias.data()), DType::kF32, {L});
-    if (is_hash_layer(rc, l)) {
-      r.table = synthetic_hash_table(seed, l, K, L);
-      a.token_ids = TensorView::contiguous(const_cast<int32_t*>(tokens.data()), DType::kI32, {T});
-      a.hash_table = TensorView::contiguous(r.table.data(), DType::kI32, {kSyntheticVocab, K});
-    }
-    a.topk_ids = TensorView::contiguous(r.logical.data(), DType::kI32, {T, K});
-    a.topk_weights = TensorView::contiguous(r.weights.data(), DType::kF32, {T, K});
-    route_deepseek_v4(rc, a);
-  }
-  std::vector<int64_t> load(L, 0);
-  for (int32_t id : routes[0].logical)
-    if (id >= 0) ++load[id];
-  const std::vector<int64_t> replicated = plan_redundant_experts(load, o.eplb_redundant);
-  const EplbPlacement placement = make_eplb_placement(L, replicated);
-  Eplb cpu_eplb(placement);
-  cpu_eplb.set_recording(true);  // the first (checked) pass records every layer
-  for (LayerRoute& r : routes) {
-    r.physical.resize(T * K);
-    cpu_eplb.remap(TensorView::contiguous(r.logical.data(), DType::kI32, {T, K}),
-                   TensorView::contiguous(r.physical.data(), DType::kI32, {T, K}));
-  }
-  const bool routing_stage = o.router || o.eplb_redundant > 0;
+  const SyntheticRouting routes = make_synthetic_routing(seed, rc, o.router, o.eplb_redundant, N, {inputs});
+  const EplbPlacement& placement = routes.placement;
+  const std::vector<int64_t>& replicated = routes.replicated;
   const testing::HostWeights logical_weights = generate_weights(setup, seed);
   const std::vector<int32_t> p2l = placement.physical_to_logical();
   const testing::HostWeights physical_weights = gather_slots(logical_weights, p2l);
@@ -149,9 +83,9 @@ int run_cuda_layers(const RunOptions& o) {
   };
 
   // ---- the GPU chain ----
+  const bool routing_stage = o.router || o.eplb_redundant > 0;
   std::vector<std::vector<uint16_t>> y_first(N);
-  std::vector<std::vector<int32_t>> dev_ids(N);
-  std::vector<std::vector<float>> dev_weights(N);
+  std::string routing_mismatch;  // the device stage's ids / weights against the reference
   std::vector<int64_t> dev_counters, counters_after_timing;
   std::vector<double> times_us, routing_times_us, shared_times_us;
   double copy_bandwidth = NAN;
@@ -176,10 +110,7 @@ int run_cuda_layers(const RunOptions& o) {
     for (const ConfigEntry& e : config.entries)
       if (e.key == "workspace_bytes") plan_bytes = std::stoll(e.value);
 
-    std::unique_ptr<cuda::Sm90Router> router;
-    std::unique_ptr<cuda::DeviceEplb> eplb;
-    if (routing_stage) router = std::make_unique<cuda::Sm90Router>(o.router ? &rc : nullptr, L, K, dev);
-    if (o.eplb_redundant > 0) eplb = std::make_unique<cuda::DeviceEplb>(placement, dev);
+    DeviceRouting routing(*driver, routes, o.eplb_redundant, dev);
     std::vector<std::unique_ptr<cuda::Sm90SharedExpert>> shared;
     for (int l = 0; l < static_cast<int>(shared_w.size()); ++l)
       shared.push_back(std::make_unique<cuda::Sm90SharedExpert>(H, I, setup.desc.activation_clamp,
@@ -188,82 +119,40 @@ int run_cuda_layers(const RunOptions& o) {
       shared_weight_bytes = shared[0]->weight_bytes();
       shared_tensor_cores = shared[0]->uses_tensor_cores(T);
     }
-    void* d_x = upload_vec(*driver, inputs.x);
-    void* d_bias = upload_vec(*driver, bias);
-    void* d_tokens = upload_vec(*driver, tokens);
-    std::vector<DeviceLayerTensors> t(N);
-    for (int l = 0; l < N; ++l) {
-      t[l].y = driver->allocate(T * H * 2);
-      if (!routing_stage) {
-        t[l].ids = upload_vec(*driver, routes[l].logical);
-        t[l].weights = upload_vec(*driver, routes[l].weights);
-        continue;
-      }
-      t[l].ids = driver->allocate(T * K * 4);
-      if (o.router) {
-        t[l].weights = driver->allocate(T * K * 4);
-        t[l].logits = upload_vec(*driver, routes[l].logits);
-        if (!routes[l].table.empty()) t[l].table = upload_vec(*driver, routes[l].table);
-      } else {
-        t[l].weights = upload_vec(*driver, routes[l].weights);
-        t[l].logical = upload_vec(*driver, routes[l].logical);
-      }
-    }
-    auto route = [&](int l, void* stream) {
-      cuda::RouteBinding b;
-      b.num_tokens = T;
-      b.layer_idx = l;
-      b.logits = t[l].logits;
-      b.bias = o.router ? static_cast<const float*>(d_bias) : nullptr;
-      if (t[l].table) {
-        b.token_ids = d_tokens;
-        b.hash_table = static_cast<const int32_t*>(t[l].table);
-        b.vocab = kSyntheticVocab;
-      }
-      b.logical_ids = t[l].logical;
-      b.topk_ids = t[l].ids;
-      b.topk_weights = o.router ? static_cast<float*>(t[l].weights) : nullptr;
-      router->route(b, eplb.get(), stream);
-    };
+    void* d_x = upload_vector(*driver, inputs.x);
+    std::vector<void*> y(N);
+    for (int l = 0; l < N; ++l) y[l] = driver->allocate(T * H * 2);
     auto chain = [&](void* stream) {
       for (int l = 0; l < N; ++l) {
-        if (routing_stage) route(l, stream);
+        routing.route(l, 0, stream);
         ForwardArgs a;
-        a.x = TensorView::contiguous(l == 0 ? d_x : t[l - 1].y, DType::kBF16, {T, H}, driver->device());
-        a.topk_ids = TensorView::contiguous(t[l].ids, DType::kI32, {T, K}, driver->device());
-        a.topk_weights = TensorView::contiguous(t[l].weights, DType::kF32, {T, K}, driver->device());
-        a.y = TensorView::contiguous(t[l].y, DType::kBF16, {T, H}, driver->device());
+        a.x = TensorView::contiguous(l == 0 ? d_x : y[l - 1], DType::kBF16, {T, H}, driver->device());
+        a.topk_ids = TensorView::contiguous(routing.ids(l, 0), DType::kI32, {T, K}, driver->device());
+        a.topk_weights = TensorView::contiguous(routing.weights(l, 0), DType::kF32, {T, K}, driver->device());
+        a.y = TensorView::contiguous(y[l], DType::kBF16, {T, H}, driver->device());
         a.stream = stream;
         layers[l]->forward(a);
       }
     };
-    for (int l = 0; l < N; ++l) {
-      driver->fill(t[l].y, 0xFF, T * H * 2);  // NaN poison
-      if (routing_stage) driver->fill(t[l].ids, 0x7F, T * K * 4);
-      if (o.router) driver->fill(t[l].weights, 0xFF, T * K * 4);
-    }
-    if (eplb) eplb->set_recording(true);
+    for (int l = 0; l < N; ++l) driver->fill(y[l], 0xFF, T * H * 2);  // NaN poison
+    routing.poison();
+    routing.set_recording(true);
     chain(driver->stream());
     driver->synchronize();
     for (auto& layer : layers) layer->check_error_flags();
-    if (router) routing_flags = router->read_error_flags(true);
-    if (eplb) {
-      eplb->set_recording(false);  // the graph below replays with the flag off
-      dev_counters = eplb->counter_values();
-    }
-    for (int l = 0; l < N; ++l) {
-      y_first[l] = download_vec<uint16_t>(*driver, t[l].y, T * H);
-      dev_ids[l] = download_vec<int32_t>(*driver, t[l].ids, T * K);
-      dev_weights[l] = download_vec<float>(*driver, t[l].weights, T * K);
-    }
+    routing_flags = routing.read_error_flags();
+    routing.set_recording(false);  // the graph below replays with the flag off
+    dev_counters = routing.counters();
+    routing_mismatch = routing.compare();
+    for (int l = 0; l < N; ++l) y_first[l] = download_vector<uint16_t>(*driver, y[l], T * H);
     const int iters = o.iters > 0 ? o.iters : 20;
     const int warmup = o.warmup >= 0 ? o.warmup : 3;
     times_us = driver->time_forward(chain, warmup, iters, !o.eager);
-    rerun_equal = download_vec<uint16_t>(*driver, t[N - 1].y, T * H) == y_first[N - 1];
+    rerun_equal = download_vector<uint16_t>(*driver, y[N - 1], T * H) == y_first[N - 1];
     if (routing_stage)
       routing_times_us = driver->time_forward(
           [&](void* s) {
-            for (int l = 0; l < N; ++l) route(l, s);
+            for (int l = 0; l < N; ++l) routing.route(l, 0, s);
           },
           warmup, iters, !o.eager);
     if (o.shared_expert) {
@@ -271,29 +160,19 @@ int run_cuda_layers(const RunOptions& o) {
       shared_times_us = driver->time_forward(
           [&](void* s) {
             for (int l = 0; l < N; ++l)
-              shared[l]->forward(static_cast<const uint16_t*>(l == 0 ? d_x : t[l - 1].y),
+              shared[l]->forward(static_cast<const uint16_t*>(l == 0 ? d_x : y[l - 1]),
                                  static_cast<uint16_t*>(scratch_out), T, s);
           },
           warmup, iters, !o.eager);
     }
     if (routing_stage || o.shared_expert) copy_bandwidth = driver->measure_copy_bandwidth();
     for (auto& layer : layers) layer->check_error_flags();
-    if (eplb) counters_after_timing = eplb->counter_values();
+    counters_after_timing = routing.counters();
   }  // layers, runtime and device buffers released: the CPU reference acquires its own runtime
 
   // ---- checks ----
-  bool routing_equal = true;
-  std::string routing_mismatch;
-  for (int l = 0; l < N && routing_equal; ++l)
-    for (int64_t i = 0; i < T * K && routing_equal; ++i)
-      if (dev_ids[l][i] != routes[l].physical[i] ||
-          std::memcmp(&dev_weights[l][i], &routes[l].weights[i], 4) != 0) {
-        routing_equal = false;
-        routing_mismatch = fmt::format("layer {} slot ({}, {}): device id {} weight {}, cpu id {} "
-                                       "weight {}", l, i / K, i % K, dev_ids[l][i], dev_weights[l][i],
-                                       routes[l].physical[i], routes[l].weights[i]);
-      }
-  const bool counters_equal = o.eplb_redundant == 0 || (dev_counters == cpu_eplb.counter_values() &&
+  const bool routing_equal = routing_mismatch.empty();
+  const bool counters_equal = o.eplb_redundant == 0 || (dev_counters == routes.counters &&
                                                         counters_after_timing == dev_counters);
   ProblemSetup reference_setup = setup;  // L logical experts, and the layers' shared expert
   reference_setup.desc.shared_intermediate_size = desc.shared_intermediate_size;
@@ -306,8 +185,8 @@ int run_cuda_layers(const RunOptions& o) {
     for (int l = 0; l < N; ++l) {
       testing::HostInputs in = inputs;
       if (l > 0) in.x = y_first[l - 1];
-      in.topk_ids = routes[l].logical;
-      in.topk_weights = routes[l].weights;
+      in.topk_ids = routes.at(l, 0).logical;
+      in.topk_weights = routes.at(l, 0).weights;
       const std::vector<uint16_t> ref =
           cpu_reference_rows(reference_setup, layer_pack(logical_weights, l), in, rows, o.problem.threads);
       rel[l] = rel_err_rows(y_first[l], ref, H, rows);

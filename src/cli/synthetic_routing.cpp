@@ -53,6 +53,70 @@ SharedExpertWeights synthetic_shared_expert(uint64_t seed, int layer, int64_t H,
   return w;
 }
 
+SyntheticRouting make_synthetic_routing(uint64_t seed, const RouterConfig& config, bool router,
+                                        int64_t redundant, int layers,
+                                        const std::vector<testing::HostInputs>& rank_inputs) {
+  SyntheticRouting s;
+  s.config = config;
+  s.router = router;
+  s.layers = layers;
+  s.ranks = static_cast<int>(rank_inputs.size());
+  const int64_t L = config.num_experts, K = config.top_k;
+  if (router) s.bias = synthetic_bias(seed, L);
+  for (int l = 0; l < layers; ++l)
+    for (int r = 0; r < s.ranks; ++r) {
+      const testing::HostInputs& in = rank_inputs[r];
+      const int64_t T = in.num_tokens;
+      RoutedBatch& b = s.batches.emplace_back();
+      if (!router) {
+        b.logical = in.topk_ids;
+        b.weights = in.topk_weights;
+        continue;
+      }
+      b.logits = synthetic_logits(seed, l, r, T, L);
+      b.logical.resize(T * K);
+      b.weights.resize(T * K);
+      RouterArgs a;
+      a.layer_idx = l;
+      a.logits = TensorView::contiguous(b.logits.data(), DType::kF32, {T, L});
+      a.bias = TensorView::contiguous(s.bias.data(), DType::kF32, {L});
+      if (is_hash_layer(config, l)) {
+        b.tokens = synthetic_token_ids(seed, r, T);
+        b.table = synthetic_hash_table(seed, l, K, L);
+        a.token_ids = TensorView::contiguous(b.tokens.data(), DType::kI32, {T});
+        a.hash_table = TensorView::contiguous(b.table.data(), DType::kI32, {kSyntheticVocab, K});
+      }
+      a.topk_ids = TensorView::contiguous(b.logical.data(), DType::kI32, {T, K});
+      a.topk_weights = TensorView::contiguous(b.weights.data(), DType::kF32, {T, K});
+      route_deepseek_v4(config, a);
+    }
+
+  std::vector<int64_t> load(L, 0);
+  for (int r = 0; r < s.ranks; ++r)
+    for (int32_t id : s.at(0, r).logical)
+      if (id >= 0) ++load[id];
+  s.replicated = plan_redundant_experts(load, redundant);
+  s.placement = make_eplb_placement(L, s.replicated);
+  Eplb eplb(s.placement);
+  eplb.set_recording(true);
+  for (RoutedBatch& b : s.batches) {
+    const int64_t T = static_cast<int64_t>(b.logical.size()) / K;
+    b.physical.resize(b.logical.size());
+    eplb.remap(TensorView::contiguous(b.logical.data(), DType::kI32, {T, K}),
+               TensorView::contiguous(b.physical.data(), DType::kI32, {T, K}));
+  }
+  s.counters = eplb.counter_values();
+  return s;
+}
+
+std::vector<int64_t> SyntheticRouting::physical_load(int layer) const {
+  std::vector<int64_t> load(placement.num_physical, 0);
+  for (int r = 0; r < ranks; ++r)
+    for (int32_t id : at(layer, r).physical)
+      if (id >= 0) ++load[id];
+  return load;
+}
+
 TensorView SharedExpertWeights::w13_view() const {
   return TensorView::contiguous(const_cast<uint16_t*>(w13.data()), DType::kBF16, {2 * intermediate, hidden});
 }
