@@ -130,7 +130,9 @@ if has_step stages; then
               "run --preset deepseek-v4-flash --layers 2 --router --eplb-redundant 8 --shared-expert -T 1" \
               "run --preset deepseek-v4-flash --shared-expert -T 2048 --check-rows 32" \
               "run --preset tiny --ranks 4 -T 70 --shared-expert --simulate-ranks-on-one-gpu" \
-              "run --preset deepseek-v4-flash --ranks 8 -T 16 --shared-expert --check-rows 32 --simulate-ranks-on-one-gpu"; do
+              "run --preset deepseek-v4-flash --ranks 8 -T 16 --shared-expert --check-rows 32 --simulate-ranks-on-one-gpu" \
+              "run --preset tiny --ranks 4 -T 50 --router --hash-layers 1 --eplb-redundant 4 --simulate-ranks-on-one-gpu" \
+              "run --preset deepseek-v4-flash --ranks 8 -T 64 --router --eplb-redundant 8 --shared-expert --check-rows 32 --simulate-ranks-on-one-gpu"; do
     run_limited 150 "$CLI" $args --device cuda --timeout-ms 20000 > "$WORK/stages.log.tmp" 2>&1
     rc=$?
     cat "$WORK/stages.log.tmp" >> "$WORK/stages.log"

@@ -79,6 +79,17 @@ TEST(CliRunEp, BadCombinationsNameTheFlags) {
   EXPECT_EQ(r.exit_code, 2) << describe(r);
 }
 
+// Checked before any device is touched: the messages are the same with or without a GPU.
+TEST(CliRunEp, GpuRankFlagsOutsideTheSimulationNameTheFlags) {
+  CliResult r = run_cli("run --device cuda --ranks 2 --layers 2 --simulate-ranks-on-one-gpu");
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("--layers 2 on GPU ranks"), std::string::npos) << describe(r);
+  r = run_cli("run --device cuda --ranks 2 --router");
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("--simulate-ranks-on-one-gpu"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("NCCL ranks take the generated routing"), std::string::npos) << describe(r);
+}
+
 TEST(CliInfo, ReportsTheWorkspaceFormulaAndPresetFigures) {
   const CliResult r = run_cli("info --json");
   ASSERT_EQ(r.exit_code, 0) << describe(r);
