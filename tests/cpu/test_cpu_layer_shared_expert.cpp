@@ -27,16 +27,9 @@ SharedCase make_case(const std::string& family, int64_t Is, uint64_t seed) {
   return c;
 }
 
-WeightSet routed_only(const WeightSet& w) {
-  WeightSet r = w;
-  r.shared_w13 = {};
-  r.shared_w2 = {};
-  return r;
-}
-
 // The routed layer's y, then the shared expert added by the public SharedExpert.
 HostTensor<uint16_t> expected_y(const SharedCase& c, const Inputs& in) {
-  HostTensor<uint16_t> y = run_forward(*make_layer(c.without, routed_only(c.w)), c.without, in);
+  HostTensor<uint16_t> y = run_forward(*make_layer(c.without, without_shared_expert(c.w)), c.without, in);
   const auto shared = SharedExpert::create(c.with.hidden, c.with.shared_intermediate, c.with.clamp,
                                            c.w.shared_w13.view(), c.w.shared_w2.view());
   shared->add_to(in.x.view(), y.view());
@@ -68,7 +61,7 @@ TEST_P(CpuSharedExpert, EqualsTheRoutedLayerThenAddTo) {
         << batched.str();
 
     // Token 4 got o alone: not zero (the routed layer alone gives zeros there).
-    const HostTensor<uint16_t> routed = run_forward(*make_layer(c.without, routed_only(c.w)), c.without, in);
+    const HostTensor<uint16_t> routed = run_forward(*make_layer(c.without, without_shared_expert(c.w)), c.without, in);
     int nonzero = 0;
     for (int64_t j = 0; j < c.with.hidden; ++j) {
       EXPECT_EQ(routed[4 * c.with.hidden + j] & 0x7FFF, 0) << "column " << j;

@@ -79,6 +79,29 @@ std::vector<uint16_t> run_on_gpu(Layer& layer, const DeviceInputs& in, cudaStrea
   return y;
 }
 
+std::vector<std::vector<uint16_t>> replay_forward_graph(Layer& layer, const DeviceInputs& in, cudaStream_t stream,
+                                                        int replays) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MOE_EP_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  layer.forward(in.args(stream));
+  MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MOE_EP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<std::vector<uint16_t>> out;
+  const size_t n = static_cast<size_t>(in.tokens * in.hidden);
+  for (int rep = 0; rep < replays; ++rep) {
+    std::vector<uint16_t> y(n, testsupport::kBf16NaN);
+    if (n) MOE_EP_CUDA_CHECK(cudaMemcpy(in.y.get(), y.data(), n * 2, cudaMemcpyHostToDevice));
+    MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (n) MOE_EP_CUDA_CHECK(cudaMemcpy(y.data(), in.y.get(), n * 2, cudaMemcpyDeviceToHost));
+    out.push_back(std::move(y));
+  }
+  MOE_EP_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MOE_EP_CUDA_CHECK(cudaGraphDestroy(graph));
+  return out;
+}
+
 std::shared_ptr<Runtime> gpu_runtime() {
   Bootstrap b;
   b.device = Device::cuda(0);

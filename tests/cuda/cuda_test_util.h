@@ -62,6 +62,10 @@ DeviceInputs to_device(const testsupport::Problem& p, const testsupport::Inputs&
 
 // Fills y with NaN, runs forward on `stream`, synchronizes and returns y (bf16 bits).
 std::vector<uint16_t> run_on_gpu(Layer& layer, const DeviceInputs& in, cudaStream_t stream = nullptr);
+// Captures one forward on `stream` (not the legacy default stream) into a CUDA graph and replays
+// it `replays` times, y NaN-filled before each; returns each replay's y.
+std::vector<std::vector<uint16_t>> replay_forward_graph(Layer& layer, const DeviceInputs& in, cudaStream_t stream,
+                                                        int replays);
 
 std::shared_ptr<Runtime> gpu_runtime();
 // Rank r of R simulated ranks on cuda:0 (Bootstrap{comm = simulated}).

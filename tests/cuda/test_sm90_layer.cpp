@@ -150,22 +150,8 @@ TEST_P(Sm90LayerTiny, BitwiseDeterministicOver20RerunsAndGraphReplayEqualsEager)
   for (int rep = 0; rep < 20; ++rep) ASSERT_EQ(hash_bits(run_on_gpu(*layer, d, stream)), h) << "rerun " << rep;
 
   // Graph: capture one forward, poison y, replay twice.
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  MOE_EP_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  layer->forward(d.args(stream));
-  MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  MOE_EP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int rep = 0; rep < 2; ++rep) {
-    std::vector<uint16_t> y(first.size(), testsupport::kBf16NaN);
-    MOE_EP_CUDA_CHECK(cudaMemcpy(d.y.get(), y.data(), y.size() * 2, cudaMemcpyHostToDevice));
-    MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
-    MOE_EP_CUDA_CHECK(cudaMemcpy(y.data(), d.y.get(), y.size() * 2, cudaMemcpyDeviceToHost));
-    ASSERT_EQ(hash_bits(y), h) << "graph replay " << rep;
-  }
-  MOE_EP_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  MOE_EP_CUDA_CHECK(cudaGraphDestroy(graph));
+  const auto replays = replay_forward_graph(*layer, d, stream, 2);
+  for (size_t rep = 0; rep < replays.size(); ++rep) ASSERT_EQ(hash_bits(replays[rep]), h) << "graph replay " << rep;
   MOE_EP_CUDA_CHECK(cudaStreamDestroy(stream));
   EXPECT_EQ(layer->read_error_flags(), 0u);
 }

@@ -29,13 +29,6 @@ Problem with_shared(const std::string& family, int64_t max_tokens) {
   return p;
 }
 
-WeightSet routed_only(const WeightSet& w) {
-  WeightSet r = w;
-  r.shared_w13 = {};
-  r.shared_w2 = {};
-  return r;
-}
-
 class Sm90LayerSharedExpert : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { MOE_EP_REQUIRE_CUDA(); }
@@ -65,7 +58,7 @@ TEST_P(Sm90LayerSharedExpert, BitwiseTheRoutedLayerThenTheStandaloneAddTo) {
   Problem routed = p;
   routed.shared_intermediate = 0;
   const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 22);
-  const WeightSet wr = routed_only(w);
+  const WeightSet wr = testsupport::without_shared_expert(w);
   auto layer = make_gpu_layer(p, w.pack());
   auto routed_layer = make_gpu_layer(routed, wr.pack());
   cuda::Sm90SharedExpert shared(p.hidden, p.shared_intermediate, p.clamp, w.shared_w13.view(), w.shared_w2.view(),
@@ -102,22 +95,9 @@ TEST_P(Sm90LayerSharedExpert, GraphReplayEqualsEagerOnEveryStream) {
     MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     ASSERT_EQ(hash_bits(run_on_gpu(*layer, d, stream)), hash_bits(eager_default)) << "T=" << T;
 
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    MOE_EP_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    layer->forward(d.args(stream));
-    MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    MOE_EP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int rep = 0; rep < 3; ++rep) {
-      std::vector<uint16_t> y(eager_default.size(), testsupport::kBf16NaN);
-      MOE_EP_CUDA_CHECK(cudaMemcpy(d.y.get(), y.data(), y.size() * 2, cudaMemcpyHostToDevice));
-      MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-      MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
-      MOE_EP_CUDA_CHECK(cudaMemcpy(y.data(), d.y.get(), y.size() * 2, cudaMemcpyDeviceToHost));
-      ASSERT_EQ(hash_bits(y), hash_bits(eager_default)) << "T=" << T << " graph replay " << rep;
-    }
-    MOE_EP_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    MOE_EP_CUDA_CHECK(cudaGraphDestroy(graph));
+    const auto replays = replay_forward_graph(*layer, d, stream, 3);
+    for (size_t rep = 0; rep < replays.size(); ++rep)
+      ASSERT_EQ(hash_bits(replays[rep]), hash_bits(eager_default)) << "T=" << T << " graph replay " << rep;
     MOE_EP_CUDA_CHECK(cudaStreamDestroy(stream));
   }
   EXPECT_EQ(layer->read_error_flags(), 0u);

@@ -155,6 +155,13 @@ WeightSet random_weights(const Problem& p, WeightFormat format, uint64_t seed,
   return w;
 }
 
+WeightSet without_shared_expert(const WeightSet& w) {
+  WeightSet r = w;
+  r.shared_w13 = {};
+  r.shared_w2 = {};
+  return r;
+}
+
 int64_t Inputs::id(int64_t t, int64_t k) const {
   const int64_t K = static_cast<int64_t>(weights.shape()[1]);
   return ids_i32 ? ids32[t * K + k] : ids64[t * K + k];

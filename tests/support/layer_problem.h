@@ -55,6 +55,8 @@ struct WeightOptions {
 // which stay those of the same seed without it) with W13 at 4x the routed scale.
 WeightSet random_weights(const Problem& p, WeightFormat format, uint64_t seed,
                          const WeightOptions& options = {});
+// The routed experts of w alone (its shared expert dropped).
+WeightSet without_shared_expert(const WeightSet& w);
 
 struct Inputs {
   int64_t tokens = 0;

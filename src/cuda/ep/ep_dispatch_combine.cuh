@@ -24,6 +24,7 @@
 
 #include "cuda/ep/ep_params.h"
 #include "cuda/ptx/sync.cuh"
+#include "cuda/tile/bf16x8_sum.cuh"
 
 namespace moe_ep::cuda::ep {
 
@@ -225,36 +226,13 @@ __global__ void __launch_bounds__(kEpThreads) ep_reduce_kernel(const __grid_cons
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; item < total;
        item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = item / chunks, col = (item % chunks) * 8;
-    float sum[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) sum[j] = 0.0f;
+    Bf16x8Sum sum;
     for (int k = 0; k < g.top_k; ++k) {
       const int64_t id = load_id(me, t * g.top_k + k);
-      if (id < 0 || id >= g.num_experts) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(combine + (t * g.top_k + k) * g.hidden + col);
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        sum[2 * j] += __uint_as_float(w[j] << 16);
-        sum[2 * j + 1] += __uint_as_float(w[j] & 0xFFFF0000u);
-      }
+      if (id >= 0 && id < g.num_experts) sum.add(combine + (t * g.top_k + k) * g.hidden + col);
     }
-    if (me.y_add != nullptr) {
-      const uint4 v = *reinterpret_cast<const uint4*>(me.y_add + t * g.hidden + col);
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        sum[2 * j] = __fadd_rn(__bfloat162float(__float2bfloat16_rn(sum[2 * j])), __uint_as_float(w[j] << 16));
-        sum[2 * j + 1] =
-            __fadd_rn(__bfloat162float(__float2bfloat16_rn(sum[2 * j + 1])), __uint_as_float(w[j] & 0xFFFF0000u));
-      }
-    }
-    uint32_t packed[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      packed[j] = static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(sum[2 * j]))) |
-                  (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(sum[2 * j + 1]))) << 16);
-    *reinterpret_cast<uint4*>(me.y + t * g.hidden + col) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    if (me.y_add != nullptr) sum.round_then_add(me.y_add + t * g.hidden + col);
+    sum.store(me.y + t * g.hidden + col);
   }
 }
 
