@@ -208,8 +208,12 @@ class CheckpointLayer {
 
   LoadStats stats;
 
-  // Views into this object's buffers or into the checkpoint's mapping (valid while both live).
+  // Views into this object's buffers or into the checkpoint's mapping (valid while both live):
+  // the routed experts, and with_shared_expert() also the shared expert's bf16 weights (for a
+  // MoeDesc with shared_intermediate_size = this->shared_intermediate_size; the routed pack when
+  // the layer has none).
   WeightPack pack() const { return pack_; }
+  WeightPack with_shared_expert() const;
   // Bytes of the pack's tensors (what a layer reads from it).
   int64_t pack_bytes() const;
 

@@ -461,6 +461,15 @@ std::unique_ptr<CheckpointLayer> CheckpointLayerBuilder::build() {
   return out;
 }
 
+WeightPack CheckpointLayer::with_shared_expert() const {
+  WeightPack p = pack_;
+  if (shared_intermediate_size == 0 || shared_w13.empty()) return p;
+  const int64_t H = hidden_size, Is = shared_intermediate_size;
+  p.shared_w13 = TensorView::contiguous(const_cast<uint16_t*>(shared_w13.data()), DType::kBF16, {2 * Is, H});
+  p.shared_w2 = TensorView::contiguous(const_cast<uint16_t*>(shared_w2.data()), DType::kBF16, {H, Is});
+  return p;
+}
+
 int64_t CheckpointLayer::pack_bytes() const {
   int64_t n = 0;
   for (const TensorView* t : {&pack_.w13, &pack_.w13_scale, &pack_.w13_global, &pack_.w2,

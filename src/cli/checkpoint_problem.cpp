@@ -119,6 +119,9 @@ ProblemSetup plan_checkpoint_problem(const ProblemOptions& problem, const Checkp
   ProblemSetup s;
   try {
     s = plan_problem(entry.preset, options, max_num_tokens, world_size);
+    // The layer's shared expert runs inside the layer (MoeDesc::shared_intermediate_size).
+    if (!layer->shared_w13.empty()) s.desc.shared_intermediate_size = layer->shared_intermediate_size;
+    validate_desc(s.desc, world_size);
   } catch (...) {
     registry().pop_back();
     throw;
@@ -161,6 +164,11 @@ testing::HostWeights checkpoint_weights(const ProblemSetup& setup) {
     w.w13_global = copy_view<float>(p.w13_global);
     w.w2_global = copy_view<float>(p.w2_global);
   }
+  if (setup.desc.shared_intermediate_size > 0) {
+    w.shared_intermediate_size = layer.shared_intermediate_size;
+    w.shared_w13 = layer.shared_w13;
+    w.shared_w2 = layer.shared_w2;
+  }
   entry->layer.reset();
   return w;
 }
@@ -168,7 +176,7 @@ testing::HostWeights checkpoint_weights(const ProblemSetup& setup) {
 WeightPack checkpoint_pack(const ProblemSetup& setup) {
   CheckpointPreset* entry = find_entry(setup);
   MOE_EP_ASSERT(entry != nullptr && entry->layer != nullptr);
-  return entry->layer->pack();
+  return setup.desc.shared_intermediate_size > 0 ? entry->layer->with_shared_expert() : entry->layer->pack();
 }
 
 double checkpoint_load_seconds(const ProblemSetup& setup) {
@@ -193,7 +201,7 @@ void print_checkpoint_summary(const ProblemSetup& setup) {
              j["load_ms"].get<double>(), j["load_gbps"].get<double>(), j["load_threads"].get<int>(),
              j["router"].get<bool>() ? ", router present" : "",
              j["shared_intermediate"].get<int64_t>() > 0
-                 ? fmt::format(", shared expert Is = {}", j["shared_intermediate"].get<int64_t>())
+                 ? fmt::format(", shared expert Is = {} (run inside the layer)", j["shared_intermediate"].get<int64_t>())
                  : std::string());
 }
 

@@ -154,8 +154,9 @@ int bench_command(BenchOptions o, const CheckpointRunOptions& ck) {
                s.preset->name, s.desc.fleet.hidden_size, s.desc.intermediate_size, s.desc.fleet.num_experts,
                s.desc.top_k, s.desc.traits().name, s.device.device.str(), s.device.name,
                weight_format_name(s.weight_format));
-    fmt::print("  floor = max(unique expert weight bytes / {:.1f} GB/s, FLOPs / {:.2f} TFLOP/s "
+    fmt::print("  floor = max(unique expert weight bytes{} / {:.1f} GB/s, FLOPs / {:.2f} TFLOP/s "
                "[{}]); {} per T, median of {} after {} warm-up\n",
+               s.desc.shared_intermediate_size > 0 ? " + the shared expert's" : "",
                rates.bandwidth_bytes_per_s / 1e9, rates.compute_flop_per_s / 1e12, rate_kind,
                cuda && !o.eager ? "cuda graph replays" : "forwards", iters, warmup);
     print_checkpoint_summary(s);
@@ -192,7 +193,7 @@ int bench_command(BenchOptions o, const CheckpointRunOptions& ck) {
     r.time_us = median(times);
     r.min_us = *std::min_element(times.begin(), times.end());
     r.floor = roofline(r.unique_experts, expert_bytes, r.valid_slots, s.desc.fleet.hidden_size,
-                       s.desc.intermediate_size, rates);
+                       s.desc.intermediate_size, rates, T, s.desc.shared_intermediate_size);
     rows.push_back(r);
     if (!o.json)
       fmt::print("  {:>6} {:>7} {:>5} {:>12.1f} {:>12.1f} {:>8.1f}% {:>9.3f}\n", T, r.valid_slots,

@@ -125,16 +125,18 @@ CheckResult check_output(const ProblemSetup& s, const RunOptions& o, const testi
                               rows.size(), inputs.num_tokens, c.threshold);
     c.reference_ok = c.rel_err <= c.threshold;  // false for NaN
   }
-  c.sanity_ok = sanity_check(fwd.y, inputs, &c.sanity);
+  c.sanity_ok = sanity_check(fwd.y, inputs, &c.sanity, s.desc.shared_intermediate_size > 0);
   c.passed = c.reference_ok && c.sanity_ok && fwd.rerun_bitwise_equal;
   return c;
 }
 
 void print_summary(const ProblemSetup& s, const RunOptions& o, const testing::HostInputs& in,
                    double generate_ms, const ForwardResult& f, const CheckResult& c) {
-  fmt::print("moe_ep run: preset {} (H={} I={} E={} K={} clamp={}), backend {} on {} ({}, {})\n",
+  fmt::print("moe_ep run: preset {} (H={} I={} E={} K={} clamp={}{}), backend {} on {} ({}, {})\n",
              s.preset->name, s.desc.fleet.hidden_size, s.desc.intermediate_size, s.desc.fleet.num_experts,
-             s.desc.top_k, s.desc.activation_clamp.value_or(INFINITY), s.desc.traits().name,
+             s.desc.top_k, s.desc.activation_clamp.value_or(INFINITY),
+             s.desc.shared_intermediate_size > 0 ? fmt::format(" Is={}", s.desc.shared_intermediate_size) : "",
+             s.desc.traits().name,
              s.device.device.str(), s.implementation, s.device.name);
   fmt::print("  tokens {} ({} valid slots, {} experts hit), ranks {}, max_tokens_per_rank {}, "
              "{} weights, seed {}\n",

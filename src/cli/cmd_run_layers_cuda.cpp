@@ -54,13 +54,13 @@ int run_cuda_layers(const RunOptions&) {
 
 int run_cuda_layers(const RunOptions& o) {
   MOE_EP_CHECK(o.hash_layers == 0 || o.router, "--hash-layers {} needs --router", o.hash_layers);
-  const ProblemSetup setup = plan_problem(o.problem, o.tokens, 1);
+  ProblemSetup setup = plan_problem(o.problem, o.tokens, 1);  // L logical experts
+  if (o.shared_expert) setup.desc.shared_intermediate_size = setup.desc.intermediate_size;
   const int N = o.layers;
   const int64_t T = o.tokens, L = setup.desc.fleet.num_experts, E = L + o.eplb_redundant;
   const int64_t K = setup.desc.top_k, H = setup.desc.fleet.hidden_size;
   MoeDesc desc = setup.desc;
   desc.fleet.num_experts = E;
-  if (o.shared_expert) desc.shared_intermediate_size = setup.desc.intermediate_size;
   validate_desc(desc, 1);
   const uint64_t seed = o.problem.seed;
   const testing::HostInputs inputs = generate_inputs(setup, o.problem, T, 0);
@@ -174,8 +174,6 @@ int run_cuda_layers(const RunOptions& o) {
   const bool routing_equal = routing_mismatch.empty();
   const bool counters_equal = o.eplb_redundant == 0 || (dev_counters == routes.counters &&
                                                         counters_after_timing == dev_counters);
-  ProblemSetup reference_setup = setup;  // L logical experts, and the layers' shared expert
-  reference_setup.desc.shared_intermediate_size = desc.shared_intermediate_size;
   const std::vector<int64_t> rows = sample_rows(T, o.check_rows);
   const double threshold = testing::device_rel_err_threshold(setup.desc.recipe, setup.desc.numerics.exact_accumulation);
   std::vector<double> rel(N, NAN);
@@ -188,7 +186,7 @@ int run_cuda_layers(const RunOptions& o) {
       in.topk_ids = routes.at(l, 0).logical;
       in.topk_weights = routes.at(l, 0).weights;
       const std::vector<uint16_t> ref =
-          cpu_reference_rows(reference_setup, layer_pack(logical_weights, l), in, rows, o.problem.threads);
+          cpu_reference_rows(setup, layer_pack(logical_weights, l), in, rows, o.problem.threads);
       rel[l] = rel_err_rows(y_first[l], ref, H, rows);
       layers_ok = layers_ok && rel[l] <= threshold;
       std::string detail;

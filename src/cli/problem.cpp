@@ -191,6 +191,7 @@ Json problem_json(const ProblemSetup& s, const ProblemOptions& o) {
   j["I"] = s.desc.intermediate_size;
   j["E"] = s.desc.fleet.num_experts;
   j["K"] = s.desc.top_k;
+  j["Is"] = s.desc.shared_intermediate_size;  // the shared expert's; 0: none
   j["activation_clamp"] = json_number(s.desc.activation_clamp.value_or(INFINITY));
   j["max_tokens_per_rank"] = s.desc.fleet.max_tokens_per_rank;
   j["hole_fraction"] = o.holes;

@@ -150,6 +150,9 @@ testing::HostWeights gather_slots(const testing::HostWeights& all, std::span<con
   gather(all.w2_scale, w.w2_scale);
   gather(all.w13_global, w.w13_global);
   gather(all.w2_global, w.w2_global);
+  w.shared_intermediate_size = all.shared_intermediate_size;  // one shared expert for every slot set
+  w.shared_w13 = all.shared_w13;
+  w.shared_w2 = all.shared_w2;
   return w;
 }
 

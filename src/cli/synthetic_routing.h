@@ -68,7 +68,8 @@ SyntheticRouting make_synthetic_routing(uint64_t seed, const RouterConfig& confi
                                         int64_t redundant, int layers,
                                         const std::vector<testing::HostInputs>& rank_inputs);
 
-// Expert slots `ids` of a full weight set (copies): a rank's experts, or EPLB physical slots.
+// Expert slots `ids` of a full weight set (copies): a rank's experts, or EPLB physical slots;
+// the shared expert, when there is one, goes along whole.
 testing::HostWeights gather_slots(const testing::HostWeights& all, std::span<const int32_t> ids);
 
 }  // namespace moe_ep::cli

@@ -200,6 +200,10 @@ WeightPack HostWeights::pack() const {
       p.w2 = view(w2, DType::kBF16, {E, H, I});
       break;
   }
+  if (const int64_t Is = shared_intermediate_size; Is > 0) {
+    p.shared_w13 = view(shared_w13, DType::kBF16, {2 * Is, H});
+    p.shared_w2 = view(shared_w2, DType::kBF16, {H, Is});
+  }
   return p;
 }
 

@@ -40,6 +40,8 @@ struct HostWeights {
   std::vector<uint8_t> w13, w13_scale, w2, w2_scale;  // packed e2m1 / scale bytes, or bf16 bytes
   std::vector<float> w13_global, w2_global;            // NVFP4 weight_scale_2 (1 / g); gate
                                                        // and up share one (amax of all W13)
+  int64_t shared_intermediate_size = 0;                // Is of a shared expert (0: none)
+  std::vector<uint16_t> shared_w13, shared_w2;         // bf16 [2Is, H], [H, Is]; in pack()
 
   WeightPack pack() const;  // views into this object; valid while it lives
   int64_t nbytes() const;   // all weight bytes (what a forward touching every expert reads)

@@ -64,6 +64,10 @@ TEST(CheckpointCli, RunARealLayerPassesTheUsualChecks) {
     EXPECT_EQ(j["K"], 2);
     ASSERT_TRUE(j.contains("checkpoint")) << describe(r);
     EXPECT_GT(j["checkpoint"]["checkpoint_bytes"].get<int64_t>(), 0);
+    // The layer's shared expert runs inside it, checked with the rest against the CPU layer.
+    EXPECT_EQ(j["Is"], j["checkpoint"]["shared_intermediate"]) << describe(r);
+    if (j["Is"].get<int64_t>() > 0)
+      EXPECT_NE(j.value("sanity", "").find("every token nonzero"), std::string::npos) << describe(r);
   }
 }
 

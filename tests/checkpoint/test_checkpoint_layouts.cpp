@@ -188,6 +188,35 @@ TEST(CheckpointLayouts, RouterAndSharedExpertAreLoaded) {
         TensorView::contiguous(const_cast<uint16_t*>(layer->shared_w13.data()), DType::kBF16, {2 * shared_i, H}),
         TensorView::contiguous(const_cast<uint16_t*>(layer->shared_w2.data()), DType::kBF16, {H, shared_i}));
     EXPECT_EQ(shared->intermediate_size(), shared_i);
+    // with_shared_expert(): the pack of a layer that runs it; y is the routed layer's, then add_to.
+    const WeightPack full = layer->with_shared_expert();
+    EXPECT_EQ(full.shared_w13.data, layer->shared_w13.data());
+    EXPECT_EQ(full.shared_w2.shape[1], shared_i);
+    EXPECT_FALSE(layer->pack().shared_w13.defined());  // pack() stays the routed experts
+    MoeDesc desc;
+    desc.fleet = {layer->num_experts, 8, H};
+    desc.intermediate_size = layer->intermediate_size;
+    desc.top_k = 2;
+    desc.activation_clamp = 10.0f;
+    auto routed = Layer::create(testsupport::cpu_runtime(), desc, layer->pack());
+    desc.shared_intermediate_size = shared_i;
+    auto whole = Layer::create(testsupport::cpu_runtime(), desc, full);
+    std::vector<uint16_t> x(5 * H), y(5 * H), want(5 * H);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float_to_bf16(static_cast<float>(static_cast<int>(i * 7 % 13) - 6) / 4.0f);
+    std::vector<int32_t> ids = {0, 1, 2, 3, -1, -1, 5, 6, 7, 0};
+    std::vector<float> w = {0.5f, 0.25f, 1.0f, 0.75f, 0.5f, 0.5f, 0.125f, 1.0f, 0.5f, 0.5f};
+    auto args = [&](std::vector<uint16_t>& out) {
+      ForwardArgs a;
+      a.x = TensorView::contiguous(x.data(), DType::kBF16, {5, H});
+      a.topk_ids = TensorView::contiguous(ids.data(), DType::kI32, {5, 2});
+      a.topk_weights = TensorView::contiguous(w.data(), DType::kF32, {5, 2});
+      a.y = TensorView::contiguous(out.data(), DType::kBF16, {5, H});
+      return a;
+    };
+    routed->forward(args(want));
+    shared->add_to(args(want).x, args(want).y);
+    whole->forward(args(y));
+    EXPECT_EQ(y, want) << ref;
   }
   // The sharded fused copy holds the same router and shared expert.
   auto fused = load_checkpoint_layer(Checkpoint::open(testckpt::checkpoint_dir("mxfp4_fused_sharded")), 1);
