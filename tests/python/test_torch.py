@@ -181,6 +181,47 @@ def test_cuda_graph_capture_replay_and_compile():
     torch.testing.assert_close(compiled(tx2, tids2, tw2), model(tx2, tids2, tw2), rtol=0, atol=0)
 
 
+def shared_expert_tensors(H, i_s, seed):
+    """bf16 torch (CPU) weights of a shared expert whose output is of the routed y's size."""
+    g = torch.Generator().manual_seed(seed)
+    w13 = (torch.randn(2 * i_s, H, generator=g) * 4 / H ** 0.5).to(torch.bfloat16)
+    w2 = (torch.randn(H, i_s, generator=g) * 0.05 / i_s ** 0.5).to(torch.bfloat16)
+    return w13, w2
+
+
+@needs_cuda
+@pytest.mark.parametrize("T", [3, 100])  # the shared expert's dot-product and tensor-core kernels
+def test_cuda_shared_expert_in_the_layer_matches_cpu_and_replays_in_a_torch_graph(T):
+    p = problems.make_problem("mxfp4", "mxfp4", 5)
+    w13, w2 = shared_expert_tensors(p.H, 64, 9)
+    x, ids, w, tx, tids, tw = inputs(p, T, 11, "cuda")
+    ids[0, :] = -1  # token 0: the shared expert's output alone
+    tids[0, :] = -1
+    cpu = layer_on(p, "cpu", max_tokens=128, shared_w13=w13, shared_w2=w2)
+    want = as_f64(cpu.forward(to_torch(x), to_torch(ids), to_torch(w)))
+    del cpu
+    gc.collect()
+    gpu = layer_on(p, "cuda:0", max_tokens=128, shared_w13=w13.cuda(), shared_w2=w2.cuda())
+    assert "shared_expert" in gpu.info()["config"]
+    handle = ops.register(gpu)
+    eager = torch.ops.moe_ep.forward(tx, tids, tw, handle).clone()
+    assert ref.relative_error(as_f64(eager), want) <= DEVICE_LIMITS["mxfp4"]
+    assert eager[0].abs().sum().item() > 0
+    s = torch.cuda.Stream()  # warm up on a side stream, then capture: the layer's own second
+    s.wait_stream(torch.cuda.current_stream())  # stream becomes a branch of torch's graph
+    with torch.cuda.stream(s):
+        torch.ops.moe_ep.forward(tx, tids, tw, handle)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_y = torch.ops.moe_ep.forward(tx, tids, tw, handle)
+    for _ in range(2):
+        static_y.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        np.testing.assert_array_equal(bits(static_y), bits(eager))
+
+
 @needs_cuda
 def test_cuda_side_stream_and_two_layers_sharing_the_runtime():
     p1 = problems.make_problem("mxfp4", "mxfp4", 3)
