@@ -8,7 +8,7 @@ source "$(dirname "$0")/common.sh"
 moe_ep_install_apt
 moe_ep_install_pip
 
-TSAN_TESTS='^(ThreadPool|SimTransport|Rendezvous|Runtime|Concurrency|EpFailures|EpFaults|EpLayer|EpRouting|EpDeterminism|EpWorkspace|EpEplb)\.'
+TSAN_TESTS='^(ThreadPool|SimTransport|Rendezvous|Runtime|Concurrency|EpFailures|EpFaults|EpLayer|EpRouting|EpDeterminism|EpWorkspace|EpEplb|Recipes/CpuSharedExpert)\.'
 
 sanitize_build() {  # folder, sanitizers[, build target]
   local dir="$MOE_EP_ROOT/$1" target=()
