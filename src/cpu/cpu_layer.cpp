@@ -60,7 +60,7 @@ class CpuLayer final : public Layer::Impl {
           "the CPU reference converts no weights to FP8: it decodes e2m1 * 2^k to fp32, exact "
           "for every row");
     }
-    shared_ = cpu::make_layer_shared_expert(req);
+    shared_ = cpu::make_layer_shared_expert(req, info);
     batch_override_ = req.overrides.cpu_batch_tokens;
     problem_.weights = &weights_;
     problem_.activation_clamp = req.desc.activation_clamp.value_or(

@@ -128,7 +128,7 @@ CpuEpLayer::CpuEpLayer(const LayerRequest& req)
                       "provides 0x{:x}", kNeeds, rt.device().str(), rt.parts());
     weights_ = prepare_host_weights(desc_.recipe, req.weights, {E_loc_, H_, desc_.intermediate_size},
                                     parallel_for_of(*pool_));
-    shared_ = cpu::make_layer_shared_expert(req);
+    shared_ = cpu::make_layer_shared_expert(req, info);
   } catch (const Error& e) {
     local = std::current_exception();
     error = e.message();

@@ -11,8 +11,9 @@
 
 namespace moe_ep::cpu {
 
-// Null when the descriptor has no shared expert.
-std::unique_ptr<const SharedExpert> make_layer_shared_expert(const LayerRequest& request);
+// Null when the descriptor has no shared expert; otherwise also adds its entry to the layer's
+// selected config (`info`).
+std::unique_ptr<const SharedExpert> make_layer_shared_expert(const LayerRequest& request, LayerInfo& info);
 
 // y[t] += o[t] for token t of a validated forward (x bf16 [T, H] in host memory). Thread-safe:
 // tokens may be added concurrently.

@@ -60,6 +60,7 @@ def test_shared_expert_is_added_to_y(recipe, weight_format):
                          max_tokens_per_rank=64, recipe=p.recipe, activation_clamp=problems.CLAMP,
                          weights=pack, shared_w13=w13s, shared_w2=w2s)
     assert "shared_intermediate_size=64" in layer.info()["desc"]
+    assert "Is = 64" in layer.info()["config"]["shared_expert"]
     x, ids, w = problems.random_inputs(p, 9, 77)
     ids[2, :] = -1  # token 2: the shared expert's output alone
     out = poisoned_out(*x.shape)
