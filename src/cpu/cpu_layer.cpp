@@ -161,6 +161,8 @@ class CpuLayer final : public Layer::Impl {
       // Combine in slot order k = 0..K-1; a token without a valid slot gets zeros (plus the
       // shared expert's output).
       pool_->parallel_for(n, [&](int64_t i) {
+        thread_local std::vector<uint16_t> shared_o;
+        if (shared_) cpu::shared_expert_row(*shared_, args, batch_rows[i], shared_o);  // x[t] before y[t]
         uint16_t* y_row = args.y.ptr<uint16_t>() + batch_rows[i] * H;
         for (int64_t j = 0; j < H; ++j) {
           float sum = 0.0f;
@@ -170,7 +172,7 @@ class CpuLayer final : public Layer::Impl {
           }
           y_row[j] = float_to_bf16(sum);
         }
-        if (shared_) cpu::add_shared_expert_row(*shared_, args, batch_rows[i]);
+        if (shared_) cpu::add_to_row(y_row, shared_o);
       });
     }
   }

@@ -332,6 +332,8 @@ void CpuEpLayer::reduce(const ForwardArgs& args, int64_t T) {
   const auto* combine = region<const uint16_t>(rank_, Region::kCombine);
   pool_->parallel_for(T, [&](int64_t t) {
     thread_local std::vector<float> sum;
+    thread_local std::vector<uint16_t> shared_o;
+    if (shared_) cpu::shared_expert_row(*shared_, args, t, shared_o);  // x[t] before y[t]
     sum.assign(H_, 0.0f);
     for (int64_t k = 0; k < K_; ++k) {
       if (topk_id(args.topk_ids, t * K_ + k) < 0) continue;
@@ -340,7 +342,7 @@ void CpuEpLayer::reduce(const ForwardArgs& args, int64_t T) {
     }
     uint16_t* y = args.y.ptr<uint16_t>() + t * H_;
     for (int64_t j = 0; j < H_; ++j) y[j] = float_to_bf16(sum[j]);
-    if (shared_) cpu::add_shared_expert_row(*shared_, args, t);
+    if (shared_) cpu::add_to_row(y, shared_o);
   });
 }
 

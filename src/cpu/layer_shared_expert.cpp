@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "moe_ep/formats.h"
+
 namespace moe_ep::cpu {
 
 std::unique_ptr<const SharedExpert> make_layer_shared_expert(const LayerRequest& req, LayerInfo& info) {
@@ -12,12 +14,16 @@ std::unique_ptr<const SharedExpert> make_layer_shared_expert(const LayerRequest&
                               req.desc.activation_clamp, req.weights.shared_w13, req.weights.shared_w2);
 }
 
-void add_shared_expert_row(const SharedExpert& shared, const ForwardArgs& args, int64_t t) {
+void shared_expert_row(const SharedExpert& shared, const ForwardArgs& args, int64_t t, std::vector<uint16_t>& o) {
   const int64_t H = shared.hidden_size();
-  auto row = [&](const TensorView& m) {
-    return TensorView::contiguous(static_cast<uint16_t*>(m.data) + t * H, DType::kBF16, {1, H});
-  };
-  shared.add_to(row(args.x), row(args.y));
+  o.resize(H);
+  const auto* x = static_cast<const uint16_t*>(args.x.data) + t * H;
+  shared.forward(TensorView::contiguous(const_cast<uint16_t*>(x), DType::kBF16, {1, H}),
+                 TensorView::contiguous(o.data(), DType::kBF16, {1, H}));
+}
+
+void add_to_row(uint16_t* y_row, const std::vector<uint16_t>& o) {
+  for (size_t j = 0; j < o.size(); ++j) y_row[j] = float_to_bf16(bf16_to_float(y_row[j]) + bf16_to_float(o[j]));
 }
 
 }  // namespace moe_ep::cpu

@@ -87,6 +87,22 @@ TEST_P(CpuSharedExpert, ForwardRowsAddsToTheListedRowsOnly) {
   }
 }
 
+// y written over x: every token's shared expert still reads its own input.
+TEST_P(CpuSharedExpert, InPlaceForwardEqualsOutOfPlace) {
+  SharedCase c = make_case(GetParam(), 32, 76);
+  const Inputs in = random_inputs(c.with, 11, 77, {.skip_fraction = 0.2});
+  const HostTensor<uint16_t> expected = run_forward(*make_layer(c.with, c.w), c.with, in);
+  for (int64_t batch : {0, 4}) {
+    Problem p = c.with;
+    p.overrides.cpu_batch_tokens = batch;
+    HostTensor<uint16_t> xy = in.x;
+    ForwardArgs a = in.args(xy, true);
+    a.x = xy.view();
+    make_layer(p, c.w)->forward(a);
+    EXPECT_EQ(first_difference(xy, expected, p.hidden), "") << "cpu_batch_tokens " << batch;
+  }
+}
+
 TEST_P(CpuSharedExpert, SimulatedRanksGiveTheSingleRankYBitwise) {
   SharedCase c = make_case(GetParam(), 32, 74);
   c.with.max_tokens = 16;
