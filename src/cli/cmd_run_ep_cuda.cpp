@@ -67,7 +67,9 @@ struct EpCheck {
 // The run's problem: the preset's, plus the shared expert with --shared-expert (its weights in
 // `shared`).
 [[maybe_unused]] ProblemSetup plan_ep_problem(const RunOptions& o, SharedExpertWeights& shared) {
-  ProblemSetup s = plan_problem(o.problem, o.tokens, o.ranks);
+  // With EPLB the ranks split E = L + redundant experts (checked by run_simulated), not L.
+  ProblemSetup s = plan_problem(o.problem, o.tokens, o.eplb_redundant > 0 ? 1 : o.ranks);
+  s.world_size = o.ranks;
   if (o.shared_expert) {
     s.desc.shared_intermediate_size = s.desc.intermediate_size;
     shared = synthetic_shared_expert(o.problem.seed, 0, s.desc.fleet.hidden_size, s.desc.intermediate_size);

@@ -80,6 +80,27 @@ TEST_P(Sm90LayerSharedExpert, BitwiseTheRoutedLayerThenTheStandaloneAddTo) {
   }
 }
 
+// y written over x: the shared expert (second stream) and the quantization read x before the
+// combine writes y.
+TEST_P(Sm90LayerSharedExpert, InPlaceForwardEqualsOutOfPlace) {
+  const Problem p = with_shared(GetParam(), 512);
+  const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 24);
+  auto layer = make_gpu_layer(p, w.pack());
+  for (int64_t T : {1, 300}) {
+    const Inputs in = testsupport::random_inputs(p, T, 500 + T, {.skip_fraction = 0.2});
+    const DeviceInputs d = to_device(p, in);
+    const std::vector<uint16_t> want = run_on_gpu(*layer, d);
+    ForwardArgs a = d.args(nullptr);
+    MOE_EP_CUDA_CHECK(cudaMemcpy(a.y.data, a.x.data, want.size() * 2, cudaMemcpyDeviceToDevice));
+    a.x = a.y;
+    layer->forward(a);
+    MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> got(want.size());
+    MOE_EP_CUDA_CHECK(cudaMemcpy(got.data(), a.y.data, got.size() * 2, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(hash_bits(got), hash_bits(want)) << "T=" << T;
+  }
+}
+
 TEST_P(Sm90LayerSharedExpert, GraphReplayEqualsEagerOnEveryStream) {
   const Problem p = with_shared(GetParam(), 512);
   const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 23);

@@ -128,10 +128,19 @@ void EpRankEngine::run_local_experts(cudaStream_t stream) {
   local_->run(b, stream);
 }
 
-void EpRankEngine::wait_shared_expert(cudaStream_t stream) {
-  if (shared_done_ == nullptr) return;
+void EpRankEngine::wait_shared_expert(const EpRankArgs& args, cudaStream_t stream) {
+  if (args.y_add == nullptr || shared_done_ == nullptr) return;
   MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_done_, 0));
   shared_done_ = nullptr;
+}
+
+SelectedConfig EpRankEngine::selected() const {
+  SelectedConfig out = local_->selected();
+  if (shared_)
+    out.add("shared_expert", fmt::format("bf16, Is = {}, over the rank's own tokens on a second stream beside "
+                                         "dispatch, local experts and combine; added to y in the reduce",
+                                         shared_->intermediate_size()));
+  return out;
 }
 
 EpSync EpRankEngine::read_sync() const {

@@ -51,9 +51,11 @@ class EpRankEngine {
 
   EpRankArgs prepare(const ForwardArgs& args, cudaStream_t stream);
   void run_local_experts(cudaStream_t stream);
-  // Before the reduce step on `stream`: waits for the shared expert the last prepare() forked
-  // (nothing to wait for without one, or after a prepare with no tokens).
-  void wait_shared_expert(cudaStream_t stream);
+  // Before the reduce step on `stream`: waits for the shared expert that prepare() forked for
+  // `args` (its y_add; nothing to wait for without one, e.g. a rank taking part with no tokens).
+  void wait_shared_expert(const EpRankArgs& args, cudaStream_t stream);
+  // The local experts' selected config, and the shared expert's entry when there is one.
+  SelectedConfig selected() const;
 
   // The sync head of the rank's workspace (synchronizes the device). clear_errors() resets the
   // sticky bits and the timeout record, not the broken state.

@@ -147,7 +147,7 @@ void run_forward(SimEpGroup::State& s, std::span<const ForwardArgs> args, cudaSt
   mark(3);
   step(EpStep::kCombine);
   mark(4);
-  for (int r = 0; r < R; ++r) s.ranks[r]->wait_shared_expert(stream);
+  for (int r = 0; r < R; ++r) s.ranks[r]->wait_shared_expert(launch.ranks[r], stream);
   step(EpStep::kReduce);
   mark(5);
 }

@@ -116,7 +116,7 @@ class SimGpuLayer final : public Layer::Impl {
       for (int q = 0; q < R_; ++q) group_->peers.windows[q] = group_->windows[q].get<std::byte>();
     transport_->barrier(tag + " peers");
     EpRankEngine& mine = *group_->engines[rank_];
-    info.config = mine.local_experts().selected();
+    info.config = mine.selected();
     info.notes = fmt::format(
         "rank {} of {} simulated ranks on {} owns experts [{}, {}); device workspace {} bytes ({}); "
         "local experts: the SM90 expert engine over {} slot rows\n{}",
@@ -208,7 +208,7 @@ class SimGpuLayer final : public Layer::Impl {
     step(EpStep::kDispatch);
     for (int q = 0; q < R_; ++q) g.engines[q]->run_local_experts(stream);
     step(EpStep::kCombine);
-    for (int q = 0; q < R_; ++q) g.engines[q]->wait_shared_expert(stream);
+    for (int q = 0; q < R_; ++q) g.engines[q]->wait_shared_expert(launch.ranks[q], stream);
     step(EpStep::kReduce);
     MOE_EP_CUDA_CHECK(cudaEventRecord(g.done, stream));
   }

@@ -77,7 +77,7 @@ class CudaEpLayer final : public Layer::Impl {
         kind_ == NcclPeerKind::kLsa ? "LSA (NVLink)" : "GIN", ws.bytes(), transport_->describe(),
         fmt::format("local experts: the SM90 expert engine over {} slot rows", engine_->slot_rows()),
         engine_->local_experts().notes());
-    info.config = engine_->local_experts().selected();
+    info.config = engine_->selected();
   }
 
   void forward(const ForwardArgs& args) override {
@@ -133,7 +133,7 @@ class CudaEpLayer final : public Layer::Impl {
     step(EpStep::kDispatch);
     engine_->run_local_experts(stream);
     step(EpStep::kCombine);
-    engine_->wait_shared_expert(stream);
+    engine_->wait_shared_expert(launch.ranks[0], stream);
     if (T > 0) step(EpStep::kReduce);
   }
 
