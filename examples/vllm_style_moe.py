@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """A 4-layer model of tiny-preset MoE layers (H=256, I=128, E=16, K=4, clamp 10), written the
 way an inference engine's model file is: each MoE block owns fused-expert parameters
-(w13_weight / w13_weight_scale / w2_weight / w2_weight_scale, vLLM's MXFP4 layout), turns them
-into a moe_ep layer after "checkpoint loading", and every block shares one runtime. Runs the
+(w13_weight / w13_weight_scale / w2_weight / w2_weight_scale, vLLM's MXFP4 layout) and a dense
+bf16 shared expert (gate_up_proj / down_proj, as DeepSeek-style blocks hold it), turns them into
+one moe_ep layer after "checkpoint loading" (the shared expert runs inside it, added in its
+combine), and every block shares one runtime. Runs the
 model eagerly and under a CUDA graph, checks that both agree bit for bit, and prints the
 workspace bytes shared.
 
@@ -15,9 +17,23 @@ import torch
 
 import moe_ep
 import moe_ep.torch_ops  # registers torch.ops.moe_ep.forward
-from moe_ep.integrations import SharedRuntime, is_supported, pack_fused_expert_weights
+from moe_ep.integrations import SharedRuntime, is_supported, pack_fused_expert_weights, shared_expert_weights
 
 H, I, E, K, CLAMP = 256, 128, 16, 4, 10.0
+IS = 128  # the shared expert's intermediate size
+
+
+class SharedMlp(torch.nn.Module):
+    """The dense shared expert of a block (bf16): gate_up_proj [2Is, H], down_proj [H, Is]."""
+
+    def __init__(self, device: str, generator: torch.Generator) -> None:
+        super().__init__()
+        self.gate_up_proj = torch.nn.Linear(H, 2 * IS, bias=False, dtype=torch.bfloat16)
+        self.down_proj = torch.nn.Linear(IS, H, bias=False, dtype=torch.bfloat16)
+        with torch.no_grad():
+            self.gate_up_proj.weight.copy_(torch.randn(2 * IS, H, generator=generator) * 2 / H ** 0.5)
+            self.down_proj.weight.copy_(torch.randn(H, IS, generator=generator) * 0.1 / IS ** 0.5)
+        self.to(device)
 
 
 class MoeBlock(torch.nn.Module):
@@ -31,16 +47,19 @@ class MoeBlock(torch.nn.Module):
         self.w2_weight = torch.nn.Parameter(torch.randint(0, 256, (E, H, I // 2), **u8), requires_grad=False)
         self.w2_weight_scale = torch.nn.Parameter(torch.randint(119, 123, (E, H, I // 32), **u8), requires_grad=False)
         self.gate = torch.nn.Linear(H, E, bias=False, dtype=torch.bfloat16, device=device)
+        self.shared_experts = SharedMlp(device, g)
         self.device, self.max_tokens = device, max_tokens
 
     def process_weights_after_loading(self) -> None:
         self.shared = SharedRuntime.acquire(device=self.device)
+        shared_w13, shared_w2 = shared_expert_weights(self.shared_experts)
         layer = moe_ep.Layer(self.shared.runtime, num_experts=E, hidden_size=H, intermediate_size=I,
                              top_k=K, max_tokens_per_rank=self.max_tokens, activation_clamp=CLAMP,
-                             weights=pack_fused_expert_weights(self))
+                             weights=pack_fused_expert_weights(self),
+                             shared_w13=shared_w13, shared_w2=shared_w2)
         self.handle = moe_ep.torch_ops.register(layer)
         self.layer = layer
-        for name in ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"):
+        for name in ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "shared_experts"):
             delattr(self, name)  # the layer holds its own converted copy
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

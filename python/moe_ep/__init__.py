@@ -22,14 +22,15 @@ from moe_ep._core import (  # noqa: F401
     UnsupportedError,
     workspace_bytes,
 )
+from moe_ep._core import __version__  # noqa: F401  (importing opens no CUDA or NCCL library)
 from moe_ep._core import info as _build_info
 from moe_ep.weights import WeightPack  # noqa: F401
 
-__version__: str = _build_info()["version"]
-
 
 def info() -> dict:
-    """Build facts: version, whether CUDA/NCCL are compiled in, backends, transports."""
+    """Build facts: version, whether CUDA/NCCL are compiled in, backends, transports. The NCCL
+    transport's status opens libnccl.so.2: in a process that also uses torch, import torch
+    first, so that both use torch's NCCL."""
     return _build_info()
 
 

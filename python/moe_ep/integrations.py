@@ -7,6 +7,8 @@ module imports no engine and not torch (torch is imported inside the functions t
 - :func:`pack_fused_expert_weights`: an engine's fused-expert parameters after checkpoint
   loading (``w13_weight``, ``w13_weight_scale``, ``w2_weight``, ``w2_weight_scale`` and, for
   NVFP4, ``w13_weight_scale_2`` / ``w2_weight_scale_2``) -> :class:`moe_ep.WeightPack`.
+- :func:`shared_expert_weights`: an engine's dense shared-expert MLP (``gate_up_proj`` or
+  ``gate_proj`` + ``up_proj``, and ``down_proj``) -> ``moe_ep.Layer(shared_w13=, shared_w2=)``.
 - :class:`SharedRuntime`: one reference-counted runtime per (device, world) for every MoE layer
   of a model, so they share one workspace.
 - :class:`EplbTables`: EPLB remapping (``logical_to_physical``, ``replica_count``) and load
@@ -90,6 +92,36 @@ def pack_fused_expert_weights(params: Any, weight_format: str = "mxfp4") -> Weig
     if weight_format == "bf16":
         return WeightPack.bf16(get("w13_weight"), get("w2_weight"))
     raise ValueError(f"moe_ep: weight_format = {weight_format!r}; expected mxfp4, nvfp4 or bf16")
+
+
+def shared_expert_weights(mlp: Any) -> Tuple[Any, Any]:
+    """(shared_w13 [2Is, H], shared_w2 [H, Is]) of an engine's dense shared-expert MLP, for
+    ``moe_ep.Layer(..., shared_w13=, shared_w2=)``: ``gate_up_proj.weight`` (gate rows first, as
+    a merged column-parallel projection holds them) or ``gate_proj.weight`` and
+    ``up_proj.weight`` (concatenated), and ``down_proj.weight``; bf16 (dequantize an FP8 shared
+    expert first). Attributes or dict keys; torch Parameters are passed as their tensors."""
+    def weight(name: str) -> Any:
+        sub = mlp.get(name) if isinstance(mlp, dict) else getattr(mlp, name, None)
+        if sub is None:
+            return None
+        w = sub.get("weight") if isinstance(sub, dict) else getattr(sub, "weight", sub)
+        return getattr(w, "data", w) if type(w).__name__ == "Parameter" else w
+
+    down = weight("down_proj")
+    gate_up = weight("gate_up_proj")
+    if gate_up is None:
+        gate, up = weight("gate_proj"), weight("up_proj")
+        if gate is None or up is None:
+            raise ValueError("moe_ep: the shared-expert MLP has neither gate_up_proj nor gate_proj + up_proj")
+        if hasattr(gate, "new_empty"):  # torch
+            import torch
+            gate_up = torch.cat([gate, up], dim=0)
+        else:
+            import numpy as np
+            gate_up = np.concatenate([gate, up], axis=0)
+    if down is None:
+        raise ValueError("moe_ep: the shared-expert MLP has no down_proj")
+    return gate_up, down
 
 
 class SharedRuntime:

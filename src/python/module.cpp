@@ -94,7 +94,11 @@ NB_MODULE(_core, m) {
   m.attr("DeviceError") = nb::handle(g_device_error);
   nb::register_exception_translator(translate_error);
 
-  m.def("info", &build_info, "Build facts: version, cuda, nccl, backends, transports.");
+  // The version alone, without build_info(): that reports the transports' status, which opens
+  // libnccl.so.2, and a process that imports torch afterwards must get torch's own NCCL.
+  m.attr("__version__") = MOE_EP_VERSION;
+  m.def("info", &build_info, "Build facts: version, cuda, nccl, backends, transports (the NCCL "
+        "transport's status opens libnccl.so.2: call it after importing torch).");
   m.def(
       "workspace_bytes",
       [](int64_t world_size, int64_t num_experts, int64_t max_tokens_per_rank, int64_t hidden_size,

@@ -1,8 +1,11 @@
-"""moe_ep.integrations: the backend table, the weight-pack helper, the shared runtime and EPLB."""
+"""moe_ep.integrations: the backend table, the weight-pack helpers (routed and shared experts), the
+shared runtime and EPLB."""
 
 import subprocess
 import sys
+import types
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -17,6 +20,17 @@ def test_import_pulls_in_no_engine_and_no_torch():
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_import_opens_no_nccl_library():
+    # A process that imports torch after moe_ep must get torch's own libnccl.so.2 (an older one
+    # loaded first leaves torch's symbols unresolved); only info() opens NCCL, for its status.
+    code = ("import moe_ep, moe_ep.integrations; "
+            "maps = open('/proc/self/maps').read(); "
+            "print(moe_ep.__version__); sys.exit(1 if 'libnccl' in maps else 0)")
+    r = subprocess.run([sys.executable, "-c", "import sys; " + code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == moe_ep.info()["version"]
 
 
 def test_backend_specs_and_support():
@@ -47,6 +61,32 @@ def test_pack_fused_expert_weights_and_shared_runtime():
     b.release()
     a.release()
     assert a.count == 0 and a.runtime is None
+
+
+def test_shared_expert_weights_from_an_engine_mlp():
+    p = problems.make_problem("mxfp4", "mxfp4", 2)
+    rng = np.random.default_rng(3)
+    gate = (rng.standard_normal((32, p.H)) * 0.2).astype(ml_dtypes.bfloat16)
+    up = (rng.standard_normal((32, p.H)) * 0.2).astype(ml_dtypes.bfloat16)
+    down = (rng.standard_normal((p.H, 32)) * 0.05).astype(ml_dtypes.bfloat16)
+    ns = types.SimpleNamespace
+    merged = ns(gate_up_proj=ns(weight=np.concatenate([gate, up])), down_proj=ns(weight=down))
+    split = {"gate_proj": {"weight": gate}, "up_proj": {"weight": up}, "down_proj": {"weight": down}}
+    w13, w2 = integ.shared_expert_weights(split)
+    np.testing.assert_array_equal(w13.view(np.uint16), merged.gate_up_proj.weight.view(np.uint16))
+    assert w2 is down
+    pack = getattr(moe_ep.WeightPack, p.weight_format)(**p.tensors)
+    rt = moe_ep.Runtime.acquire(device="cpu")
+    x, ids, w = problems.random_inputs(p, 4, 2)
+    ys = []
+    for mlp in (merged, split):
+        s13, s2 = integ.shared_expert_weights(mlp)
+        layer = moe_ep.Layer(rt, num_experts=p.E, hidden_size=p.H, intermediate_size=p.I, top_k=p.K,
+                             max_tokens_per_rank=8, weights=pack, shared_w13=s13, shared_w2=s2)
+        ys.append(layer.forward(x, ids, w).view(np.uint16))
+    np.testing.assert_array_equal(ys[0], ys[1])
+    with pytest.raises(ValueError, match="down_proj"):
+        integ.shared_expert_weights({"gate_up_proj": {"weight": w13}})
 
 
 def test_eplb_tables_follow_the_remap_rule():
