@@ -16,8 +16,8 @@
 //   kBF16   w13           bf16         [E_loc, 2I, H]     quantized by the layer's family
 //           w2            bf16         [E_loc, H, I]
 //
-// The shared expert (MoeDesc::shared_intermediate_size = Is > 0; any format), on the same device
-// as w13:
+// The shared expert (MoeDesc::shared_intermediate_size = Is > 0; any format), in host memory or
+// on the layer's device (apart from the routed tensors if need be):
 //           shared_w13    bf16         [2Is, H]           rows [0, Is) gate, [Is, 2Is) up
 //           shared_w2     bf16         [H, Is]
 #pragma once

@@ -136,11 +136,12 @@ void check_weight_layout(const WeightPack& w, const MoeDesc& desc, int64_t num_l
     check_absent(w.shared_w2, "shared_w2", why);
     return;
   }
-  const std::string shared_rule = fmt::format("{} (where w13 is)", dev.str());
-  check_tensor(w.shared_w13, "shared_w13", {DType::kBF16}, {{2 * Is, "2Is"}, h}, shared_rule,
-               dev_ok && w.shared_w13.device == dev);
-  check_tensor(w.shared_w2, "shared_w2", {DType::kBF16}, {h, {Is, "Is"}}, shared_rule,
-               dev_ok && w.shared_w2.device == dev);
+  // The shared expert's tensors may live apart from the routed ones (host or the layer's device).
+  auto on_allowed = [&](const TensorView& t) {
+    return t.device.type == DeviceType::kCPU || t.device == layer_device;
+  };
+  check_tensor(w.shared_w13, "shared_w13", {DType::kBF16}, {{2 * Is, "2Is"}, h}, rule, on_allowed(w.shared_w13));
+  check_tensor(w.shared_w2, "shared_w2", {DType::kBF16}, {h, {Is, "Is"}}, rule, on_allowed(w.shared_w2));
 }
 
 bool pack_on_host(const WeightPack& w) { return w.w13.device.type == DeviceType::kCPU; }
@@ -279,7 +280,10 @@ std::unique_ptr<Layer> Layer::create(std::shared_ptr<Runtime> runtime, const Moe
   const int64_t num_local = desc.fleet.num_experts / runtime->world_size();
   try {
     check_weight_layout(weights, desc, num_local, device);
-    if (pack_on_host(weights)) check_weight_values(weights);
+    if (pack_on_host(weights))
+      check_weight_values(weights);
+    else
+      check_shared_expert_values(weights);
   } catch (const Error& e) {
     detail::fail_collective_create(*runtime, e.message());  // the other ranks fail at once
     throw;

@@ -196,8 +196,8 @@ void fail_invalid_scale_byte(const TensorView& scales, std::string_view name, We
 }
 
 void check_weight_values(const WeightPack& pack) {
-  const TensorView* all[] = {&pack.w13, &pack.w13_scale, &pack.w13_global, &pack.w2,
-                             &pack.w2_scale, &pack.w2_global, &pack.shared_w13, &pack.shared_w2};
+  const TensorView* all[] = {&pack.w13, &pack.w13_scale, &pack.w13_global,
+                             &pack.w2, &pack.w2_scale, &pack.w2_global};
   for (const TensorView* t : all)
     MOE_EP_ASSERT(!t->defined() || t->device.type == DeviceType::kCPU);
   switch (pack.format) {
@@ -215,8 +215,12 @@ void check_weight_values(const WeightPack& pack) {
       check_bf16_finite(pack.w2, "w2");
       break;
   }
-  if (pack.shared_w13.defined()) check_bf16_finite(pack.shared_w13, "shared_w13");
-  if (pack.shared_w2.defined()) check_bf16_finite(pack.shared_w2, "shared_w2");
+  check_shared_expert_values(pack);
+}
+
+void check_shared_expert_values(const WeightPack& pack) {
+  for (const auto& [t, name] : {std::pair{&pack.shared_w13, "shared_w13"}, std::pair{&pack.shared_w2, "shared_w2"}})
+    if (t->defined() && t->device.type == DeviceType::kCPU) check_bf16_finite(*t, name);
 }
 
 HostExpertWeights prepare_host_weights(Recipe recipe, const WeightPack& pack,

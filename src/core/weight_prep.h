@@ -35,8 +35,11 @@ struct ExpertShape {
 void serial_for(int64_t num_tasks, const std::function<void(int64_t)>& task);
 
 // Rejects NaN/0xFF E8M0 scales, NaN e4m3 scales, non-finite or non-positive global scales and
-// non-finite bf16 weights (the shared expert's too), naming the tensor and the first bad index. The pack must be in host memory.
+// non-finite bf16 weights (the shared expert's too, where in host memory), naming the tensor and
+// the first bad index. The pack must be in host memory.
 void check_weight_values(const WeightPack& pack);
+// The shared expert's tensors that are in host memory (they may live apart from the routed ones).
+void check_shared_expert_values(const WeightPack& pack);
 
 // Layout, all row-major, experts outermost (B = block: 32 for MXFP4, 16 for NVFP4):
 //   w13        [E, 2I, H/2]  packed e2m1, low nibble = even k; rows [0, I) gate, [I, 2I) up

@@ -183,6 +183,11 @@ TEST_F(CreateValidation, SharedExpert) {
                       {"shared_w13 is given but not used", "shared_intermediate_size = 0"},
                       "shared weights without a shared expert");
 
+  pack = w.pack();
+  pack.shared_w2.device = Device::cuda(0);
+  expect_create_error(p, pack, ErrorCode::kInvalidArgument, {"shared_w2 is on cuda:0", "cpu"},
+                      "shared_w2 on a GPU for a CPU layer");
+
   WeightSet nan = w;
   nan.shared_w2[3 * 64 + 7] = 0x7FC0;
   expect_create_error(p, nan.pack(), ErrorCode::kInvalidArgument, {"shared_w2[3, 7]", "not finite"},
