@@ -73,6 +73,20 @@ def inputs(p, T, seed, device):
     return x, ids, w, to_torch(x, device), to_torch(ids, device), to_torch(w, device)
 
 
+def captured_forward(tx, tids, tw, handle):
+    """(graph, its output) of one torch.ops.moe_ep.forward captured by torch, after a warm-up
+    on a side stream as torch.cuda.graph asks."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        torch.ops.moe_ep.forward(tx, tids, tw, handle)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_y = torch.ops.moe_ep.forward(tx, tids, tw, handle)
+    return g, static_y
+
+
 def poisoned(T, H, device):
     return torch.full((T, H), float("nan"), dtype=torch.bfloat16, device=device)
 
@@ -157,14 +171,7 @@ def test_cuda_graph_capture_replay_and_compile():
     handle = ops.register(gpu)
     x, ids, w, tx, tids, tw = inputs(p, 16, 5, "cuda")
     eager = torch.ops.moe_ep.forward(tx, tids, tw, handle).clone()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        torch.ops.moe_ep.forward(tx, tids, tw, handle)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        static_y = torch.ops.moe_ep.forward(tx, tids, tw, handle)
+    g, static_y = captured_forward(tx, tids, tw, handle)
     g.replay()
     torch.cuda.synchronize()
     np.testing.assert_array_equal(bits(static_y), bits(eager))
@@ -207,14 +214,7 @@ def test_cuda_shared_expert_in_the_layer_matches_cpu_and_replays_in_a_torch_grap
     eager = torch.ops.moe_ep.forward(tx, tids, tw, handle).clone()
     assert ref.relative_error(as_f64(eager), want) <= DEVICE_LIMITS["mxfp4"]
     assert eager[0].abs().sum().item() > 0
-    s = torch.cuda.Stream()  # warm up on a side stream, then capture: the layer's own second
-    s.wait_stream(torch.cuda.current_stream())  # stream becomes a branch of torch's graph
-    with torch.cuda.stream(s):
-        torch.ops.moe_ep.forward(tx, tids, tw, handle)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        static_y = torch.ops.moe_ep.forward(tx, tids, tw, handle)
+    g, static_y = captured_forward(tx, tids, tw, handle)  # the layer's second stream: a branch
     for _ in range(2):
         static_y.fill_(float("nan"))
         g.replay()
