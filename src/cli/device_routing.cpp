@@ -9,6 +9,7 @@
 #include "cli/batch.h"
 
 namespace moe_ep::cli {
+
 DeviceRouting::DeviceRouting(Driver& driver, const SyntheticRouting& ref, int64_t redundant, int device_index)
     : driver_(driver), ref_(ref) {
   const int64_t L = ref.config.num_experts, K = ref.config.top_k;
