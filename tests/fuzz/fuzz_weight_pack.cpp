@@ -1,7 +1,9 @@
 // libFuzzer target: Layer::create on the CPU with fuzzed problems and weight packs (SPEC.md §8).
 //
 // The input picks a small problem (sometimes with out-of-range or huge dimensions), a weight
-// format, and bends the six tensors of the pack (fuzz_tensors.h); scale and weight bytes are
+// format, and bends the six tensors of the pack (fuzz_tensors.h), then (drawn last, so inputs
+// that end earlier keep no shared expert) a shared expert's size and its two bf16 tensors, given
+// or not; scale and weight bytes are
 // either raw input or clean values with input-chosen bytes (0xFF, e4m3 NaN, bf16 Inf/NaN, ...)
 // written over them. Findings, besides sanitizer reports: an exception that is not a
 // moe_ep::Error of kInvalidArgument / kUnsupported, and any disagreement between Layer::create
@@ -115,6 +117,23 @@ int run(FuzzBytes& in) {
   pack.w13 = w13.view, pack.w13_scale = w13s.view, pack.w13_global = w13g.view;
   pack.w2 = w2.view, pack.w2_scale = w2s.view, pack.w2_global = w2g.view;
 
+  // The shared expert: Is (valid, misaligned, negative, huge) and its tensors, or neither.
+  const uint8_t shared_pick = in.u8() % 8;
+  config.shared_intermediate_size =
+      shared_pick < 4 ? 0 : in.pick<int64_t>({16, 32, 24, 0, -16, int64_t{1} << 21});
+  const int64_t Is = config.shared_intermediate_size;
+  const bool Is_ok = Is >= 16 && Is % 16 == 0 && Is <= (int64_t{1} << 20);
+  FuzzTensor s13, s2;
+  if (Is != 0 || shared_pick == 1) {  // shared_pick 1: tensors without a shared expert
+    const int64_t shape_is = Is_ok ? Is : 16;
+    s13 = make_tensor(in, {{DType::kBF16}, {mul(2, shape_is), H}}, mutate);
+    s2 = make_tensor(in, {{DType::kBF16}, {H, shape_is}}, mutate);
+    fill_tensor(in, s13, [](int64_t i) -> uint8_t { return i % 2 ? 0x3C : i * 29; });
+    fill_tensor(in, s2, [](int64_t i) -> uint8_t { return i % 2 ? 0xBC : i * 31; });
+    pack.shared_w13 = s13.view, pack.shared_w2 = s2.view;
+  }
+  const bool shared_config_ok = Is == 0 || (Is_ok && config.quantize_input && H <= (int64_t{1} << 20));
+
   // The model's verdict on the pack.
   bool layout_ok = !absent;
   bool values_ok = true, ambiguous = false;
@@ -141,13 +160,21 @@ int run(FuzzBytes& in) {
       for (int64_t e = 0; values_ok && e < E; ++e) ambiguous = ambiguous || g13[2 * e] != g13[2 * e + 1];
     }
   }
-  const bool must_accept = config_ok && format_ok && layout_ok && values_ok;
+  if (Is == 0) {
+    layout_ok = layout_ok && !s13.present && !s2.present;
+  } else {
+    layout_ok = layout_ok && s13.layout_ok && s2.layout_ok;
+    for (FuzzTensor* t : {&s13, &s2})
+      for (int64_t i = 0; layout_ok && i < t->numel; ++i)
+        values_ok = values_ok && bf16_finite(reinterpret_cast<const uint16_t*>(t->bytes())[i]);
+  }
+  const bool must_accept = config_ok && shared_config_ok && format_ok && layout_ok && values_ok;
 
   if (std::getenv("MOE_EP_FUZZ_VERBOSE"))
-    std::fprintf(stderr, "case: family %s format %d E %lld H %lld I %lld K %lld T %lld, must_accept %d\n",
+    std::fprintf(stderr, "case: family %s format %d E %lld H %lld I %lld K %lld T %lld Is %lld, must_accept %d\n",
                  family.c_str(), static_cast<int>(format), static_cast<long long>(E),
                  static_cast<long long>(H), static_cast<long long>(I), static_cast<long long>(K),
-                 static_cast<long long>(fleet.max_tokens_per_rank), must_accept);
+                 static_cast<long long>(fleet.max_tokens_per_rank), static_cast<long long>(Is), must_accept);
   bool accepted = false;
   std::string error;
   try {
@@ -165,7 +192,8 @@ int run(FuzzBytes& in) {
   if (!ambiguous && accepted != must_accept)
     finding(std::string("Layer::create ") + (accepted ? "accepted" : "refused") +
             " a pack the model " + (must_accept ? "accepts" : "refuses") + " (config_ok " +
-            std::to_string(config_ok) + ", format_ok " + std::to_string(format_ok) +
+            std::to_string(config_ok) + ", shared_config_ok " + std::to_string(shared_config_ok) +
+            ", format_ok " + std::to_string(format_ok) +
             ", layout_ok " + std::to_string(layout_ok) + ", values_ok " +
             std::to_string(values_ok) + "): " + error);
   return 0;
