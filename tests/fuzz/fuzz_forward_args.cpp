@@ -1,7 +1,7 @@
 // libFuzzer target: Layer::forward argument validation on the CPU (SPEC.md §8).
 //
-// Four layers are built once (mxfp4 / nvfp4, the layer quantizing x or the caller passing a +
-// scales; H = I = 128, E = 4, K = 2, max_tokens_per_rank = 4). The input picks one, a token
+// Four layers are built once (mxfp4 / nvfp4, the layer quantizing x — with a shared expert of
+// Is = 32 — or the caller passing a + scales; H = I = 128, E = 4, K = 2, max_tokens_per_rank = 4). The input picks one, a token
 // count (also above the maximum), and bends every ForwardArgs tensor (fuzz_tensors.h); ids are
 // valid, -1 holes or out-of-range values, caller activations may carry NaN codes and scales.
 // Findings, besides sanitizer reports: an exception that is not a moe_ep::Error of
@@ -24,7 +24,7 @@
 namespace moe_ep::fuzz {
 namespace {
 
-constexpr int64_t kH = 128, kI = 128, kE = 4, kK = 2, kMaxT = 4;
+constexpr int64_t kH = 128, kI = 128, kE = 4, kK = 2, kMaxT = 4, kIs = 32;
 
 [[noreturn]] void finding(const std::string& what) {
   std::fprintf(stderr, "fuzz_forward_args finding: %s\n", what.c_str());
@@ -35,6 +35,7 @@ struct Fixture {
   std::shared_ptr<Runtime> runtime = Runtime::acquire(Bootstrap{});
   std::vector<uint8_t> w13, w13s, w2, w2s, w13n, w2n;
   std::vector<float> g13, g2;
+  std::vector<uint16_t> shared13, shared2;  // the shared expert of the layers that quantize x
   std::unique_ptr<Layer> layers[4];  // [nvfp4 * 2 + caller_quantized]
   // Probe: x of 3 tokens, fixed routing with a hole; y of its first forward per layer.
   std::vector<uint16_t> probe_x;
@@ -52,6 +53,9 @@ struct Fixture {
     for (size_t i = 0; i < w2s.size(); ++i) w2s[i] = 121 + i % 4;
     for (size_t i = 0; i < w13n.size(); ++i) w13n[i] = 0x30 + i % 9;
     for (size_t i = 0; i < w2n.size(); ++i) w2n[i] = 0x31 + i % 7;
+    shared13.resize(2 * kIs * kH), shared2.resize(kH * kIs);
+    for (size_t i = 0; i < shared13.size(); ++i) shared13[i] = float_to_bf16(std::cos(0.37f * i) * 0.3f);
+    for (size_t i = 0; i < shared2.size(); ++i) shared2[i] = float_to_bf16(std::sin(0.53f * i) * 0.2f);
     probe_x.resize(3 * kH);
     for (size_t i = 0; i < probe_x.size(); ++i) probe_x[i] = float_to_bf16(std::sin(0.1f * i) * 4);
     for (int l = 0; l < 4; ++l) {
@@ -76,6 +80,11 @@ struct Fixture {
       c.top_k = kK;
       c.activation_clamp = 10.0f;
       c.quantize_input = !caller;
+      if (!caller) {
+        c.shared_intermediate_size = kIs;
+        p.shared_w13 = TensorView::contiguous(shared13.data(), DType::kBF16, {2 * kIs, kH});
+        p.shared_w2 = TensorView::contiguous(shared2.data(), DType::kBF16, {kH, kIs});
+      }
       layers[l] = Layer::create(runtime, c, p);
       probe_y[l] = probe(l);
     }
