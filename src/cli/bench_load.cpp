@@ -21,7 +21,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int64_t pack_bytes(const WeightPack& p) {
   int64_t n = 0;
-  for (const TensorView* t : {&p.w13, &p.w13_scale, &p.w13_global, &p.w2, &p.w2_scale, &p.w2_global})
+  for (const TensorView* t : {&p.w13, &p.w13_scale, &p.w13_global, &p.w2, &p.w2_scale, &p.w2_global,
+                              &p.shared_w13, &p.shared_w2})  // a checkpoint layer's shared expert too
     if (t->defined()) n += t->nbytes();
   return n;
 }
