@@ -164,11 +164,9 @@ testing::HostWeights checkpoint_weights(const ProblemSetup& setup) {
     w.w13_global = copy_view<float>(p.w13_global);
     w.w2_global = copy_view<float>(p.w2_global);
   }
-  if (setup.desc.shared_intermediate_size > 0) {
-    w.shared_intermediate_size = layer.shared_intermediate_size;
-    w.shared_w13 = layer.shared_w13;
-    w.shared_w2 = layer.shared_w2;
-  }
+  if (setup.desc.shared_intermediate_size > 0)
+    w.shared = testing::SharedExpertWeights{layer.hidden_size, layer.shared_intermediate_size, layer.shared_w13,
+                                            layer.shared_w2};
   entry->layer.reset();
   return w;
 }

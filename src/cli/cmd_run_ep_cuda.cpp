@@ -64,17 +64,21 @@ struct EpCheck {
   std::string sanity, reference;
 };
 
-// The run's problem: the preset's, plus the shared expert with --shared-expert (its weights in
-// `shared`).
-[[maybe_unused]] ProblemSetup plan_ep_problem(const RunOptions& o, SharedExpertWeights& shared) {
+// The run's problem: the preset's, plus the shared expert with --shared-expert.
+[[maybe_unused]] ProblemSetup plan_ep_problem(const RunOptions& o) {
   // With EPLB the ranks split E = L + redundant experts (checked by run_simulated), not L.
   ProblemSetup s = plan_problem(o.problem, o.tokens, o.eplb_redundant > 0 ? 1 : o.ranks);
   s.world_size = o.ranks;
-  if (o.shared_expert) {
-    s.desc.shared_intermediate_size = s.desc.intermediate_size;
-    shared = synthetic_shared_expert(o.problem.seed, 0, s.desc.fleet.hidden_size, s.desc.intermediate_size);
-  }
+  if (o.shared_expert) s.desc.shared_intermediate_size = s.desc.intermediate_size;
   return s;
+}
+
+// The problem's synthetic weights (all its logical experts), and its shared expert when it has one.
+[[maybe_unused]] testing::HostWeights ep_weights(const ProblemSetup& s, const RunOptions& o) {
+  testing::HostWeights w = generate_weights(s, o.problem.seed);
+  if (s.desc.shared_intermediate_size > 0)
+    w.shared = synthetic_shared_expert(o.problem.seed, 0, s.desc.fleet.hidden_size, s.desc.shared_intermediate_size);
+  return w;
 }
 
 // y of `inputs` (one rank's or the global batch) against the CPU single-rank layer with all the
@@ -140,8 +144,7 @@ struct EpCheck {
 
 int run_simulated(const RunOptions& o) {
   const int R = o.ranks;
-  SharedExpertWeights shared;
-  const ProblemSetup s = plan_ep_problem(o, shared);  // L logical experts
+  const ProblemSetup s = plan_ep_problem(o);  // L logical experts
   MOE_EP_CHECK_CODE(s.device.device.type == DeviceType::kCUDA, ErrorCode::kUnsupported,
                     "--simulate-ranks-on-one-gpu needs --device cuda[:N]; got {}", o.problem.device);
   MOE_EP_CHECK(o.hash_layers == 0 || o.router, "--hash-layers {} needs --router", o.hash_layers);
@@ -159,12 +162,9 @@ int run_simulated(const RunOptions& o) {
   const RouterConfig rc{L, K, s.preset->routed_scaling_factor, o.hash_layers};
   const SyntheticRouting routes = make_synthetic_routing(o.problem.seed, rc, o.router, o.eplb_redundant, 1, inputs);
   const bool routing_stage = o.router || o.eplb_redundant > 0;
-  const testing::HostWeights logical = generate_weights(s, o.problem.seed);
+  const testing::HostWeights logical = ep_weights(s, o);
   const testing::HostWeights physical = gather_slots(logical, routes.placement.physical_to_logical());
-  auto with_shared = [&](const testing::HostWeights& w) {
-    return o.shared_expert ? shared.attach(w.pack()) : w.pack();
-  };
-  const WeightPack all = with_shared(physical);
+  const WeightPack all = physical.pack();
   const int64_t E_loc = E / R, H = s.desc.fleet.hidden_size;
 
   cuda::ep::SimGroupOptions go;
@@ -227,7 +227,7 @@ int run_simulated(const RunOptions& o) {
     global.topk_weights.insert(global.topk_weights.end(), routes.at(0, r).weights.begin(), routes.at(0, r).weights.end());
   }
   EpCheck c;
-  if (o.check) c = check_against_cpu(s, o, with_shared(logical), global, y, rerun_equal);
+  if (o.check) c = check_against_cpu(s, o, logical.pack(), global, y, rerun_equal);
   const bool passed = flags == 0 && rerun_equal && routing_equal && counters_equal && (!o.check || c.passed);
 
   Json j;
@@ -303,10 +303,9 @@ int run_nccl_rank(const RunOptions& o) {
   const int R = o.ranks, r = o.ep_rank;
   MOE_EP_CHECK(r >= 0 && r < R, "--ep-rank {} is outside [0, --ranks {})", r, R);
   MOE_EP_CHECK(!o.ep_rendezvous.empty(), "--ep-rank needs --ep-rendezvous (the unique-id file)");
-  SharedExpertWeights shared;
-  const ProblemSetup s = plan_ep_problem(o, shared);
-  const testing::HostWeights weights = generate_weights(s, o.problem.seed);
-  const WeightPack all = o.shared_expert ? shared.attach(weights.pack()) : weights.pack();
+  const ProblemSetup s = plan_ep_problem(o);
+  const testing::HostWeights weights = ep_weights(s, o);
+  const WeightPack all = weights.pack();
   const testing::HostInputs in = generate_inputs(s, o.problem, o.tokens, r);
   const int64_t E_loc = s.desc.fleet.num_experts / R;
 

@@ -117,20 +117,6 @@ std::vector<int64_t> SyntheticRouting::physical_load(int layer) const {
   return load;
 }
 
-TensorView SharedExpertWeights::w13_view() const {
-  return TensorView::contiguous(const_cast<uint16_t*>(w13.data()), DType::kBF16, {2 * intermediate, hidden});
-}
-
-TensorView SharedExpertWeights::w2_view() const {
-  return TensorView::contiguous(const_cast<uint16_t*>(w2.data()), DType::kBF16, {hidden, intermediate});
-}
-
-WeightPack SharedExpertWeights::attach(WeightPack pack) const {
-  pack.shared_w13 = w13_view();
-  pack.shared_w2 = w2_view();
-  return pack;
-}
-
 testing::HostWeights gather_slots(const testing::HostWeights& all, std::span<const int32_t> ids) {
   testing::HostWeights w;
   w.format = all.format;
@@ -150,9 +136,7 @@ testing::HostWeights gather_slots(const testing::HostWeights& all, std::span<con
   gather(all.w2_scale, w.w2_scale);
   gather(all.w13_global, w.w13_global);
   gather(all.w2_global, w.w2_global);
-  w.shared_intermediate_size = all.shared_intermediate_size;  // one shared expert for every slot set
-  w.shared_w13 = all.shared_w13;
-  w.shared_w2 = all.shared_w2;
+  w.shared = all.shared;  // one shared expert for every slot set
   return w;
 }
 

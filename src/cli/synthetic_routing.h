@@ -27,13 +27,7 @@ std::vector<int32_t> synthetic_hash_table(uint64_t seed, int layer, int64_t K, i
 
 // A shared expert's bf16 weights for layer l: w13 [2I, H] ~ N(0, 4/sqrt(H)) (the clamp acts),
 // w2 [H, I] ~ N(0, 1/sqrt(I)).
-struct SharedExpertWeights {
-  int64_t hidden = 0, intermediate = 0;
-  std::vector<uint16_t> w13, w2;
-  TensorView w13_view() const;  // bf16 [2I, H], host memory (views into this object)
-  TensorView w2_view() const;   // bf16 [H, I]
-  WeightPack attach(WeightPack pack) const;  // `pack` with this as its shared expert
-};
+using testing::SharedExpertWeights;
 SharedExpertWeights synthetic_shared_expert(uint64_t seed, int layer, int64_t H, int64_t I);
 
 // The routing of `moe_ep run --router / --eplb-redundant` over N layers x R ranks (a batch: one

@@ -79,8 +79,10 @@ void check_absent(const TensorView& t, std::string_view name, std::string_view w
 // `one_expert`: the pack of replace_expert_weights (one routed expert, never the shared one).
 void check_weight_layout(const WeightPack& w, const MoeDesc& desc, int64_t num_local,
                          Device layer_device, bool one_expert = false) {
+  // Weights come from host memory or the layer's own device.
+  auto allowed = [&](Device d) { return d.type == DeviceType::kCPU || d == layer_device; };
   const Device dev = w.w13.device;
-  const bool dev_ok = dev.type == DeviceType::kCPU || dev == layer_device;
+  const bool dev_ok = allowed(dev);
   const std::string rule = layer_device.type == DeviceType::kCPU
                                ? std::string("cpu (the layer runs on cpu)")
                                : fmt::format("cpu or {} (the layer's device)", layer_device.str());
@@ -136,12 +138,9 @@ void check_weight_layout(const WeightPack& w, const MoeDesc& desc, int64_t num_l
     check_absent(w.shared_w2, "shared_w2", why);
     return;
   }
-  // The shared expert's tensors may live apart from the routed ones (host or the layer's device).
-  auto on_allowed = [&](const TensorView& t) {
-    return t.device.type == DeviceType::kCPU || t.device == layer_device;
-  };
-  check_tensor(w.shared_w13, "shared_w13", {DType::kBF16}, {{2 * Is, "2Is"}, h}, rule, on_allowed(w.shared_w13));
-  check_tensor(w.shared_w2, "shared_w2", {DType::kBF16}, {h, {Is, "Is"}}, rule, on_allowed(w.shared_w2));
+  // The shared expert's tensors may live apart from the routed ones.
+  check_tensor(w.shared_w13, "shared_w13", {DType::kBF16}, {{2 * Is, "2Is"}, h}, rule, allowed(w.shared_w13.device));
+  check_tensor(w.shared_w2, "shared_w2", {DType::kBF16}, {h, {Is, "Is"}}, rule, allowed(w.shared_w2.device));
 }
 
 bool pack_on_host(const WeightPack& w) { return w.w13.device.type == DeviceType::kCPU; }

@@ -200,11 +200,21 @@ WeightPack HostWeights::pack() const {
       p.w2 = view(w2, DType::kBF16, {E, H, I});
       break;
   }
-  if (const int64_t Is = shared_intermediate_size; Is > 0) {
-    p.shared_w13 = view(shared_w13, DType::kBF16, {2 * Is, H});
-    p.shared_w2 = view(shared_w2, DType::kBF16, {H, Is});
-  }
-  return p;
+  return shared ? shared->attach(p) : p;
+}
+
+TensorView SharedExpertWeights::w13_view() const {
+  return TensorView::contiguous(const_cast<uint16_t*>(w13.data()), DType::kBF16, {2 * intermediate, hidden});
+}
+
+TensorView SharedExpertWeights::w2_view() const {
+  return TensorView::contiguous(const_cast<uint16_t*>(w2.data()), DType::kBF16, {hidden, intermediate});
+}
+
+WeightPack SharedExpertWeights::attach(WeightPack pack) const {
+  pack.shared_w13 = w13_view();
+  pack.shared_w2 = w2_view();
+  return pack;
 }
 
 int64_t HostWeights::nbytes() const {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -31,6 +32,15 @@ struct WeightSpec {
   int num_threads = 0;            // 0: std::thread::hardware_concurrency()
 };
 
+// A shared expert's bf16 weights (MoeDesc::shared_intermediate_size = intermediate), owned.
+struct SharedExpertWeights {
+  int64_t hidden = 0, intermediate = 0;
+  std::vector<uint16_t> w13, w2;  // [2 intermediate, hidden], [hidden, intermediate]
+  TensorView w13_view() const;    // host-memory views into this object
+  TensorView w2_view() const;
+  WeightPack attach(WeightPack pack) const;  // `pack` with this as its shared expert
+};
+
 // Owning host copy of a WeightPack (layouts in include/moe_ep/weights.h).
 //   fp32 weights: W13_e ~ N(0, 1/H) (approximately: sum of four uniforms), W2_e ~ N(0, 1/I),
 //   so gate/up and the expert output have unit-order magnitude for unit-variance x.
@@ -40,8 +50,7 @@ struct HostWeights {
   std::vector<uint8_t> w13, w13_scale, w2, w2_scale;  // packed e2m1 / scale bytes, or bf16 bytes
   std::vector<float> w13_global, w2_global;            // NVFP4 weight_scale_2 (1 / g); gate
                                                        // and up share one (amax of all W13)
-  int64_t shared_intermediate_size = 0;                // Is of a shared expert (0: none)
-  std::vector<uint16_t> shared_w13, shared_w2;         // bf16 [2Is, H], [H, Is]; in pack()
+  std::optional<SharedExpertWeights> shared;           // in pack() when present
 
   WeightPack pack() const;  // views into this object; valid while it lives
   int64_t nbytes() const;   // all weight bytes (what a forward touching every expert reads)
