@@ -57,7 +57,7 @@ note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)  date: $
 if has_step tests; then
   groups=("Sm90Kernels.*:Sm90Fp4*:Sm90WeightLayout*:Recipes/Sm90WeightLayout*:Sm90Plan*:Sm90LayerErrors*"
           "Recipes/Sm90LayerTiny.*/0" "Recipes/Sm90LayerTiny.*/1" "Sm90FlashMxfp4.*" "Sm90FlashNvfp4.*"
-          "Recipes/EpSimOneGpu.*" "EpNcclWorldOfOne.*"
+          "Weights/Sm90Decode.*:Recipes/Sm90DecodeFlash.*" "Recipes/EpSimOneGpu.*" "EpNcclWorldOfOne.*"
           "Sm90SharedExpert*:Recipes/Sm90LayerSharedExpert.*:Sm90Routing*:Sm90LayerChain*"
           "Sm90Config*:Sm90RsCodec*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.*:Kernels/Sm90WgmmaFlashLayer.*")
   # MOE_EP_DEVICE_TEST_GROUPS="g1;g2": only these gtest filters.
@@ -159,8 +159,10 @@ fi
 # 5. moe_ep bench on the GPU (graph replays), FP8 floor at $RATE TFLOP/s.
 if has_step bench; then
   for backend in mxfp4 nvfp4; do
+    variants=auto
+    [[ $backend == nvfp4 ]] && variants=mma,decode  # nvfp4's decode kernels: by override until measured
     run_limited 200 "$CLI" bench --device cuda --preset deepseek-v4-flash --backend "$backend" \
-      --tokens "$TOKENS" --compute-tflops "$RATE" --csv "$WORK/bench_$backend.csv" \
+      --tokens "$TOKENS" --variants "$variants" --compute-tflops "$RATE" --csv "$WORK/bench_$backend.csv" \
       > "$WORK/bench_$backend.log" 2>&1
     note "bench $backend: rc=$? ($(elapsed) s)"
   done

@@ -14,7 +14,7 @@
 namespace moe_ep::cuda {
 
 // The GEMM kernels one T bucket runs (both GEMMs of a forward use the same family).
-enum class Sm90Gemm { kDecode, kMma, kWgmma, kWgmmaBf16, kNvfp4Mma };
+enum class Sm90Gemm { kDecode, kMma, kWgmma, kWgmmaBf16, kNvfp4Mma, kNvfp4Decode };
 const char* sm90_gemm_name(Sm90Gemm gemm);
 
 // Auto: decode kernels up to this many tokens, where experts hold a few rows each and the
@@ -28,7 +28,7 @@ inline constexpr int64_t kWgmmaMinTokens = 256;
 struct Sm90Facts {
   int sm_count = 0;
   bool w13_folded = false, w2_folded = false;  // mxfp4 weights folded into the FP8 window
-  std::string decode_unavailable;  // why the decode kernels cannot run ("" when they can)
+  std::string decode_unavailable;  // why the decode kernels (of the recipe) cannot run ("" when they can)
   int decode_blocks_per_sm[2] = {0, 0};
   int mma_blocks_per_sm[2] = {0, 0};    // mma.sync (mxfp4) or f16 mma.sync (nvfp4) GEMMs
   int wgmma_blocks_per_sm[2] = {0, 0};  // of the selected tile; 0 when not configured

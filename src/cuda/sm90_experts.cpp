@@ -36,7 +36,8 @@ HostCopy copy_to_host(const TensorView& t) {
   return c;
 }
 
-// The decode GEMMs need n a multiple of kDecodeBlockN and 16 rows of A in shared memory.
+// The decode GEMMs (of the layer's recipe) need n a multiple of kDecodeBlockN and 16 rows of A
+// in shared memory.
 void probe_decode(const LayerShape& shape, Sm90Facts& f) {
   if (shape.hidden % kDecodeBlockN != 0 || (2 * shape.intermediate) % kDecodeBlockN != 0) {
     f.decode_unavailable = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of {}",
@@ -45,12 +46,15 @@ void probe_decode(const LayerShape& shape, Sm90Facts& f) {
   }
   // Too much shared memory (16 x H bytes of A) is refused by the attribute call: the decode
   // kernels are then unavailable, not an error (the failed call is not sticky).
-  const bool ok =
-      configure_sm90_mxfp4_decode_gemm1(static_cast<int>(shape.hidden), &f.decode_blocks_per_sm[0]) == cudaSuccess &&
-      configure_sm90_mxfp4_decode_gemm2(static_cast<int>(shape.intermediate), &f.decode_blocks_per_sm[1]) == cudaSuccess;
+  const bool mxfp4 = shape.recipe == Recipe::kMxfp4;
+  const auto gemm1 = mxfp4 ? &configure_sm90_mxfp4_decode_gemm1 : &configure_sm90_nvfp4_decode_gemm1;
+  const auto gemm2 = mxfp4 ? &configure_sm90_mxfp4_decode_gemm2 : &configure_sm90_nvfp4_decode_gemm2;
+  const bool ok = gemm1(static_cast<int>(shape.hidden), &f.decode_blocks_per_sm[0]) == cudaSuccess &&
+                  gemm2(static_cast<int>(shape.intermediate), &f.decode_blocks_per_sm[1]) == cudaSuccess;
   if (!ok) (void)cudaGetLastError();
   if (!ok || f.decode_blocks_per_sm[0] < 1 || f.decode_blocks_per_sm[1] < 1)
-    f.decode_unavailable = fmt::format("16 rows of A (16 x {} bytes) do not fit in shared memory", shape.hidden);
+    f.decode_unavailable = fmt::format("16 rows of A (16 x {} bytes) do not fit in shared memory",
+                                       mxfp4 ? shape.hidden : shape.hidden / 2);
 }
 
 }  // namespace
@@ -135,8 +139,8 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
     facts.w13_folded = kw.w13.folded;
     facts.w2_folded = kw.w2.folded;
   }
+  probe_decode(shape, facts);
   if (mxfp4) {
-    probe_decode(shape, facts);
     if (facts.w13_folded && facts.w2_folded) {
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm1(config_.wgmma_tile, &facts.wgmma_blocks_per_sm[0]));
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm2(config_.wgmma_tile, &facts.wgmma_blocks_per_sm[1]));

@@ -108,6 +108,9 @@ GemmFamily gemm_family(const Sm90Config& c, Sm90Gemm gemm) {
     case Sm90Gemm::kMma:
       return {&launch_sm90_mxfp4_grouped_gemm1, &launch_sm90_mxfp4_grouped_gemm2, kGemmBlockN, true,
               f.mma_blocks_per_sm};
+    case Sm90Gemm::kNvfp4Decode:
+      return {&launch_sm90_nvfp4_decode_gemm1, &launch_sm90_nvfp4_decode_gemm2, kDecodeBlockN, false,
+              f.decode_blocks_per_sm};
     case Sm90Gemm::kNvfp4Mma:
       return {&launch_sm90_nvfp4_grouped_gemm1, &launch_sm90_nvfp4_grouped_gemm2, kGemmBlockN, true,
               f.mma_blocks_per_sm};

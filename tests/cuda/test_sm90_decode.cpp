@@ -1,8 +1,10 @@
-// The decode (small-batch) mxfp4 GEMMs, forced with KernelOverrides::gemm = decode: against the CPU
-// layer and bit for bit against the 64 x 128 mma.sync kernels (same products, same per-k32
-// fp32 promotion), on routings that exercise the 16-row tiles: one row per expert, experts
-// with 16, 17 and hundreds of rows (many tiles of one expert), holes, tokens without slots,
-// folded weights and E8M0 block scales; then the flash shape at decode sizes.
+// The decode (small-batch) GEMMs of both families, forced with KernelOverrides::gemm = decode:
+// against the CPU layer and bit for bit against the 64 x 128 mma.sync kernels of the recipe (the
+// same products, the same k order, and for mxfp4 the same per-k32 fp32 promotion), on routings
+// that exercise the 16-row tiles: one row per expert, experts with 16, 17 and hundreds of rows
+// (many tiles of one expert), holes, tokens without slots; mxfp4 with folded weights and with
+// E8M0 block scales, nvfp4 with its e4m3 block and global scales; then the flash shape at
+// decode sizes.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -59,17 +61,24 @@ void check(const Problem& p, const WeightSet& w, const Inputs& in, const std::st
              err, same_cpu / n, same_mma / n);
 }
 
-class Sm90Decode : public ::testing::TestWithParam<bool> {  // param: weights folded
+struct DecodeCase {
+  const char* family;
+  bool folded;  // mxfp4 only
+  const char* name;
+};
+
+class Sm90Decode : public ::testing::TestWithParam<DecodeCase> {
  protected:
   void SetUp() override { MOE_EP_REQUIRE_CUDA(); }
 };
 
 TEST_P(Sm90Decode, TinyMatchesCpuAndTheMmaKernels) {
-  const std::string kind = GetParam() ? "folded" : "E8M0";
-  Problem p = testsupport::tiny_problem("mxfp4");
-  if (!GetParam()) p.overrides.fold_fp8 = false;
+  const DecodeCase& dc = GetParam();
+  const std::string kind = dc.name;
+  Problem p = testsupport::tiny_problem(dc.family);
+  if (!dc.folded) p.overrides.fold_fp8 = false;
   p.max_tokens = 400;
-  const WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 31);
+  const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 31);
   for (int64_t T : {0, 1, 2, 7, 64, 128, 400})
     check(p, w, testsupport::random_inputs(p, T, 500 + T, {.skip_fraction = 0.1}), kind + " random, 10% holes");
   // Experts 2, 3, 4 get exactly 16, 17 and 8 rows (one full tile, a full and a one-row tile, a
@@ -90,15 +99,23 @@ TEST_P(Sm90Decode, TinyMatchesCpuAndTheMmaKernels) {
   check(p, w, holes, kind + " 50% holes, int32 ids");
 }
 
-INSTANTIATE_TEST_SUITE_P(Weights, Sm90Decode, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "Folded" : "BlockScales"; });
+INSTANTIATE_TEST_SUITE_P(Weights, Sm90Decode,
+                         ::testing::Values(DecodeCase{"mxfp4", true, "Folded"},
+                                           DecodeCase{"mxfp4", false, "BlockScales"},
+                                           DecodeCase{"nvfp4", true, "Nvfp4"}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
-// deepseek-v4-flash (H = 4096, I = 2048, E = 256, K = 6) at decode sizes, default (folded) weights.
-TEST(Sm90DecodeFlash, MatchesCpuAndTheMmaKernels) {
-  MOE_EP_REQUIRE_CUDA();
+// deepseek-v4-flash (H = 4096, I = 2048, E = 256, K = 6) at decode sizes, each family's native
+// weights (mxfp4 folded by default).
+class Sm90DecodeFlash : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { MOE_EP_REQUIRE_CUDA(); }
+};
+
+TEST_P(Sm90DecodeFlash, MatchesCpuAndTheMmaKernels) {
   const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
-  const Problem p = preset_problem("deepseek-v4-flash", "mxfp4", 256);
-  const testing::HostWeights weights = preset_weights(p, WeightFormat::kMXFP4, 2028);
+  const Problem p = preset_problem("deepseek-v4-flash", GetParam(), 256);
+  const testing::HostWeights weights = preset_weights(p, p.traits().native_format, 2028);
   for (int64_t T : {1, 5, 64, 256}) {
     const testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, 0.05, preset.routed_scaling_factor,
                                 static_cast<uint64_t>(1100 + T), 0};
@@ -111,11 +128,13 @@ TEST(Sm90DecodeFlash, MatchesCpuAndTheMmaKernels) {
     for (size_t i = 0; i < o.decode.size(); ++i) same_mma += o.decode[i] == o.mma[i];
     EXPECT_LE(err, same_recipe_tolerance(p.recipe)) << "T=" << T << ": " << p.str();
     EXPECT_EQ(same_mma, static_cast<int64_t>(o.decode.size())) << "T=" << T << ": decode and mma.sync kernels differ";
-    fmt::print("[ decode  ] flash random T={:<5} rows checked={:<3} rel_err={:.3e} bitwise-equal mma {:.4f}\n", T,
-               static_cast<int64_t>(rows.empty() ? T : rows.size()), err,
+    fmt::print("[ decode  ] flash {} random T={:<5} rows checked={:<3} rel_err={:.3e} bitwise-equal mma {:.4f}\n",
+               GetParam(), T, static_cast<int64_t>(rows.empty() ? T : rows.size()), err,
                o.decode.empty() ? 1.0 : static_cast<double>(same_mma) / o.decode.size());
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Recipes, Sm90DecodeFlash, ::testing::Values("mxfp4", "nvfp4"));
 
 }  // namespace
 }  // namespace moe_ep::cudatest

@@ -2,6 +2,7 @@
 // kernel weight layout, the GEMM 1 gate/up interleave and the workspace plan. They need no GPU.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
 
@@ -41,6 +42,22 @@ TEST(Sm90Fp4Codec, StandardOrderDecodeIsExhaustivelyExact) {
     const uint32_t e4 = decode_fp4x4_standard(x);
     for (int i = 0; i < 4; ++i)
       ASSERT_EQ((e4 >> (8 * i)) & 0xFF, e4m3_of_code((x >> (4 * i)) & 0xF)) << "x=" << x << " i=" << i;
+  }
+}
+
+TEST(Sm90Fp4Codec, StandardOrderWordDecodeIsExhaustivelyExactInBothHalves) {
+  std::mt19937 rng(11);
+  for (uint32_t x = 0; x < 65536; ++x) {
+    const uint32_t other = rng() & 0xFFFFu;
+    for (const bool high : {false, true}) {
+      const uint32_t w = high ? (x << 16) | other : x | (other << 16);
+      uint32_t lo_e4m3, hi_e4m3;
+      decode_fp4x8_standard(w, lo_e4m3, hi_e4m3);
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t got = ((i < 4 ? lo_e4m3 : hi_e4m3) >> (8 * (i % 4))) & 0xFF;
+        ASSERT_EQ(got, e4m3_of_code((w >> (4 * i)) & 0xF)) << "w=" << w << " element " << i;
+      }
+    }
   }
 }
 
@@ -178,6 +195,62 @@ TEST_P(Sm90WeightLayoutRoundTrip, KernelLayoutReadsBackEveryElementAndScale) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, Sm90WeightLayoutRoundTrip, ::testing::Values("mxfp4", "nvfp4"));
+
+// The nvfp4 decode kernel's operands (sm90_nvfp4_decode_mainloop.cuh), assembled here as the
+// kernel assembles them: lane (g, t)'s A fragment (weights, feature g) from the micro-tile word
+// kb through decode_fp4_word, its B fragment (activations, token g) from nvfp4_lane_word through
+// decode_fp4x8_standard, byte 2p + i of k16 block j = 2kb + sub for k pair p. m16n8k16 multiplies
+// A and B at the same (t, p, i), so the sum over them must be the exact dot product of the
+// weight row and the activation row: each side must put the same k at the same place.
+TEST(Sm90Nvfp4DecodeOperands, LanesPairTheSameKOfWeightsAndActivations) {
+  testsupport::Problem p = testsupport::tiny_problem("nvfp4");
+  p.num_experts = 2;
+  const testsupport::WeightSet ws = testsupport::random_weights(p, WeightFormat::kNVFP4, 21);
+  const HostExpertWeights w = prepare_host_weights(p.recipe, ws.pack(), {p.num_experts, p.hidden, p.intermediate});
+  const KernelWeights kw = make_kernel_weights(w);
+  const KernelWeightTensor& t13 = kw.w13;  // n = 2I, k = H
+  const int64_t K = t13.k, steps = K / kGemmBlockK;
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 4; ++trial) {
+    std::vector<uint8_t> x(static_cast<size_t>(K / 2)), xs(static_cast<size_t>(K / 16));
+    for (uint8_t& b : x) b = static_cast<uint8_t>(rng());
+    for (uint8_t& b : xs) b = static_cast<uint8_t>(8 + rng() % 100);  // finite e4m3 scales
+    for (int64_t e = 0; e < p.num_experts; ++e)
+      for (int64_t n = 0; n < t13.n; n += 7) {
+        double want = 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+          const KernelWeightElement we = read_kernel_weight(t13, WeightFormat::kNVFP4, e, n, k);
+          want += static_cast<double>(e2m1_to_float(we.code)) * e4m3_to_float(we.scale) *
+                  e2m1_to_float(unpack_e2m1(x[static_cast<size_t>(k / 2)], k)) * e4m3_to_float(xs[static_cast<size_t>(k / 16)]);
+        }
+        const int64_t g = n % 8, n8 = e * (t13.n / 8) + n / 8;
+        double got = 0.0;
+        for (int64_t s = 0; s < steps; ++s) {
+          uint32_t step_words[16];
+          std::memcpy(step_words, x.data() + s * 64, 64);
+          for (int tq = 0; tq < 4; ++tq) {
+            const int lane = static_cast<int>(4 * g + tq);
+            for (int kb = 0; kb < 4; ++kb) {
+              uint32_t word;
+              std::memcpy(&word, t13.tiles.data() + (n8 * steps + s) * kWeightMicroTileBytes + lane * 16 + kb * 4, 4);
+              uint32_t w_e4[2], x_e4[2];
+              decode_fp4_word(word, w_e4[0], w_e4[1]);
+              decode_fp4x8_standard(nvfp4_lane_word(step_words, tq, kb), x_e4[0], x_e4[1]);
+              for (int sub = 0; sub < 2; ++sub) {
+                const int j = 2 * kb + sub;
+                const double sw = e4m3_to_float(t13.scales[static_cast<size_t>(((e * steps + s) * t13.n + n) * 8 + j)]);
+                const double sx = e4m3_to_float(xs[static_cast<size_t>(s * 8 + j)]);
+                for (int byte = 0; byte < 4; ++byte)  // pair byte / 2, element byte % 2
+                  got += e4m3_to_float(static_cast<uint8_t>(w_e4[sub] >> (8 * byte))) * sw *
+                         e4m3_to_float(static_cast<uint8_t>(x_e4[sub] >> (8 * byte))) * sx;
+              }
+            }
+          }
+        }
+        ASSERT_EQ(got, want) << "trial " << trial << " expert " << e << " row " << n;
+      }
+  }
+}
 
 TEST(Sm90Plan, WorkspaceRegionsAreAlignedDisjointAndSizedByTheFormula) {
   for (bool nvfp4 : {false, true}) {

@@ -516,7 +516,14 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_TRUE(bf16.uses_bf16_activations());
   const Sm90Config nv = selected(flash_desc(Recipe::kNvfp4), {});
   ASSERT_EQ(nv.buckets.size(), 1u);
-  EXPECT_EQ(nv.bucket(1).gemm, G::kNvfp4Mma);
+  EXPECT_EQ(nv.bucket(1).gemm, G::kNvfp4Mma);  // auto: the nvfp4 decode kernels by override only
+  KernelOverrides nv_decode;
+  nv_decode.gemm = GemmKernel::kDecode;
+  const Sm90Config nvd = selected(flash_desc(Recipe::kNvfp4), nv_decode);
+  ASSERT_EQ(nvd.buckets.size(), 1u);
+  EXPECT_EQ(nvd.bucket(1).gemm, G::kNvfp4Decode);
+  EXPECT_EQ(nvd.bucket(8192).block_m, kDecodeBlockM);
+  EXPECT_STREQ(sm90_gemm_name(G::kNvfp4Decode), "nvfp4-decode");
 
   KernelOverrides tile;
   tile.tile = {128, 128};
@@ -544,8 +551,13 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   Sm90Facts no_decode = all_available();
   no_decode.decode_unavailable = "16 rows of A do not fit";
   expect_refused([&] { selected(d, decode, no_decode); }, ErrorCode::kUnsupported, "16 rows of A do not fit");
-  expect_refused([&] { select_sm90_load_config(flash_desc(Recipe::kNvfp4), decode); }, ErrorCode::kUnsupported,
-                 "allowed: auto, mma");
+  // nvfp4 has its own decode kernels (by override); they too can be unavailable.
+  expect_refused([&] { selected(flash_desc(Recipe::kNvfp4), decode, no_decode); }, ErrorCode::kUnsupported,
+                 "the nvfp4 decode GEMMs cannot run this layer: 16 rows of A do not fit");
+  KernelOverrides nv_wgmma;
+  nv_wgmma.gemm = GemmKernel::kWgmma;
+  expect_refused([&] { select_sm90_load_config(flash_desc(Recipe::kNvfp4), nv_wgmma); }, ErrorCode::kUnsupported,
+                 "allowed: auto, decode, mma");
   KernelOverrides tile;
   tile.tile = {96, 96};
   expect_refused([&] { select_sm90_load_config(d, tile); }, ErrorCode::kUnsupported, "allowed: 64x256, 128x128");
@@ -562,7 +574,7 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   expect_refused([&] { select_sm90_load_config(d, bf16_no_fold); }, ErrorCode::kUnsupported,
                  "overrides.gemm = wgmma-bf16 needs folded weights");
   expect_refused([&] { select_sm90_load_config(flash_desc(Recipe::kNvfp4), bf16); }, ErrorCode::kUnsupported,
-                 "allowed: auto, mma");
+                 "allowed: auto, decode, mma");
   Sm90Facts no_fit = all_available();
   no_fit.wgmma_bf16_blocks_per_sm[1] = 0;
   expect_refused([&] { selected(d, bf16, no_fit); }, ErrorCode::kUnsupported, "do not fit on this device");

@@ -159,5 +159,11 @@ cudaError_t configure_sm90_mxfp4_decode_gemm1(int k, int* blocks_per_sm);
 cudaError_t configure_sm90_mxfp4_decode_gemm2(int k, int* blocks_per_sm);
 cudaError_t launch_sm90_mxfp4_decode_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
 cudaError_t launch_sm90_mxfp4_decode_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
+// The nvfp4 decode GEMMs (sm90_nvfp4_decode_mainloop.cuh): the same blocks and launch rule, f16
+// mma.sync on NVFP4 operands decoded in registers; outputs those of the nvfp4 kernels above.
+cudaError_t configure_sm90_nvfp4_decode_gemm1(int k, int* blocks_per_sm);
+cudaError_t configure_sm90_nvfp4_decode_gemm2(int k, int* blocks_per_sm);
+cudaError_t launch_sm90_nvfp4_decode_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
+cudaError_t launch_sm90_nvfp4_decode_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
 
 }  // namespace moe_ep::cuda

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 
+#include "cuda/kernels/sm90_decode_tile.cuh"
 #include "cuda/kernels/sm90_grouped_gemm.h"
 #include "cuda/kernels/sm90_mxfp4_mainloop.cuh"
 #include "cuda/ptx/cp_async.cuh"
@@ -42,9 +43,6 @@
 #include "cuda/tile/quant_device.cuh"
 
 namespace moe_ep::cuda {
-
-inline constexpr int kDecodeWarps = kDecodeThreads / 32;
-static_assert(kDecodeBlockN == 16 * kDecodeWarps && kDecodeBlockM == 16, "16 weight rows per warp, two n8 halves");
 
 inline constexpr int kAChunkSteps = 4;                                // k steps per A chunk
 inline constexpr int kAChunkRowBytes = kAChunkSteps * kGemmBlockK;    // 512
@@ -59,14 +57,6 @@ constexpr int decode_shared_bytes(int k) { return decode_epilogue_offset(k) + kD
 struct DecodeTables {
   uint2 entry[16];
 };
-
-struct DecodeTile {
-  int expert, row_begin, num_rows, n_chunk;
-};
-
-// Accumulators of one thread: acc[h][c] = C fragment c of n8 half h (tokens 8h + 2t + {0,1},
-// features 16w + g (c = 0, 1) and 16w + 8 + g (c = 2, 3)).
-using DecodeAccumulators = float[2][4];
 
 // The copies of the tile's A rows into the ring: thread i copies 16-byte column i % 32 of rows
 // i / 32 and i / 32 + 8 (the second only for tiles of more than 8 rows) of every chunk. The
@@ -265,16 +255,5 @@ struct Mxfp4DecodeMainloop {
     }
   }
 };
-
-__device__ __forceinline__ bool decode_tile(const GroupedGemmSchedule& s, int n, DecodeTile& t) {
-  const int n_chunks = n / kDecodeBlockN;
-  const int m_tile = blockIdx.x / n_chunks;
-  if (m_tile >= *s.num_m_tiles) return false;
-  t.n_chunk = blockIdx.x % n_chunks;
-  t.expert = s.tile_expert[m_tile];
-  t.row_begin = s.tile_row_begin[m_tile];
-  t.num_rows = min(kDecodeBlockM, s.expert_offsets[t.expert + 1] - t.row_begin);
-  return true;
-}
 
 }  // namespace moe_ep::cuda

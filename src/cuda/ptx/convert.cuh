@@ -13,7 +13,8 @@
 namespace moe_ep::cuda::ptx {
 
 // prmt.b32 (default mode): byte i of the result is byte (selector nibble i & 7) of {hi:lo};
-// selector bit 3 of a nibble replicates that byte's sign bit instead. Callers here keep it 0.
+// selector bit 3 of a nibble replicates that byte's sign bit instead (decode_fp4x8_standard
+// spreads sign bits with it).
 MOE_EP_HD uint32_t prmt(uint32_t lo, uint32_t hi, uint32_t selector) {
 #if defined(__CUDA_ARCH__)
   uint32_t r;
@@ -78,6 +79,31 @@ __device__ __forceinline__ void cvt_f16x2x2_from_e4m3x4(uint32_t v, uint32_t& lo
   asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
       : "=r"(lo), "=r"(hi)
       : "r"(v));
+}
+
+// Two e4m3 (bytes 0, 1 of v when kHigh is false, bytes 2, 3 when true) -> f16x2, exact.
+template <bool kHigh>
+__device__ __forceinline__ uint32_t cvt_f16x2_from_e4m3x2_of(uint32_t v) {
+  uint32_t r;
+  if constexpr (kHigh)
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(r) : "r"(v));
+  else
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(r) : "r"(v));
+  return r;
+}
+
+// a * {s.lo, s.lo} (kHigh false) or a * {s.hi, s.hi} (f16x2, round to nearest even). The
+// broadcast is an operand swizzle of HMUL2, not an instruction.
+template <bool kHigh>
+__device__ __forceinline__ uint32_t hmul2_f16_by_half(uint32_t a, uint32_t s) {
+  uint32_t r;
+  if constexpr (kHigh)
+    asm("{\n .reg .b16 l, h;\n .reg .b32 d;\n mov.b32 {l, h}, %2;\n mov.b32 d, {h, h};\n mul.rn.f16x2 %0, %1, d;\n}\n"
+        : "=r"(r) : "r"(a), "r"(s));
+  else
+    asm("{\n .reg .b16 l, h;\n .reg .b32 d;\n mov.b32 {l, h}, %2;\n mov.b32 d, {l, l};\n mul.rn.f16x2 %0, %1, d;\n}\n"
+        : "=r"(r) : "r"(a), "r"(s));
+  return r;
 }
 
 __device__ __forceinline__ uint32_t hmul2_f16(uint32_t a, uint32_t b) {

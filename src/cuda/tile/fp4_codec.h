@@ -82,4 +82,22 @@ MOE_EP_HD uint32_t decode_fp4x4_standard(uint32_t x16) {
   return mag | sign;
 }
 
+// Eight codes in standard order (nibble i = element i) -> e4m3 bytes of elements 0..3 (lo) and
+// 4..7 (hi). The sign of an odd element is the sign bit of a byte of w, that of an even element
+// the sign bit of a byte of w << 4; prmt's sign-replicating selectors (bit 3 of a selector
+// nibble) spread them: 9 instructions for 8 values.
+MOE_EP_HD void decode_fp4x8_standard(uint32_t w, uint32_t& lo_e4m3, uint32_t& hi_e4m3) {
+  const uint32_t mag = w & 0x77777777u, w4 = w << 4;
+  lo_e4m3 = ptx::prmt(kE2M1ToE4M3Lo, kE2M1ToE4M3Hi, mag) | (ptx::prmt(w4, w, 0xD9C8u) & 0x80808080u);
+  hi_e4m3 = ptx::prmt(kE2M1ToE4M3Lo, kE2M1ToE4M3Hi, mag >> 16) | (ptx::prmt(w4, w, 0xFBEAu) & 0x80808080u);
+}
+
+// NVFP4 activations in the nvfp4 decode kernel's lane order. Of the 16 words of one row's
+// 128-wide k step (packed e2m1 in standard order: 16-bit unit 4j + t = elements 4t..4t+3 of k16
+// block j), lane t's word i holds unit t of block 2i in its low half and of block 2i + 1 in its
+// high half (decode_fp4x8_standard -> the e4m3 bytes of both blocks).
+MOE_EP_HD uint32_t nvfp4_lane_word(const uint32_t (&step)[16], int t, int i) {
+  return ptx::prmt(step[4 * i + t / 2], step[4 * i + 2 + t / 2], t % 2 ? 0x7632u : 0x5410u);
+}
+
 }  // namespace moe_ep::cuda

@@ -1,0 +1,59 @@
+// nvfp4 decode grouped GEMMs (sm90_nvfp4_decode_mainloop.cuh): GEMM 1 with the clamped SwiGLU
+// and fp32 h (quantized to NVFP4 by the pass after it), GEMM 2 with the bf16 store. One block
+// per (16-row m tile, 128 weight rows); blocks past the routing's m-tile count return at once.
+#include "cuda/kernels/sm90_decode_epilogues.cuh"
+#include "cuda/kernels/sm90_kernel_config.cuh"
+#include "cuda/kernels/sm90_nvfp4_decode_mainloop.cuh"
+#include "cuda/ptx/griddep.cuh"
+
+namespace moe_ep::cuda {
+namespace {
+
+// Three blocks of 8 warps per SM (<= 80 registers; shared memory is the tile's A and scales,
+// 16 x (K/2 + K/16) bytes plus padding).
+template <class Epilogue, class Params>
+__global__ void __launch_bounds__(kDecodeThreads, 3) sm90_nvfp4_decode_kernel(const __grid_constant__ Params p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  // The schedule, A and (GEMM 2) the rows written by the pass before. No early launch of the
+  // next grid (see sm90_mxfp4_decode_gemm.cu).
+  ptx::grid_dependency_wait();
+  DecodeTile t;
+  if (!decode_tile(p.schedule, p.op.n, t)) return;
+  DecodeAccumulators acc;
+  Nvfp4DecodeMainloop::run(p.op, t, smem, acc);
+  Epilogue::apply(p.epilogue, p.op, t, acc, nullptr);
+}
+
+template <class Epilogue, class Params>
+cudaError_t configure_decode(int k, int* blocks_per_sm) {
+  return configure_persistent_kernel(sm90_nvfp4_decode_kernel<Epilogue, Params>, kDecodeThreads,
+                                     nvfp4_decode_shared_bytes(k), blocks_per_sm);
+}
+
+template <class Epilogue, class Params>
+cudaError_t launch_decode(const Params& p, int m_tile_bound, cudaStream_t stream) {
+  const int blocks = m_tile_bound * (p.op.n / kDecodeBlockN);
+  if (blocks <= 0) return cudaSuccess;
+  return launch_dependent(sm90_nvfp4_decode_kernel<Epilogue, Params>, blocks, kDecodeThreads,
+                          nvfp4_decode_shared_bytes(p.op.k), stream, p);
+}
+
+}  // namespace
+
+cudaError_t configure_sm90_nvfp4_decode_gemm1(int k, int* blocks_per_sm) {
+  return configure_decode<DecodeSwigluF32, Gemm1Params>(k, blocks_per_sm);
+}
+
+cudaError_t configure_sm90_nvfp4_decode_gemm2(int k, int* blocks_per_sm) {
+  return configure_decode<DecodeStoreBf16<true>, Gemm2Params>(k, blocks_per_sm);
+}
+
+cudaError_t launch_sm90_nvfp4_decode_gemm1(const Gemm1Params& p, int m_tile_bound, cudaStream_t stream) {
+  return launch_decode<DecodeSwigluF32>(p, m_tile_bound, stream);
+}
+
+cudaError_t launch_sm90_nvfp4_decode_gemm2(const Gemm2Params& p, int m_tile_bound, cudaStream_t stream) {
+  return launch_decode<DecodeStoreBf16<true>>(p, m_tile_bound, stream);
+}
+
+}  // namespace moe_ep::cuda
