@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/ptx/griddep.cuh"
 #include "cuda/tile/quant_device.cuh"
 
 namespace moe_ep::cuda {
@@ -47,7 +48,11 @@ __device__ __forceinline__ float block_amax(const float (&v)[16]) {
 }
 
 // One block per row: pass 1 finds the row amax, pass 2 quantizes each 16-element block.
+// Launched as a programmatic dependent (ptx/griddep.cuh): it waits for the kernel before it (the
+// input, the row count) and lets the next one launch at once (that one waits in turn).
 __global__ void __launch_bounds__(kThreads) sm90_nvfp4_quantize_kernel(const __grid_constant__ Nvfp4QuantizeParams p) {
+  ptx::grid_dependency_wait();
+  ptx::launch_dependents();
   const int64_t row = blockIdx.x;
   if (p.num_rows != nullptr && row >= *p.num_rows) return;
   const int64_t num_blocks = p.cols / 16;
@@ -93,8 +98,7 @@ __global__ void __launch_bounds__(kThreads) sm90_nvfp4_quantize_kernel(const __g
 
 cudaError_t launch_sm90_nvfp4_quantize(const Nvfp4QuantizeParams& p, cudaStream_t stream) {
   if (p.max_rows == 0) return cudaSuccess;
-  sm90_nvfp4_quantize_kernel<<<p.max_rows, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_dependent(sm90_nvfp4_quantize_kernel, p.max_rows, kThreads, 0, stream, p);
 }
 
 }  // namespace moe_ep::cuda
