@@ -3,7 +3,10 @@
 // rows (the n side, two n8 halves). Block b = m_tile * (N / kDecodeBlockN) + n chunk.
 #pragma once
 
+#include <cstdint>
+
 #include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/ptx/ld_global.cuh"
 
 namespace moe_ep::cuda {
 
@@ -28,5 +31,54 @@ __device__ __forceinline__ bool decode_tile(const GroupedGemmSchedule& s, int n,
   t.num_rows = min(kDecodeBlockM, s.expert_offsets[t.expert + 1] - t.row_begin);
   return true;
 }
+
+// One warp's weights, streamed from global memory into a ring of kPrefetch k steps in registers
+// (read once, L1 bypassed): its two micro-tiles 2w, 2w + 1 of the block's n chunk (features
+// 16w + g and 16w + 8 + g, lane 4g + t's 16 bytes of each) and the scale word of those two rows
+// per k step (ScaleWord: uint32_t = 4 bytes, mxfp4; uint2 = 8 bytes, nvfp4; the [E][K/128][N][bytes]
+// layout of sm90_grouped_gemm.h). Slot s holds k step ks with ks % kPrefetch = s: the caller
+// consumes a slot, refills it with fetch(slot) (the next k step in order) and calls advance()
+// after every round of kPrefetch slots, so nothing is copied between registers.
+template <class ScaleWord, int kPrefetch>
+struct DecodeWeightStream {
+  static constexpr int kScaleBytes = sizeof(ScaleWord);
+  const uint8_t* w_ptr[2];  // micro-tile j at the round's first k step
+  const uint8_t* s_ptr;     // row g's scale word at the next k step to fetch (row g + 8: 8 words on)
+  int64_t s_step;
+  uint4 w[kPrefetch][2];
+  ScaleWord s[kPrefetch][2];
+
+  // Fetches k steps 0 .. kPrefetch - 1 (those below k_steps).
+  __device__ __forceinline__ DecodeWeightStream(const GroupedGemmOperands& op, const DecodeTile& t, int k_steps) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    const int64_t n8 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_chunk * (kDecodeBlockN / 8) + 2 * warp;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) w_ptr[j] = op.w + (n8 + j) * k_steps * kWeightMicroTileBytes + lane * 16;
+    s_ptr = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n +
+                          static_cast<int64_t>(t.n_chunk) * kDecodeBlockN + 16 * warp + g) * kScaleBytes;
+    s_step = static_cast<int64_t>(op.n) * kScaleBytes;
+#pragma unroll
+    for (int slot = 0; slot < kPrefetch; ++slot)
+      if (slot < k_steps) fetch(slot);
+    advance();
+  }
+
+  __device__ __forceinline__ void fetch(int slot) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      w[slot][j] = ptx::ld_stream_v4(w_ptr[j] + slot * kWeightMicroTileBytes);
+      if constexpr (kScaleBytes == 4)
+        s[slot][j] = ptx::ld_stream_u32(s_ptr + 8 * kScaleBytes * j);
+      else
+        s[slot][j] = ptx::ld_stream_v2(s_ptr + 8 * kScaleBytes * j);
+    }
+    s_ptr += s_step;
+  }
+
+  __device__ __forceinline__ void advance() {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) w_ptr[j] += kPrefetch * kWeightMicroTileBytes;
+  }
+};
 
 }  // namespace moe_ep::cuda

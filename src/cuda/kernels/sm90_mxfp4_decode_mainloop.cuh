@@ -132,33 +132,8 @@ struct Mxfp4DecodeMainloop {
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[h][c] = 0.0f;
 
-    // This warp's two micro-tiles and the scale / shift words of its rows g and g + 8, at k
-    // step 0; consecutive k steps of a micro-tile are kWeightMicroTileBytes apart.
-    const int64_t n8 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_chunk * (kDecodeBlockN / 8) + 2 * warp;
-    const uint8_t* w_ptr[2];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) w_ptr[j] = op.w + (n8 + j) * k_steps * kWeightMicroTileBytes + lane * 16;
-    // Shift words of rows g (s_ptr) and g + 8 (s_ptr + 32 bytes).
-    const uint8_t* s_ptr = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n +
-                                         static_cast<int64_t>(t.n_chunk) * kDecodeBlockN + 16 * warp + g) * 4;
-    const int64_t s_step = static_cast<int64_t>(op.n) * 4;
-    // Ring of kPrefetch k steps in registers: slot s holds k step ks with ks % kPrefetch = s.
-    // The next k step of a slot is loaded right after the slot is consumed (no register copies).
-    uint4 wbuf[kPrefetch][2];
-    uint32_t sbuf[kPrefetch][2];
-    auto fetch = [&](int slot) {  // the k step at w_ptr + slot micro-tiles, s_ptr
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        wbuf[slot][j] = ptx::ld_stream_v4(w_ptr[j] + slot * kWeightMicroTileBytes);
-        sbuf[slot][j] = ptx::ld_stream_u32(s_ptr + 32 * j);
-      }
-      s_ptr += s_step;
-    };
-#pragma unroll
-    for (int s = 0; s < kPrefetch; ++s)
-      if (s < k_steps) fetch(s);
-#pragma unroll
-    for (int j = 0; j < 2; ++j) w_ptr[j] += kPrefetch * kWeightMicroTileBytes;
+    // This warp's weights and the shift / scale words of its rows, kPrefetch k steps ahead.
+    DecodeWeightStream<uint32_t, kPrefetch> ws(op, t, k_steps);
 
     if constexpr (kFolded)
       if (threadIdx.x < 16)
@@ -192,11 +167,9 @@ struct Mxfp4DecodeMainloop {
         const int ks = c * kAChunkSteps + s;
         if (ks >= k_steps) break;
         step(a_lane, slot_off + s * kGemmBlockK, saf + ks * 4 * kDecodeBlockM, tables, two_halves,
-             wbuf[s % kPrefetch][0], wbuf[s % kPrefetch][1], sbuf[s % kPrefetch][0], sbuf[s % kPrefetch][1], acc);
-        if (ks + kPrefetch < k_steps) fetch(s % kPrefetch);
-        if (s % kPrefetch == kPrefetch - 1)
-#pragma unroll
-          for (int j = 0; j < 2; ++j) w_ptr[j] += kPrefetch * kWeightMicroTileBytes;
+             ws.w[s % kPrefetch][0], ws.w[s % kPrefetch][1], ws.s[s % kPrefetch][0], ws.s[s % kPrefetch][1], acc);
+        if (ks + kPrefetch < k_steps) ws.fetch(s % kPrefetch);
+        if (s % kPrefetch == kPrefetch - 1) ws.advance();
       }
     }
   }

@@ -98,32 +98,8 @@ struct Nvfp4DecodeMainloop {
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[h][c] = 0.0f;
 
-    // This warp's two micro-tiles and the 8 scale bytes of its rows g and g + 8 (64 bytes
-    // further) at k step 0; consecutive k steps of a micro-tile are kWeightMicroTileBytes apart.
-    const int64_t n8 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_chunk * (kDecodeBlockN / 8) + 2 * warp;
-    const uint8_t* w_ptr[2];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) w_ptr[j] = op.w + (n8 + j) * k_steps * kWeightMicroTileBytes + lane * 16;
-    const uint8_t* s_ptr = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n +
-                                         static_cast<int64_t>(t.n_chunk) * kDecodeBlockN + 16 * warp + g) * 8;
-    const int64_t s_step = static_cast<int64_t>(op.n) * 8;
-    // Ring of kPrefetch k steps in registers: slot s holds k step ks with ks % kPrefetch = s,
-    // refilled right after it is consumed.
-    uint4 wbuf[kPrefetch][2];
-    uint2 sbuf[kPrefetch][2];
-    auto fetch = [&](int slot) {  // the k step at w_ptr + slot micro-tiles, s_ptr
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        wbuf[slot][j] = ptx::ld_stream_v4(w_ptr[j] + slot * kWeightMicroTileBytes);
-        sbuf[slot][j] = ptx::ld_stream_v2(s_ptr + 64 * j);
-      }
-      s_ptr += s_step;
-    };
-#pragma unroll
-    for (int s = 0; s < kPrefetch; ++s)
-      if (s < k_steps) fetch(s);
-#pragma unroll
-    for (int j = 0; j < 2; ++j) w_ptr[j] += kPrefetch * kWeightMicroTileBytes;
+    // This warp's weights and the 8 scale bytes of its rows per k step, kPrefetch k steps ahead.
+    DecodeWeightStream<uint2, kPrefetch> ws(op, t, k_steps);
 
     load_a(op, t, smem, two_halves);
     __syncthreads();
@@ -140,11 +116,10 @@ struct Nvfp4DecodeMainloop {
           const int ks = ks0 + s;
           if (ks >= k_steps) break;
           step<decltype(two)::value>(a_lane + ks * kStepABytes, sa_lane + ks * kStepScales, a_stride, sa_stride,
-                                     wbuf[s][0], wbuf[s][1], sbuf[s][0], sbuf[s][1], acc);
-          if (ks + kPrefetch < k_steps) fetch(s);
+                                     ws.w[s][0], ws.w[s][1], ws.s[s][0], ws.s[s][1], acc);
+          if (ks + kPrefetch < k_steps) ws.fetch(s);
         }
-#pragma unroll
-        for (int j = 0; j < 2; ++j) w_ptr[j] += kPrefetch * kWeightMicroTileBytes;
+        ws.advance();
       }
     };
     if (two_halves)
