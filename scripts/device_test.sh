@@ -76,11 +76,11 @@ if has_step tests; then
   grep "^\[  FAILED  \].*(" "$WORK/tests.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 
-# 2. compute-sanitizer on the small layer case (both recipes) and the quantizer kernel.
+# 2. compute-sanitizer on the small layer case (both recipes, every GEMM family) and the quantizer kernel.
 if has_step sanitizer; then
   for tool in memcheck racecheck synccheck; do
     run_limited 150 compute-sanitizer --tool "$tool" --error-exitcode 86 "$TESTS" \
-      --gtest_filter='*SmallCaseForSanitizers*:Sm90Kernels.Q8*' > "$WORK/sanitizer_$tool.log" 2>&1
+      --gtest_filter='Sm90Sanitizer.*:*SmallCaseForSanitizers*:Sm90Kernels.Q8*' > "$WORK/sanitizer_$tool.log" 2>&1
     rc=$?
     note "sanitizer $tool: rc=$rc ($( grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$WORK/sanitizer_$tool.log" | tail -1 ))  ($(elapsed) s)"
   done

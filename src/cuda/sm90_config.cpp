@@ -156,8 +156,11 @@ void Sm90Config::describe(SelectedConfig& out) const {
   out.add("fast_math", fast_math ? "true" : "false");
   out.add("sm_count", std::to_string(facts.sm_count));
   if (!mxfp4) {
-    out.add("gemm_kernels", "f16 mma.sync (e2m1 * e4m3 decoded to f16), 64x128x128 tiles");
-    out.add("blocks_per_sm", fmt::format("gemm1 {}, gemm2 {}", facts.mma_blocks_per_sm[0], facts.mma_blocks_per_sm[1]));
+    const bool decode = requested == GemmKernel::kDecode;
+    const int* blocks = decode ? facts.decode_blocks_per_sm : facts.mma_blocks_per_sm;
+    out.add("gemm_kernels", fmt::format("f16 mma.sync (e2m1 * e4m3 decoded to f16), {}",
+                                        decode ? "16x128 decode tiles" : "64x128x128 tiles"));
+    out.add("blocks_per_sm", fmt::format("gemm1 {}, gemm2 {}", blocks[0], blocks[1]));
     out.add("decode", facts.decode_unavailable.empty()
                           ? fmt::format("available by override (overrides.gemm = decode): 16x128 tiles, "
                                         "blocks/SM {} / {}", facts.decode_blocks_per_sm[0], facts.decode_blocks_per_sm[1])

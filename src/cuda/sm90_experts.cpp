@@ -53,8 +53,8 @@ void probe_decode(const LayerShape& shape, Sm90Facts& f) {
                   gemm2(static_cast<int>(shape.intermediate), &f.decode_blocks_per_sm[1]) == cudaSuccess;
   if (!ok) (void)cudaGetLastError();
   if (!ok || f.decode_blocks_per_sm[0] < 1 || f.decode_blocks_per_sm[1] < 1)
-    f.decode_unavailable = fmt::format("16 rows of A (16 x {} bytes) do not fit in shared memory",
-                                       mxfp4 ? shape.hidden : shape.hidden / 2);
+    f.decode_unavailable = fmt::format("a tile's 16 rows of A (K = {} in GEMM 1, {} in GEMM 2) do not fit in "
+                                       "shared memory", shape.hidden, shape.intermediate);
 }
 
 }  // namespace

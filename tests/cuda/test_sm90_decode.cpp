@@ -99,6 +99,37 @@ TEST_P(Sm90Decode, TinyMatchesCpuAndTheMmaKernels) {
   check(p, w, holes, kind + " 50% holes, int32 ids");
 }
 
+// Shapes the presets do not reach: 3 k steps in both GEMMs (an odd count past the weight ring's
+// depth of 2, so the ring refills mid-loop), K = 7168 (the pro preset's hidden size: the nvfp4
+// tile's A needs 67 KB of shared memory, past the 48 KB default), and activations quantized by
+// the caller (the layer's quantize_input = false).
+TEST_P(Sm90Decode, OddStepCountsLargeKAndCallerQuantizedActivations) {
+  const DecodeCase& dc = GetParam();
+  Problem p = testsupport::tiny_problem(dc.family);
+  if (!dc.folded) p.overrides.fold_fp8 = false;
+  p.hidden = p.intermediate = 384;
+  p.max_tokens = 64;
+  const WeightSet odd = testsupport::random_weights(p, p.traits().native_format, 41);
+  check(p, odd, testsupport::random_inputs(p, 40, 501, {.skip_fraction = 0.1}), std::string(dc.name) + " H = I = 384");
+  Problem wide = testsupport::tiny_problem(dc.family);
+  if (!dc.folded) wide.overrides.fold_fp8 = false;
+  wide.hidden = 7168;
+  wide.num_experts = 8;
+  wide.top_k = 2;
+  wide.max_tokens = 32;
+  const WeightSet ww = testsupport::random_weights(wide, wide.traits().native_format, 42);
+  for (int64_t T : {1, 24})
+    check(wide, ww, testsupport::random_inputs(wide, T, 502 + T), std::string(dc.name) + " H = 7168");
+  Problem caller = testsupport::tiny_problem(dc.family);
+  if (!dc.folded) caller.overrides.fold_fp8 = false;
+  caller.quantize_input = false;
+  caller.max_tokens = 64;
+  const WeightSet cw = testsupport::random_weights(caller, caller.traits().native_format, 43);
+  Inputs in = testsupport::random_inputs(caller, 50, 503, {.skip_fraction = 0.1});
+  testsupport::quantize_inputs_for_caller(caller, in);
+  check(caller, cw, in, std::string(dc.name) + " quantize_input = false");
+}
+
 INSTANTIATE_TEST_SUITE_P(Weights, Sm90Decode,
                          ::testing::Values(DecodeCase{"mxfp4", true, "Folded"},
                                            DecodeCase{"mxfp4", false, "BlockScales"},

@@ -267,18 +267,25 @@ TEST_P(Sm90LayerTiny, SmallCaseForSanitizers) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, Sm90LayerTiny, ::testing::Values("mxfp4", "nvfp4"));
 
-// The sanitizer case on each mxfp4 GEMM family pinned in turn (the auto choice at T = 70 is
-// decode only), so compute-sanitizer covers decode, mma.sync and wgmma kernels.
-TEST(Sm90Sanitizer, SmallCaseOfEveryMxfp4GemmFamily) {
+// The sanitizer case on each GEMM family pinned in turn (the auto choice at T = 70 is decode only
+// for mxfp4, nvfp4-mma for nvfp4), so compute-sanitizer covers decode, mma.sync and wgmma kernels
+// of mxfp4 and both nvfp4 families.
+TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
   MOE_EP_REQUIRE_CUDA();
-  for (const GemmKernel k : {GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma}) {
-    Problem p = tiny("mxfp4", 80);
-    p.overrides.gemm = k;
-    p.exact_accumulation = k != GemmKernel::kWgmma;  // wgmma is refused with exact accumulation
-    const WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 10);
+  struct Case {
+    const char* family;
+    GemmKernel kernel;
+  };
+  for (const Case c : {Case{"mxfp4", GemmKernel::kDecode}, Case{"mxfp4", GemmKernel::kMma},
+                       Case{"mxfp4", GemmKernel::kWgmma}, Case{"nvfp4", GemmKernel::kDecode},
+                       Case{"nvfp4", GemmKernel::kMma}}) {
+    Problem p = tiny(c.family, 80);
+    p.overrides.gemm = c.kernel;
+    p.exact_accumulation = c.kernel != GemmKernel::kWgmma;  // wgmma is refused with exact accumulation
+    const WeightSet w = testsupport::random_weights(p, native_format(p), 10);
     const Inputs in = testsupport::random_inputs(p, 70, 15, {.skip_fraction = 0.2});
-    expect_matches_cpu(p, w, in, fmt::format("mxfp4 sanitizer case, {} GEMMs", gemm_kernel_name(k)),
-                       k == GemmKernel::kWgmma ? wgmma_recipe_tolerance() : -1.0);
+    expect_matches_cpu(p, w, in, fmt::format("{} sanitizer case, {} GEMMs", c.family, gemm_kernel_name(c.kernel)),
+                       c.kernel == GemmKernel::kWgmma ? wgmma_recipe_tolerance() : -1.0);
   }
 }
 

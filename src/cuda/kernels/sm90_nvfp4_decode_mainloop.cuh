@@ -12,7 +12,7 @@
 //
 // Block: kDecodeThreads (8 warps) = kDecodeBlockN weight rows (16 per warp) x one m tile of
 // kDecodeBlockM rows (sm90_decode_tile.cuh). Weights stream from global memory kPrefetch k steps
-// ahead of the MMAs (read once, L1 bypassed); the tile's A rows and scales are loaded into
+// ahead of the MMAs (read once, L1 bypassed); the tile's A rows and scales are copied into
 // shared memory once, before the main loop (packed FP4 is small: 16 x K/2 bytes).
 //
 // Shared memory (nvfp4_decode_shared_bytes(K)):
@@ -34,6 +34,7 @@
 #include "cuda/kernels/sm90_decode_tile.cuh"
 #include "cuda/kernels/sm90_grouped_gemm_tile.cuh"
 #include "cuda/ptx/convert.cuh"
+#include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/ld_global.cuh"
 #include "cuda/ptx/mma.cuh"
 #include "cuda/tile/fp4_codec.h"
@@ -54,9 +55,11 @@ struct Nvfp4DecodeMainloop {
   static constexpr int kStepABytes = 64;     // one row's packed FP4 of a 128-wide k step
   static constexpr int kStepScales = 8;      // one row's e4m3 block scales of a k step
 
-  // The tile's rows of A and of its scales into shared memory (plain loads; the weights' first
-  // k steps are already in flight). Thread i takes (row, k step) items i, i + 256, ...: four
-  // 16-byte words of A rearranged into lane order, and the step's 8 scale bytes.
+  // The tile's rows of A and of its scales into shared memory (the weights' first k steps are
+  // already in flight). Thread i owns the (row, k step) items i, i + 256, ...: it copies each raw
+  // with cp.async (all of them in flight at once; zeros past the tile), waits for its own copies,
+  // then rearranges each item's four 16-byte words into lane order in place (lane t's word i
+  // comes from word i, so no other thread's data is read). The caller's barrier publishes them.
   static __device__ __forceinline__ void load_a(const GroupedGemmOperands& op, const DecodeTile& t, uint8_t* smem,
                                                 bool two_halves) {
     const int k = op.k, k_steps = k / kGemmBlockK;
@@ -64,27 +67,30 @@ struct Nvfp4DecodeMainloop {
     if (threadIdx.x < kDecodeBlockM)
       source[threadIdx.x] = static_cast<int>(threadIdx.x) < t.num_rows ? a_source_row(op, t.row_begin + threadIdx.x) : -1;
     __syncthreads();
-    const int rows = two_halves ? kDecodeBlockM : kDecodeBlockM / 2;
+    const int items = (two_halves ? kDecodeBlockM : kDecodeBlockM / 2) * k_steps;
     const int a_stride = nvfp4_decode_a_stride(k), sa_stride = nvfp4_decode_sa_stride(k);
-    for (int item = threadIdx.x; item < rows * k_steps; item += kDecodeThreads) {
+    const uint32_t base = ptx::smem_addr(smem);
+    for (int item = threadIdx.x; item < items; item += kDecodeThreads) {
       const int r = item / k_steps, s = item % k_steps, src = source[r];
-      uint4 in[4] = {};
-      uint2 scales = make_uint2(0u, 0u);
-      if (src >= 0) {
-        const uint4* a = reinterpret_cast<const uint4*>(op.a + static_cast<int64_t>(src) * op.a_row_bytes + s * kStepABytes);
+      const uint32_t n = src >= 0 ? 16u : 0u;
+      const uint8_t* a = src >= 0 ? op.a + static_cast<int64_t>(src) * op.a_row_bytes + s * kStepABytes : op.a;
 #pragma unroll
-        for (int q = 0; q < 4; ++q) in[q] = a[q];
-        scales = *reinterpret_cast<const uint2*>(op.a_scale + static_cast<int64_t>(src) * op.a_scale_row_bytes +
-                                                 s * kStepScales);
-      }
+      for (int q = 0; q < 4; ++q) ptx::cp_async_16(base + r * a_stride + s * kStepABytes + 16 * q, a + (n ? 16 * q : 0), n);
+      const uint8_t* sa = src >= 0 ? op.a_scale + static_cast<int64_t>(src) * op.a_scale_row_bytes + s * kStepScales
+                                   : op.a_scale;
+      ptx::cp_async_8(base + nvfp4_decode_sa_offset(k) + r * sa_stride + s * kStepScales, sa, n / 2);
+    }
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<0>();
+    for (int item = threadIdx.x; item < items; item += kDecodeThreads) {
+      uint4* words = reinterpret_cast<uint4*>(smem + (item / k_steps) * a_stride + (item % k_steps) * kStepABytes);
+      const uint4 in[4] = {words[0], words[1], words[2], words[3]};
       const uint32_t w[16] = {in[0].x, in[0].y, in[0].z, in[0].w, in[1].x, in[1].y, in[1].z, in[1].w,
                               in[2].x, in[2].y, in[2].z, in[2].w, in[3].x, in[3].y, in[3].z, in[3].w};
-      uint4* dst = reinterpret_cast<uint4*>(smem + r * a_stride + s * kStepABytes);
 #pragma unroll
       for (int lt = 0; lt < 4; ++lt)
-        dst[lt] = make_uint4(nvfp4_lane_word(w, lt, 0), nvfp4_lane_word(w, lt, 1), nvfp4_lane_word(w, lt, 2),
-                             nvfp4_lane_word(w, lt, 3));
-      *reinterpret_cast<uint2*>(smem + nvfp4_decode_sa_offset(k) + r * sa_stride + s * kStepScales) = scales;
+        words[lt] = make_uint4(nvfp4_lane_word(w, lt, 0), nvfp4_lane_word(w, lt, 1), nvfp4_lane_word(w, lt, 2),
+                               nvfp4_lane_word(w, lt, 3));
     }
   }
 
