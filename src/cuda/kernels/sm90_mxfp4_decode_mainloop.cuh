@@ -124,7 +124,7 @@ struct Mxfp4DecodeMainloop {
 
   static __device__ __forceinline__ void run(const GroupedGemmOperands& op, const DecodeTile& t, uint8_t* smem,
                                              DecodeTables& tables, DecodeAccumulators& acc) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const int lane = threadIdx.x % 32, tq = lane % 4;
     const int k = op.k, k_steps = k / kGemmBlockK;
     const bool two_halves = t.num_rows > 8;  // block-uniform
 #pragma unroll
