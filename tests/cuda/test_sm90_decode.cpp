@@ -67,6 +67,8 @@ struct DecodeCase {
   const char* name;
 };
 
+void PrintTo(const DecodeCase& c, std::ostream* os) { *os << c.name; }
+
 class Sm90Decode : public ::testing::TestWithParam<DecodeCase> {
  protected:
   void SetUp() override { MOE_EP_REQUIRE_CUDA(); }
