@@ -44,7 +44,7 @@ void probe_decode(const LayerShape& shape, Sm90Facts& f) {
                                        shape.hidden, 2 * shape.intermediate, kDecodeBlockN);
     return;
   }
-  // Too much shared memory (16 x H bytes of A) is refused by the attribute call: the decode
+  // Too much shared memory (the tile's 16 rows of A) is refused by the attribute call: the decode
   // kernels are then unavailable, not an error (the failed call is not sticky).
   const bool mxfp4 = shape.recipe == Recipe::kMxfp4;
   const auto gemm1 = mxfp4 ? &configure_sm90_mxfp4_decode_gemm1 : &configure_sm90_nvfp4_decode_gemm1;
