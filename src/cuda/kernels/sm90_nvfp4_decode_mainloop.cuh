@@ -134,12 +134,20 @@ struct Nvfp4DecodeMainloop {
       main_loop(std::false_type{});
   }
 
+  // f16x2 of the e4m3 scales of k16 blocks 2kb, 2kb + 1: bytes 2kb, 2kb + 1 of a row's 8.
+  static __device__ __forceinline__ uint32_t scale_pair(const uint2& scales, int kb) {
+    const uint32_t word = kb < 2 ? scales.x : scales.y;  // the half is picked in the cvt (no shift)
+    return kb % 2 ? ptx::cvt_f16x2_from_e4m3x2_of<true>(word) : ptx::cvt_f16x2_from_e4m3x2_of<false>(word);
+  }
+
   // a * scale for both f16x2 registers of one k16 block of 4 e4m3 values (pairs 0 and 1):
   // kHigh picks the block's scale out of the f16x2 pair of scales.
   template <bool kHigh>
   static __device__ __forceinline__ void scaled_pairs(uint32_t e4m3x4, uint32_t scales, uint32_t& p0, uint32_t& p1) {
-    p0 = ptx::hmul2_f16_by_half<kHigh>(ptx::cvt_f16x2_from_e4m3x2_of<false>(e4m3x4), scales);
-    p1 = ptx::hmul2_f16_by_half<kHigh>(ptx::cvt_f16x2_from_e4m3x2_of<true>(e4m3x4), scales);
+    uint32_t lo, hi;
+    ptx::cvt_f16x2x2_from_e4m3x4(e4m3x4, lo, hi);
+    p0 = ptx::hmul2_f16_by_half<kHigh>(lo, scales);
+    p1 = ptx::hmul2_f16_by_half<kHigh>(hi, scales);
   }
 
   // One 128-wide k step: 4 pairs of k16 blocks x (1 or 2) n8 halves. a: the step's lane words
@@ -163,18 +171,13 @@ struct Nvfp4DecodeMainloop {
       uint32_t e4[2][2];  // [row g, g + 8][block 2kb, 2kb + 1]
       decode_fp4_word(word0, e4[0][0], e4[0][1]);
       decode_fp4_word(word1, e4[1][0], e4[1][1]);
-      // f16x2 of the scales of blocks 2kb, 2kb + 1: bytes 2kb, 2kb + 1 of the 8.
-      const uint32_t s_g = kb % 2 ? ptx::cvt_f16x2_from_e4m3x2_of<true>(kb < 2 ? sw0.x : sw0.y)
-                                  : ptx::cvt_f16x2_from_e4m3x2_of<false>(kb < 2 ? sw0.x : sw0.y);
-      const uint32_t s_g8 = kb % 2 ? ptx::cvt_f16x2_from_e4m3x2_of<true>(kb < 2 ? sw1.x : sw1.y)
-                                   : ptx::cvt_f16x2_from_e4m3x2_of<false>(kb < 2 ? sw1.x : sw1.y);
+      const uint32_t s_g = scale_pair(sw0, kb), s_g8 = scale_pair(sw1, kb);
       uint32_t x4[2][2], s_x[2];  // [half][block]
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (h == 1 && !kTwoHalves) break;
         decode_fp4x8_standard(kb == 0 ? xa[h].x : kb == 1 ? xa[h].y : kb == 2 ? xa[h].z : xa[h].w, x4[h][0], x4[h][1]);
-        s_x[h] = kb % 2 ? ptx::cvt_f16x2_from_e4m3x2_of<true>(kb < 2 ? xs[h].x : xs[h].y)
-                        : ptx::cvt_f16x2_from_e4m3x2_of<false>(kb < 2 ? xs[h].x : xs[h].y);
+        s_x[h] = scale_pair(xs[h], kb);
       }
 #pragma unroll
       for (int sub = 0; sub < 2; ++sub) {
