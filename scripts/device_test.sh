@@ -160,7 +160,7 @@ fi
 if has_step bench; then
   for backend in mxfp4 nvfp4; do
     variants=auto
-    [[ $backend == nvfp4 ]] && variants=mma,decode  # nvfp4's decode kernels: by override until measured
+    [[ $backend == nvfp4 ]] && variants=mma,decode  # nvfp4: both families at every T (auto takes decode up to 1536)
     run_limited 200 "$CLI" bench --device cuda --preset deepseek-v4-flash --backend "$backend" \
       --tokens "$TOKENS" --variants "$variants" --compute-tflops "$RATE" --csv "$WORK/bench_$backend.csv" \
       > "$WORK/bench_$backend.log" 2>&1

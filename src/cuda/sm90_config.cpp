@@ -39,6 +39,7 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
   c.exact_accumulation = desc.numerics.exact_accumulation;
   c.fast_math = desc.numerics.fast_math;
   const bool mxfp4 = desc.recipe == Recipe::kMxfp4;
+  c.decode_max_tokens = mxfp4 ? kDecodeMaxTokens : kNvfp4DecodeMaxTokens;
   MOE_EP_CHECK_CODE(mxfp4 || o.gemm == GemmKernel::kAuto || o.gemm == GemmKernel::kMma ||
                         o.gemm == GemmKernel::kDecode,
                     ErrorCode::kUnsupported,
@@ -78,14 +79,17 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
   const int64_t max_tokens = desc.fleet.max_tokens_per_rank;
   c.buckets.clear();
   if (desc.recipe != Recipe::kMxfp4) {
-    // nvfp4: the decode kernels by override only until they are measured against nvfp4-mma.
+    // nvfp4 auto: the decode kernels up to decode_max_tokens (mma.sync where they cannot run),
+    // then the 64 x 128 mma.sync kernels.
     MOE_EP_CHECK_CODE(facts.decode_unavailable.empty() || o.gemm != GemmKernel::kDecode, ErrorCode::kUnsupported,
                       "overrides.gemm = decode: the nvfp4 decode GEMMs cannot run this layer: {}",
                       facts.decode_unavailable);
-    if (o.gemm == GemmKernel::kDecode)
-      c.buckets.push_back({0, max_tokens, Sm90Gemm::kNvfp4Decode, kDecodeBlockM});
-    else
-      c.buckets.push_back({0, max_tokens, Sm90Gemm::kNvfp4Mma, kGemmBlockM});
+    const int64_t decode_hi = o.gemm == GemmKernel::kDecode ? max_tokens
+                              : o.gemm == GemmKernel::kMma || !facts.decode_unavailable.empty()
+                                  ? -1
+                                  : std::min(c.decode_max_tokens, max_tokens);
+    if (decode_hi >= 0) c.buckets.push_back({0, decode_hi, Sm90Gemm::kNvfp4Decode, kDecodeBlockM});
+    if (decode_hi < max_tokens) c.buckets.push_back({decode_hi + 1, max_tokens, Sm90Gemm::kNvfp4Mma, kGemmBlockM});
     return;
   }
   const WgmmaTileShape ts = wgmma_tile_shape(c.wgmma_tile);
@@ -156,14 +160,12 @@ void Sm90Config::describe(SelectedConfig& out) const {
   out.add("fast_math", fast_math ? "true" : "false");
   out.add("sm_count", std::to_string(facts.sm_count));
   if (!mxfp4) {
-    const bool decode = requested == GemmKernel::kDecode;
-    const int* blocks = decode ? facts.decode_blocks_per_sm : facts.mma_blocks_per_sm;
-    out.add("gemm_kernels", fmt::format("f16 mma.sync (e2m1 * e4m3 decoded to f16), {}",
-                                        decode ? "16x128 decode tiles" : "64x128x128 tiles"));
-    out.add("blocks_per_sm", fmt::format("gemm1 {}, gemm2 {}", blocks[0], blocks[1]));
+    out.add("gemm_kernels", "f16 mma.sync (e2m1 * e4m3 decoded to f16): 16x128 decode tiles, 64x128x128 tiles");
+    out.add("blocks_per_sm", fmt::format("decode {} / {}, mma {} / {}", facts.decode_blocks_per_sm[0],
+                                         facts.decode_blocks_per_sm[1], facts.mma_blocks_per_sm[0],
+                                         facts.mma_blocks_per_sm[1]));
     out.add("decode", facts.decode_unavailable.empty()
-                          ? fmt::format("available by override (overrides.gemm = decode): 16x128 tiles, "
-                                        "blocks/SM {} / {}", facts.decode_blocks_per_sm[0], facts.decode_blocks_per_sm[1])
+                          ? fmt::format("available: 16x128 tiles, auto up to T = {}", decode_max_tokens)
                           : "unavailable: " + facts.decode_unavailable);
     return;
   }

@@ -20,6 +20,9 @@ const char* sm90_gemm_name(Sm90Gemm gemm);
 // Auto: decode kernels up to this many tokens, where experts hold a few rows each and the
 // weight stream is the cost.
 inline constexpr int64_t kDecodeMaxTokens = 512;
+// nvfp4's decode kernels against its 64 x 128 mma.sync ones (H200, deepseek-v4-flash): 1.5x to
+// 1.9x faster up to T = 512, 7% at T = 1536, 1% slower at T = 2048 (bench/RESULTS.md).
+inline constexpr int64_t kNvfp4DecodeMaxTokens = 1536;
 // Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles), unless the
 // layer asks for exact accumulation (wgmma's FP8 accumulator is not fp32-exact).
 inline constexpr int64_t kWgmmaMinTokens = 256;

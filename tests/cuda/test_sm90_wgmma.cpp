@@ -506,7 +506,8 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
     ASSERT_EQ(f.buckets.size(), 1u);
     EXPECT_EQ(f.bucket(1).gemm, k == GemmKernel::kDecode ? G::kDecode : k == GemmKernel::kMma ? G::kMma : G::kWgmma);
   }
-  // wgmma-bf16 runs by override only (auto never picks it yet), every T, 128-row m tiles.
+  // wgmma-bf16 runs by override only (its gain at T = 8192 does not pay for its bf16 h), every
+  // T, 128-row m tiles.
   EXPECT_FALSE(selected(d, {}).uses_bf16_activations());
   forced.gemm = GemmKernel::kWgmmaBf16;
   const Sm90Config bf16 = selected(d, forced);
@@ -514,9 +515,27 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(bf16.bucket(1).gemm, G::kWgmmaBf16);
   EXPECT_EQ(bf16.bucket(8192).block_m, kRsBlockM);
   EXPECT_TRUE(bf16.uses_bf16_activations());
+  // nvfp4 auto: its decode kernels up to kNvfp4DecodeMaxTokens, its mma.sync kernels above; the
+  // decode_max_tokens override moves the boundary; mma.sync throughout where decode cannot run.
   const Sm90Config nv = selected(flash_desc(Recipe::kNvfp4), {});
-  ASSERT_EQ(nv.buckets.size(), 1u);
-  EXPECT_EQ(nv.bucket(1).gemm, G::kNvfp4Mma);  // auto: the nvfp4 decode kernels by override only
+  ASSERT_EQ(nv.buckets.size(), 2u);
+  EXPECT_EQ(nv.bucket(1).gemm, G::kNvfp4Decode);
+  EXPECT_EQ(nv.bucket(1).block_m, kDecodeBlockM);
+  EXPECT_EQ(nv.bucket(kNvfp4DecodeMaxTokens).gemm, G::kNvfp4Decode);
+  EXPECT_EQ(nv.bucket(kNvfp4DecodeMaxTokens + 1).gemm, G::kNvfp4Mma);
+  EXPECT_EQ(nv.bucket(8192).block_m, kGemmBlockM);
+  KernelOverrides nv_boundary;
+  nv_boundary.decode_max_tokens = 100;
+  EXPECT_EQ(selected(flash_desc(Recipe::kNvfp4), nv_boundary).bucket(101).gemm, G::kNvfp4Mma);
+  Sm90Facts nv_no_decode = all_available();
+  nv_no_decode.decode_unavailable = "16 rows of A do not fit";
+  const Sm90Config nvm = selected(flash_desc(Recipe::kNvfp4), {}, nv_no_decode);
+  ASSERT_EQ(nvm.buckets.size(), 1u);
+  EXPECT_EQ(nvm.bucket(1).gemm, G::kNvfp4Mma);
+  KernelOverrides nv_mma;
+  nv_mma.gemm = GemmKernel::kMma;
+  ASSERT_EQ(selected(flash_desc(Recipe::kNvfp4), nv_mma).buckets.size(), 1u);
+  EXPECT_EQ(selected(flash_desc(Recipe::kNvfp4), nv_mma).bucket(1).gemm, G::kNvfp4Mma);
   KernelOverrides nv_decode;
   nv_decode.gemm = GemmKernel::kDecode;
   const Sm90Config nvd = selected(flash_desc(Recipe::kNvfp4), nv_decode);
@@ -551,7 +570,7 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   Sm90Facts no_decode = all_available();
   no_decode.decode_unavailable = "16 rows of A do not fit";
   expect_refused([&] { selected(d, decode, no_decode); }, ErrorCode::kUnsupported, "16 rows of A do not fit");
-  // nvfp4 has its own decode kernels (by override); they too can be unavailable.
+  // nvfp4 has its own decode kernels; they too can be unavailable.
   expect_refused([&] { selected(flash_desc(Recipe::kNvfp4), decode, no_decode); }, ErrorCode::kUnsupported,
                  "the nvfp4 decode GEMMs cannot run this layer: 16 rows of A do not fit");
   KernelOverrides nv_wgmma;
