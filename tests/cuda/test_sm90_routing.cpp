@@ -22,6 +22,7 @@
 #include "moe_ep/formats.h"
 #include "moe_ep/layer.h"
 #include "moe_ep/router.h"
+#include "route_bounds_probe.h"
 
 namespace moe_ep {
 namespace {
@@ -34,9 +35,10 @@ struct Case {
   int ties = 0;  // 0: N(0, 2) logits; n > 0: logits drawn from n levels (many exact ties)
   float scale = 1.5f;
   uint64_t seed = 1;
+  bool wide = false;  // logits over every octave the score sees (near the exp cut-off, huge, tiny)
   std::string str() const {
-    return fmt::format("T={} L={} K={} bf16={} bias={} ids64={} ties={} seed={}", T, L, K, bf16, bias,
-                       ids64, ties, seed);
+    return fmt::format("T={} L={} K={} bf16={} bias={} ids64={} ties={} wide={} seed={}", T, L, K, bf16,
+                       bias, ids64, ties, wide, seed);
   }
 };
 
@@ -55,6 +57,17 @@ HostRouting make_logits(const Case& c) {
   std::uniform_int_distribution<int> level(0, std::max(c.ties, 1) - 1);
   h.logits_f32.resize(c.T * c.L);
   for (float& v : h.logits_f32) v = c.ties ? 0.25f * static_cast<float>(level(rng)) - 0.5f : n(rng);
+  if (c.wide) {
+    const float edges[] = {-86.0f, 86.0f, -87.5f, -20.0f, -6.93f, 0.0f, 1e-30f, -1e-30f, 3e38f, -3e38f};
+    std::uniform_int_distribution<int> pick(0, 3);
+    std::uniform_int_distribution<int> edge(0, static_cast<int>(std::size(edges)) - 1);
+    std::uniform_real_distribution<float> octave(-40.0f, 40.0f);
+    for (float& v : h.logits_f32) {
+      const int kind = pick(rng);
+      if (kind == 0) v = edges[edge(rng)] * (1.0f + 1e-6f * n(rng));
+      if (kind == 1) v = std::copysign(std::exp2(octave(rng)), n(rng));
+    }
+  }
   if (c.bf16) {
     h.logits_bf16.resize(h.logits_f32.size());
     for (size_t i = 0; i < h.logits_f32.size(); ++i) {
@@ -179,24 +192,55 @@ TEST(Sm90Routing, RouterBitwiseOnCraftedTies) {
   for (int64_t L : {16, 256})
     for (int ties : {1, 2, 3, 5})
       for (bool bias : {false, true}) {
-        Case c{64, L, 6, false, bias, true, ties, 1.0f, seed++};
+        for (int64_t T : {64, 300}) {  // a block per token, then a warp per token (pre-filtered)
+          Case c{T, L, 6, false, bias, true, ties, 1.0f, seed++};
+          check_router_case(c);
+          if (HasFatalFailure()) return;
+        }
+      }
+  // Very negative logits: softplus 0, sum floored, weights 0 (and ids 0..K-1 by the tie rule).
+  for (int64_t T : {3, 100}) {  // both kernels
+    Case c{T, 16, 4, false, false, false, 0, 1.0f, 7};
+    HostRouting h = make_logits(c);
+    for (float& v : h.logits_f32) v = -200.0f;
+    cpu_route(c, h, 0, 0, nullptr, nullptr, 0);
+    RouterConfig rc{c.L, c.K, c.scale, 0};
+    cuda::Sm90Router router(&rc, c.L, c.K, 0);
+    DeviceOut out(c);
+    DeviceLogits dl;
+    router.route(dl.binding(c, h, out), nullptr, nullptr);
+    expect_bitwise(c, h.ids, h.weights, download_ids(out.ids, c.T * c.K, false),
+                   download<float>(out.weights, c.T * c.K));
+    EXPECT_EQ(h.ids[0], 0);
+    EXPECT_EQ(h.weights[0], 0.0f);
+  }
+}
+
+// Logits across the whole range of the score (the exp cut-off at -86, overflow-sized, tiny,
+// subnormal-adjacent): the warp kernel's cheap bounds must never drop an element of the top K.
+TEST(Sm90Routing, RouterBitwiseOnWideRangeLogits) {
+  MOE_EP_REQUIRE_CUDA();
+  uint64_t seed = 300;
+  for (int64_t L : {16, 256, 384})
+    for (int64_t T : {5, 300})
+      for (bool bias : {false, true}) {
+        Case c{T, L, 6, false, bias, false, 0, 1.0f, seed++, true};
         check_router_case(c);
         if (HasFatalFailure()) return;
       }
-  // Very negative logits: softplus 0, sum floored, weights 0 (and ids 0..K-1 by the tie rule).
-  Case c{3, 16, 4, false, false, false, 0, 1.0f, 7};
-  HostRouting h = make_logits(c);
-  for (float& v : h.logits_f32) v = -200.0f;
-  cpu_route(c, h, 0, 0, nullptr, nullptr, 0);
-  RouterConfig rc{c.L, c.K, c.scale, 0};
-  cuda::Sm90Router router(&rc, c.L, c.K, 0);
-  DeviceOut out(c);
-  DeviceLogits dl;
-  router.route(dl.binding(c, h, out), nullptr, nullptr);
-  expect_bitwise(c, h.ids, h.weights, download_ids(out.ids, c.T * c.K, false),
-                 download<float>(out.weights, c.T * c.K));
-  EXPECT_EQ(h.ids[0], 0);
-  EXPECT_EQ(h.weights[0], 0.0f);
+}
+
+TEST(Sm90RouteBounds, ApproximateScoreIsWithinItsMarginForEveryFiniteLogit) {
+  MOE_EP_REQUIRE_CUDA();
+  cuda::test::RouteBoundsSweep r;
+  MOE_EP_CUDA_CHECK(cuda::test::run_route_bounds_sweep(r));
+  EXPECT_EQ(r.finite, (uint64_t{1} << 32) - (uint64_t{1} << 24));  // all but exponent 0xff (inf, NaN)
+  EXPECT_EQ(r.violations, 0u) << fmt::format("first violating logit bits 0x{:08x}", r.first_violation_bits);
+  EXPECT_LT(r.worst_ratio, 1.0f);
+  float worst_v;
+  std::memcpy(&worst_v, &r.worst_bits, 4);
+  fmt::print("[ route   ] bounds: {} finite logits, worst |exact - approx| / margin = {:.3e} at v = {:.9g}\n",
+             r.finite, r.worst_ratio, worst_v);
 }
 
 TEST(Sm90Routing, HashLayersTakeIdsFromTheDeviceTable) {
@@ -393,6 +437,20 @@ TEST(Sm90Routing, DeviceBadInputRaisesTheStickyFlag) {
                                cudaMemcpyHostToDevice));
   router.route(b, nullptr, nullptr);
   EXPECT_EQ(router.read_error_flags(true), static_cast<uint32_t>(kErrorRouterInput));
+  {  // the same through the warp-per-token kernel (T > kRouteBlockPerTokenMaxTokens), +inf too
+    const Case w{100, 16, 4, false, false, false, 0, 1.0f, 4};
+    HostRouting hw = make_logits(w);
+    hw.logits_f32[7 * w.L + 3] = NAN;
+    hw.logits_f32[50 * w.L + 9] = INFINITY;
+    DeviceOut wout(w);
+    DeviceLogits wl;
+    cuda::RouteBinding bw = wl.binding(w, hw, wout);
+    bw.layer_idx = 1;  // a router layer
+    router.route(bw, nullptr, nullptr);
+    EXPECT_EQ(router.read_error_flags(true), static_cast<uint32_t>(kErrorRouterInput));
+    const std::vector<int64_t> wids = download_ids(wout.ids, w.T * w.K, false);
+    EXPECT_EQ(wids[50 * w.K], 9) << "an infinite logit is the top score";
+  }
   // Host-side facts are checked before the launch, naming the parameter.
   b.layer_idx = 0;
   try {

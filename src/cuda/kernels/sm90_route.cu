@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "core/router_math.h"
+#include "cuda/kernels/sm90_route_bounds.cuh"
 #include "moe_ep/layer.h"
 
 namespace moe_ep::cuda {
@@ -44,138 +45,243 @@ __device__ __forceinline__ uint32_t order_key(float v, int id) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-// kSplit warps per token (1, or kWarps for a whole block per token at small T). Shared memory
-// per token: s[L], then sel[L] = s + bias. Element e is evaluated by lane e % 32 of warp
-// (e / 32) % kSplit of the token's group; lane l of the group's first warp owns the elements
-// l + 32 j (j < ceil(L / 32)) for the top-k (taken bit j marks element j chosen), from the
-// values it evaluated itself (kSplit = 1) or read back from sel (kSplit > 1). Every element's
-// arithmetic is router_math's and the selection order is total (value, then lower id), so the
-// result does not depend on kSplit.
-template <int kSplit>
-__global__ void __launch_bounds__(kWarps * 32) sm90_route_kernel(const __grid_constant__ RouteParams p) {
-  static_assert(kWarps % kSplit == 0, "whole token groups per block");
+// The lane's best and second-best candidates (value, id) not yet chosen.
+struct LaneBest {
+  float best_v = -INFINITY, second_v = -INFINITY;
+  int best_id = kNoCandidate, second_id = kNoCandidate;
+  __device__ __forceinline__ void offer(float v, int e) {
+    if (better(v, e, best_v, best_id)) {
+      second_v = best_v;
+      second_id = best_id;
+      best_v = v;
+      best_id = e;
+    } else if (better(v, e, second_v, second_id)) {
+      second_v = v;
+      second_id = e;
+    }
+  }
+};
+
+// The top K of the row's eligible elements by (sel, lower id); lane l owns the elements l + 32 j
+// (eligible: bit j of `eligible`), has offered them to `lb`, and gets the logical id of slot
+// k = l (l < K; -1 when fewer than K are eligible). Round k: the warp's best is the largest key,
+// then the lowest id among the lanes holding it (an id belongs to one lane); its owner takes it,
+// promotes its second best, and rescans its eligible elements only when it has none.
+__device__ __forceinline__ int64_t warp_top_k(LaneBest& lb, const float* sel, uint32_t eligible, int L, int K,
+                                              int lane) {
+  int64_t my_id = -1;
+  for (int k = 0; k < K; ++k) {
+    const uint32_t key = order_key(lb.best_v, lb.best_id);
+    const uint32_t top = __reduce_max_sync(0xffffffffu, key);
+    const uint32_t cand = key == top ? static_cast<uint32_t>(lb.best_id) : 0xffffffffu;
+    const uint32_t win = __reduce_min_sync(0xffffffffu, cand);
+    if (lane == k && win < static_cast<uint32_t>(L)) my_id = win;
+    if (cand == win && win < static_cast<uint32_t>(L)) {
+      eligible &= ~(1u << (win / 32));
+      const bool rescan = lb.second_id == kNoCandidate;
+      lb.best_v = lb.second_v;
+      lb.best_id = lb.second_id;
+      lb.second_v = -INFINITY;
+      lb.second_id = kNoCandidate;
+      if (rescan)
+        for (uint32_t rest = eligible; rest; rest &= rest - 1) {
+          const int e = lane + 32 * (__ffs(rest) - 1);
+          lb.offer(sel[e], e);
+        }
+    }
+  }
+  return my_id;
+}
+
+// Slot k = lane < K of token t: the logical id (-1: none), remapped through the placement when
+// there is one (and counted when recording), written with its weight.
+__device__ __forceinline__ void write_slot(const RouteParams& p, int t, int lane, int64_t my_id, float my_weight) {
+  if (lane >= p.top_k) return;
+  const int64_t slot = static_cast<int64_t>(t) * p.top_k + lane;
+  int64_t out = my_id >= 0 && my_id < p.num_logical ? my_id : -1;
+  if (p.logical_to_physical && out >= 0) {
+    const int32_t n = p.replica_count[out];
+    out = p.logical_to_physical[out * p.max_replicas + slot % n];
+    if (*p.recording_flag) atomicAdd(&p.counters[out], 1);
+  }
+  if (p.topk_ids_int64)
+    static_cast<int64_t*>(p.topk_ids)[slot] = out;
+  else
+    static_cast<int32_t*>(p.topk_ids)[slot] = static_cast<int32_t>(out);
+  if (p.logits) p.topk_weights[slot] = my_weight;
+}
+
+// The weight of slot k = lane: s / (sum of the K slots' s in slot order, as the CPU router adds
+// them; invalid slots add nothing) * routed_scaling_factor.
+__device__ __forceinline__ float slot_weight(const RouteParams& p, int64_t my_id, float my_s) {
+  float sum = 0.0f;
+  for (int k = 0; k < p.top_k; ++k) {
+    const float v = __shfl_sync(0xffffffffu, my_s, k);
+    const int64_t id = __shfl_sync(0xffffffffu, my_id, k);
+    if (id >= 0) sum = __fadd_rn(sum, v);
+  }
+  return my_id >= 0 ? router_math::routed_weight(my_s, sum, p.routed_scaling_factor) : 0.0f;
+}
+
+// Slot k = lane < K of a hash layer: the table's id for the token (-1 and an error when the
+// token or the entry is out of range).
+__device__ __forceinline__ int64_t hash_slot(const RouteParams& p, int t, int lane, uint32_t& errors) {
+  const int64_t tok = load_id(p.token_ids, p.token_ids_int64, t);
+  if (tok < 0 || tok >= p.vocab) {
+    errors |= kErrorRouterInput;
+    return -1;
+  }
+  if (lane >= p.top_k) return -1;
+  const int64_t id = p.hash_table[tok * p.top_k + lane];
+  if (id < 0 || id >= p.num_logical) {
+    errors |= kErrorRouterInput;
+    return -1;
+  }
+  return id;
+}
+
+__device__ __forceinline__ float exact_sel(const RouteParams& p, float s, int e) {
+  return p.bias ? __fadd_rn(s, p.bias[e]) : s;
+}
+
+// Small T: a block of kWarps warps per token, the token's L score evaluations spread over its 256
+// threads (element e by lane e % 32 of warp (e / 32) % kWarps), then warp 0 selects from the
+// scores in shared memory (s[L], then sel[L] = s + bias). At small T the kernel is one token's
+// latency.
+__global__ void __launch_bounds__(kWarps * 32) sm90_route_block_kernel(const __grid_constant__ RouteParams p) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = blockIdx.x;
+  const int L = p.num_logical;
+  float* s = smem;
+  float* sel = s + L;
+  uint32_t errors = 0;
+  for (int e = 32 * warp + lane; e < L; e += 32 * kWarps) {
+    const float v = load_logit(p, static_cast<int64_t>(t) * L + e);
+    if (!isfinite(v)) errors |= kErrorRouterInput;
+    s[e] = router_math::sqrt_softplus(v);
+    sel[e] = exact_sel(p, s[e], e);
+  }
+  __syncthreads();  // every element of the token evaluated
+  if (warp != 0) {
+    report_errors(errors, lane, p.error_flags);
+    return;
+  }
+  int64_t my_id;
+  if (p.token_ids) {
+    my_id = hash_slot(p, t, lane, errors);
+  } else {
+    LaneBest lb;
+    uint32_t all = 0;
+    for (int j = 0, e = lane; e < L; ++j, e += 32) {
+      lb.offer(sel[e], e);
+      all |= 1u << j;
+    }
+    my_id = warp_top_k(lb, sel, all, L, p.top_k, lane);
+  }
+  const float my_s = my_id >= 0 ? s[my_id] : 0.0f;
+  write_slot(p, t, lane, my_id, slot_weight(p, my_id, my_s));
+  report_errors(errors, lane, p.error_flags);
+}
+
+// One warp per token; lane l owns the elements e = l + 32 j. Router mode, in three passes:
+//   1. cheap bounds lo <= sel <= hi of every element (route_bounds: approx_score +- its margin,
+//      plus 1e-5 |sel| for the bias add's rounding; non-finite logits: -inf, +inf), and a
+//      threshold tau <= the K-th largest lo (the K-th largest of the lanes' two largest lo's);
+//      at least K elements have sel >= tau, so every element of the exact top K has hi >= tau.
+//   2. the exact scores (router_math) of the candidates hi >= tau only, each lane its own;
+//   3. the exact top K among the candidates (the rest are below the K-th exact value).
+// The result is the exhaustive selection's, bit for bit; the exact evaluations drop from L to
+// about K + a few per token. Shared memory per warp: s[L] (the logit until its exact score),
+// sel[L] (hi until its exact value). Hash layers evaluate only their K table ids. Remap-only
+// mode reads K ids per token.
+__global__ void __launch_bounds__(kWarps * 32) sm90_route_warp_kernel(const __grid_constant__ RouteParams p) {
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int group = warp / kSplit, part = warp % kSplit;
-  const int t = blockIdx.x * (kWarps / kSplit) + group;
-  if (t >= p.num_tokens) return;  // whole groups: with kSplit = kWarps the whole block
+  const int t = blockIdx.x * kWarps + warp;
+  if (t >= p.num_tokens) return;
   const int L = p.num_logical, K = p.top_k;
   uint32_t errors = 0;
-  int64_t my_id = -1;     // lane k < K of the first warp: the logical id of slot k
+  int64_t my_id = -1;
   float my_weight = 0.0f;
-
-  if (p.logits) {
-    float* s = smem + static_cast<size_t>(group) * 2 * L;
+  if (!p.logits) {
+    if (lane < K) my_id = load_id(p.logical_ids, p.logical_ids_int64, static_cast<int64_t>(t) * K + lane);
+  } else if (p.token_ids) {
+    for (int e = lane; e < L; e += 32)
+      if (!isfinite(load_logit(p, static_cast<int64_t>(t) * L + e))) errors |= kErrorRouterInput;
+    my_id = hash_slot(p, t, lane, errors);
+    const float my_s = my_id >= 0 ? router_math::sqrt_softplus(load_logit(p, static_cast<int64_t>(t) * L + my_id)) : 0.0f;
+    my_weight = slot_weight(p, my_id, my_s);
+  } else {
+    float* s = smem + static_cast<size_t>(warp) * 2 * L;
     float* sel = s + L;
-    // The lane's best and second-best not-yet-chosen elements.
-    float best_v = -INFINITY, second_v = -INFINITY;
-    int best_id = kNoCandidate, second_id = kNoCandidate;
-    auto offer = [&](float v, int e) {
-      if (better(v, e, best_v, best_id)) {
-        second_v = best_v;
-        second_id = best_id;
-        best_v = v;
-        best_id = e;
-      } else if (better(v, e, second_v, second_id)) {
-        second_v = v;
-        second_id = e;
-      }
-    };
-    // kEval independent evaluations per lane in flight (the chains are long: two divisions and
-    // a square root each).
-    constexpr int kEval = kSplit == 1 ? kUnroll : 1;
-    for (int e0 = 32 * part; e0 < L; e0 += 32 * kSplit * kEval) {
-      float v[kEval];
+    // 1. bounds; the lane's two largest lower bounds.
+    float lo1 = -INFINITY, lo2 = -INFINITY;
+    for (int e0 = 0; e0 < L; e0 += 32 * kUnroll) {
+      float v[kUnroll], b[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kEval; ++u) {
-        const int e = e0 + 32 * kSplit * u + lane;
+      for (int u = 0; u < kUnroll; ++u) {
+        const int e = e0 + 32 * u + lane;
         v[u] = e < L ? load_logit(p, static_cast<int64_t>(t) * L + e) : 0.0f;
+        b[u] = p.bias && e < L ? p.bias[e] : 0.0f;
       }
 #pragma unroll
-      for (int u = 0; u < kEval; ++u) {
-        const int e = e0 + 32 * kSplit * u + lane;
-        if (!isfinite(v[u])) errors |= kErrorRouterInput;
-        const float se = router_math::sqrt_softplus(v[u]);
-        const float b = p.bias && e < L ? p.bias[e] : 0.0f;
-        const float sb = p.bias ? __fadd_rn(se, b) : se;
-        if (e < L) {
-          s[e] = se;
-          sel[e] = sb;
-          if constexpr (kSplit == 1) offer(sb, e);
+      for (int u = 0; u < kUnroll; ++u) {
+        const int e = e0 + 32 * u + lane;
+        if (e >= L) break;
+        float lo = -INFINITY, hi = INFINITY;
+        if (isfinite(v[u])) {
+          const float sa = route_bounds::approx_score(v[u]);
+          const float sel_a = sa + b[u];
+          const float m = route_bounds::score_margin(sa) + 1e-5f * fabsf(sel_a);
+          lo = sel_a - m;
+          hi = sel_a + m;
+        } else {
+          errors |= kErrorRouterInput;
+        }
+        s[e] = v[u];
+        sel[e] = hi;
+        if (lo > lo1) {
+          lo2 = lo1;
+          lo1 = lo;
+        } else {
+          lo2 = fmaxf(lo2, lo);
         }
       }
     }
-    if constexpr (kSplit > 1) {
-      __syncthreads();  // every element of the token evaluated
-      if (part != 0) {
-        report_errors(errors, lane, p.error_flags);
-        return;
+    // tau: pop the warp's largest head until K elements are counted (a lane holding the head
+    // counts one element per round); -inf (everything a candidate) is always safe.
+    float tau = -INFINITY;
+    for (int k = 0, counted = 0; k < K && counted < K; ++k) {
+      const uint32_t key = order_key(lo1, 0);
+      const uint32_t top = __reduce_max_sync(0xffffffffu, key);
+      const uint32_t holders = __ballot_sync(0xffffffffu, key == top);
+      counted += __popc(holders);
+      tau = __shfl_sync(0xffffffffu, lo1, __ffs(holders) - 1);
+      if (key == top) {
+        lo1 = lo2;
+        lo2 = -INFINITY;
       }
-      for (int e = lane; e < L; e += 32) offer(sel[e], e);
+    }
+    // 2. candidates and their exact scores.
+    uint32_t cand = 0;
+    for (int j = 0, e = lane; e < L; ++j, e += 32)
+      if (sel[e] >= tau) cand |= 1u << j;
+    LaneBest lb;
+    for (uint32_t rest = cand; rest; rest &= rest - 1) {
+      const int e = lane + 32 * (__ffs(rest) - 1);
+      const float se = router_math::sqrt_softplus(s[e]);
+      s[e] = se;
+      sel[e] = exact_sel(p, se, e);
+      lb.offer(sel[e], e);
     }
     __syncwarp();
-    if (p.token_ids) {
-      const int64_t tok = load_id(p.token_ids, p.token_ids_int64, t);
-      if (tok < 0 || tok >= p.vocab) {
-        errors |= kErrorRouterInput;
-      } else if (lane < K) {
-        const int64_t id = p.hash_table[tok * K + lane];
-        if (id < 0 || id >= L)
-          errors |= kErrorRouterInput;
-        else
-          my_id = id;
-      }
-    } else {
-      // Round k: the warp's best (value, id) is the largest key, then the lowest id among the
-      // lanes holding it (an id belongs to one lane); its owner takes it, promotes its second
-      // best, and rescans its elements only when it has none.
-      uint32_t taken = 0;
-      for (int k = 0; k < K; ++k) {
-        const uint32_t key = order_key(best_v, best_id);
-        const uint32_t top = __reduce_max_sync(0xffffffffu, key);
-        const uint32_t cand = key == top ? static_cast<uint32_t>(best_id) : 0xffffffffu;
-        const uint32_t win = __reduce_min_sync(0xffffffffu, cand);
-        if (lane == k && win < static_cast<uint32_t>(L)) my_id = win;
-        if (cand == win && win < static_cast<uint32_t>(L)) {
-          taken |= 1u << (win / 32);
-          const bool rescan = second_id == kNoCandidate;
-          best_v = second_v;
-          best_id = second_id;
-          second_v = -INFINITY;
-          second_id = kNoCandidate;
-          if (rescan)
-            for (int j = 0, e = lane; e < L; ++j, e += 32)
-              if (!((taken >> j) & 1u)) offer(sel[e], e);
-        }
-      }
-    }
-  // sum in slot order, as the CPU router does; skipped (invalid) slots add nothing.
-    const float my_s = my_id >= 0 ? s[my_id] : 0.0f;  // my_id < L here
-    float sum = 0.0f;
-    for (int k = 0; k < K; ++k) {
-      const float v = __shfl_sync(0xffffffffu, my_s, k);
-      const int64_t id = __shfl_sync(0xffffffffu, my_id, k);
-      if (id >= 0) sum = __fadd_rn(sum, v);
-    }
-    my_weight = my_id >= 0 ? router_math::routed_weight(my_s, sum, p.routed_scaling_factor) : 0.0f;
-  } else if (lane < K) {
-    my_id = load_id(p.logical_ids, p.logical_ids_int64, static_cast<int64_t>(t) * K + lane);
+    // 3. the exact top K of the candidates.
+    my_id = warp_top_k(lb, sel, cand, L, K, lane);
+    __syncwarp();
+    const float my_s = my_id >= 0 ? s[my_id] : 0.0f;  // a candidate: its exact score
+    my_weight = slot_weight(p, my_id, my_s);
   }
-
-  if (lane < K) {
-    const int64_t slot = static_cast<int64_t>(t) * K + lane;
-    int64_t out = my_id >= 0 && my_id < L ? my_id : -1;
-    if (p.logical_to_physical && out >= 0) {
-      const int32_t n = p.replica_count[out];
-      out = p.logical_to_physical[out * p.max_replicas + slot % n];
-      if (*p.recording_flag) atomicAdd(&p.counters[out], 1);
-    }
-    if (p.topk_ids_int64)
-      static_cast<int64_t*>(p.topk_ids)[slot] = out;
-    else
-      static_cast<int32_t*>(p.topk_ids)[slot] = static_cast<int32_t>(out);
-    if (p.logits) p.topk_weights[slot] = my_weight;
-  }
+  write_slot(p, t, lane, my_id, my_weight);
   report_errors(errors, lane, p.error_flags);
 }
 
@@ -184,12 +290,12 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_route_kernel(const __grid_co
 cudaError_t launch_sm90_route(const RouteParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return cudaSuccess;
   if (p.logits && p.num_tokens <= kRouteBlockPerTokenMaxTokens) {  // latency-bound: spread each token
-    sm90_route_kernel<kWarps><<<p.num_tokens, kWarps * 32, sizeof(float) * 2 * p.num_logical, stream>>>(p);
+    sm90_route_block_kernel<<<p.num_tokens, kWarps * 32, sizeof(float) * 2 * p.num_logical, stream>>>(p);
     return cudaGetLastError();
   }
   const int blocks = (p.num_tokens + kWarps - 1) / kWarps;
   const size_t smem = p.logits ? sizeof(float) * 2 * p.num_logical * kWarps : 0;
-  sm90_route_kernel<1><<<blocks, kWarps * 32, smem, stream>>>(p);
+  sm90_route_warp_kernel<<<blocks, kWarps * 32, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
