@@ -10,6 +10,9 @@
 namespace moe_ep::cuda::shared_expert {
 
 __device__ __forceinline__ float bf16_value(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+// The bf16 in the low / high half of a 32-bit word (the lower-addressed term is the low half).
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
 __device__ __forceinline__ uint16_t bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 __device__ __forceinline__ float round_bf16(float f) { return bf16_value(bf16_bits(f)); }
 
