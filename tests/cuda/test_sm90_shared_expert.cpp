@@ -98,7 +98,8 @@ TEST(Sm90SharedExpert, MatchesTheCpuSharedExpert) {
   MOE_EP_REQUIRE_CUDA();
   const double threshold = testing::device_rel_err_threshold(Recipe::kMxfp4);
   for (const Case& c : {Case{256, 128, 1, 10.0f}, Case{256, 128, 7, 10.0f}, Case{256, 128, 70, std::nullopt},
-                        Case{256, 128, 5, 10.0f, true}, Case{4096, 2048, 1, 10.0f},
+                        Case{256, 128, 5, 10.0f, true}, Case{144, 80, 3, 10.0f}, Case{144, 80, 1, std::nullopt, true},
+                        Case{4096, 2048, 1, 10.0f},
                         Case{4096, 2048, 6, 10.0f}, Case{4096, 2048, 2, std::nullopt, true}}) {
     const Outcome r = run_case(c, cuda::Sm90SharedExpert::Way::kDotProducts);
     const std::string what = describe(c, r);
