@@ -113,11 +113,11 @@ __device__ __forceinline__ void write_slot(const RouteParams& p, int t, int lane
 
 // The weight of slot k = lane: s / (sum of the K slots' s in slot order, as the CPU router adds
 // them; invalid slots add nothing) * routed_scaling_factor.
-__device__ __forceinline__ float slot_weight(const RouteParams& p, int64_t my_id, float my_s) {
+__device__ __forceinline__ float slot_weight(const RouteParams& p, int my_id, float my_s) {
   float sum = 0.0f;
   for (int k = 0; k < p.top_k; ++k) {
     const float v = __shfl_sync(0xffffffffu, my_s, k);
-    const int64_t id = __shfl_sync(0xffffffffu, my_id, k);
+    const int id = __shfl_sync(0xffffffffu, my_id, k);
     if (id >= 0) sum = __fadd_rn(sum, v);
   }
   return my_id >= 0 ? router_math::routed_weight(my_s, sum, p.routed_scaling_factor) : 0.0f;
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_route_block_kernel(const __g
     my_id = warp_top_k(lb, sel, all, L, p.top_k, lane);
   }
   const float my_s = my_id >= 0 ? s[my_id] : 0.0f;
-  write_slot(p, t, lane, my_id, slot_weight(p, my_id, my_s));
+  write_slot(p, t, lane, my_id, slot_weight(p, static_cast<int>(my_id), my_s));
   report_errors(errors, lane, p.error_flags);
 }
 
@@ -188,12 +188,13 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_route_block_kernel(const __g
 //      plus 1e-5 |sel| for the bias add's rounding; non-finite logits: -inf, +inf), and a
 //      threshold tau <= the K-th largest lo (the K-th largest of the lanes' two largest lo's);
 //      at least K elements have sel >= tau, so every element of the exact top K has hi >= tau.
-//   2. the exact scores (router_math) of the candidates hi >= tau only, each lane its own;
+//   2. the exact scores (router_math) of the candidates hi >= tau only: up to 32 candidates
+//      one per lane, more each lane its own in turn;
 //   3. the exact top K among the candidates (the rest are below the K-th exact value).
 // The result is the exhaustive selection's, bit for bit; the exact evaluations drop from L to
 // about K + a few per token. Shared memory per warp: s[L] (the logit until its exact score),
-// sel[L] (hi until its exact value). Hash layers evaluate only their K table ids. Remap-only
-// mode reads K ids per token.
+// sel[L] (hi until its exact value, or the compacted candidate list). Hash layers evaluate only
+// their K table ids. Remap-only mode reads K ids per token.
 __global__ void __launch_bounds__(kWarps * 32) sm90_route_warp_kernel(const __grid_constant__ RouteParams p) {
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -210,7 +211,7 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_route_warp_kernel(const __gr
       if (!isfinite(load_logit(p, static_cast<int64_t>(t) * L + e))) errors |= kErrorRouterInput;
     my_id = hash_slot(p, t, lane, errors);
     const float my_s = my_id >= 0 ? router_math::sqrt_softplus(load_logit(p, static_cast<int64_t>(t) * L + my_id)) : 0.0f;
-    my_weight = slot_weight(p, my_id, my_s);
+    my_weight = slot_weight(p, static_cast<int>(my_id), my_s);
   } else {
     float* s = smem + static_cast<size_t>(warp) * 2 * L;
     float* sel = s + L;
@@ -225,27 +226,20 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_route_warp_kernel(const __gr
         b[u] = p.bias && e < L ? p.bias[e] : 0.0f;
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kUnroll; ++u) {  // branch-free, so the SFU chains of the elements overlap
         const int e = e0 + 32 * u + lane;
-        if (e >= L) break;
-        float lo = -INFINITY, hi = INFINITY;
-        if (isfinite(v[u])) {
-          const float sa = route_bounds::approx_score(v[u]);
-          const float sel_a = sa + b[u];
-          const float m = route_bounds::score_margin(sa) + 1e-5f * fabsf(sel_a);
-          lo = sel_a - m;
-          hi = sel_a + m;
-        } else {
-          errors |= kErrorRouterInput;
+        const bool in = e < L, finite = isfinite(v[u]);
+        const float sa = route_bounds::approx_score(v[u]);
+        const float sel_a = sa + b[u];
+        const float m = route_bounds::score_margin(sa) + 1e-5f * fabsf(sel_a);
+        const float lo = in && finite ? sel_a - m : -INFINITY;
+        if (in && !finite) errors |= kErrorRouterInput;
+        if (in) {
+          s[e] = v[u];
+          sel[e] = finite ? sel_a + m : INFINITY;
         }
-        s[e] = v[u];
-        sel[e] = hi;
-        if (lo > lo1) {
-          lo2 = lo1;
-          lo1 = lo;
-        } else {
-          lo2 = fmaxf(lo2, lo);
-        }
+        lo2 = fmaxf(lo2, fminf(lo, lo1));
+        lo1 = fmaxf(lo1, lo);
       }
     }
     // tau: pop the warp's largest head until K elements are counted (a lane holding the head
@@ -266,20 +260,55 @@ __global__ void __launch_bounds__(kWarps * 32) sm90_route_warp_kernel(const __gr
     uint32_t cand = 0;
     for (int j = 0, e = lane; e < L; ++j, e += 32)
       if (sel[e] >= tau) cand |= 1u << j;
-    LaneBest lb;
-    for (uint32_t rest = cand; rest; rest &= rest - 1) {
-      const int e = lane + 32 * (__ffs(rest) - 1);
-      const float se = router_math::sqrt_softplus(s[e]);
-      s[e] = se;
-      sel[e] = exact_sel(p, se, e);
-      lb.offer(sel[e], e);
+    const int mine = __popc(cand), n = __reduce_add_sync(0xffffffffu, mine);
+    float my_s = 0.0f;
+    if (n <= 32) {
+      // One candidate per lane (compacted in lane order through sel's row, its bounds read),
+      // then K rounds: the largest key, the lowest id among its holders; the owner drops out.
+      int slot = mine;
+      for (int d = 1; d < 32; d *= 2) {
+        const int x = __shfl_up_sync(0xffffffffu, slot, d);
+        if (lane >= d) slot += x;
+      }
+      slot -= mine;
+      int* list = reinterpret_cast<int*>(sel);
+      __syncwarp();
+      for (uint32_t rest = cand; rest; rest &= rest - 1) list[slot++] = lane + 32 * (__ffs(rest) - 1);
+      __syncwarp();
+      const int e = lane < n ? list[lane] : 0;
+      float se = 0.0f;
+      uint32_t key = 0;  // 0: no candidate (order_key of a real value is > 0)
+      if (lane < n) {
+        se = router_math::sqrt_softplus(s[e]);
+        key = order_key(exact_sel(p, se, e), e);
+      }
+      for (int k = 0; k < K; ++k) {
+        const uint32_t top = __reduce_max_sync(0xffffffffu, key);
+        const uint32_t win = __reduce_min_sync(0xffffffffu, key == top ? static_cast<uint32_t>(e) : 0xffffffffu);
+        const uint32_t owner = __ballot_sync(0xffffffffu, key == top && static_cast<uint32_t>(e) == win);
+        const float win_s = __shfl_sync(0xffffffffu, se, __ffs(owner) - 1);
+        if (lane == k) {
+          my_id = win;
+          my_s = win_s;
+        }
+        if ((owner >> lane) & 1u) key = 0;
+      }
+    } else {
+      // Each lane its own candidates in turn, then warp_top_k.
+      LaneBest lb;
+      for (uint32_t rest = cand; rest; rest &= rest - 1) {
+        const int e = lane + 32 * (__ffs(rest) - 1);
+        const float se = router_math::sqrt_softplus(s[e]);
+        s[e] = se;
+        sel[e] = exact_sel(p, se, e);
+        lb.offer(sel[e], e);
+      }
+      __syncwarp();
+      my_id = warp_top_k(lb, sel, cand, L, K, lane);
+      __syncwarp();
+      my_s = my_id >= 0 ? s[my_id] : 0.0f;  // a candidate: its exact score
     }
-    __syncwarp();
-    // 3. the exact top K of the candidates.
-    my_id = warp_top_k(lb, sel, cand, L, K, lane);
-    __syncwarp();
-    const float my_s = my_id >= 0 ? s[my_id] : 0.0f;  // a candidate: its exact score
-    my_weight = slot_weight(p, my_id, my_s);
+    my_weight = slot_weight(p, static_cast<int>(my_id), my_s);
   }
   write_slot(p, t, lane, my_id, my_weight);
   report_errors(errors, lane, p.error_flags);
