@@ -3,6 +3,7 @@
 #include "cuda/kernels/sm90_shared_expert_math.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/griddep.cuh"
+#include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/smem.cuh"
 
 namespace moe_ep::cuda {
@@ -12,105 +13,128 @@ using shared_expert::bf16_hi;
 using shared_expert::bf16_lo;
 
 constexpr int kTok = 4;  // tokens per block (grid.y); a T = 1 forward takes the kernels for one
-// One warp per block and 8 weight rows per warp; lane 4r + q holds row r's partials 4q .. 4q + 3
-// (the terms 16m + 4q + c of each 16-term step m). The rows stream in stages of 256 terms through
+// One warp per block and 4 weight rows per warp; lane 8r + q holds row r's partials 2q, 2q + 1
+// (the terms 16m + 2q + e of each 16-term step m). The rows stream in stages of 256 terms through
 // a ring of kStages slots in the warp's shared memory (kStages - 1 stages in flight while one is
-// read): lane l copies the 16 bytes [8l, 8l + 8) of every row of a stage (cp.async, one
-// contiguous 512-byte row per warp instruction).
-constexpr int kRows = 8;
+// read): lane 8r + q copies the 16-byte pieces q + 8j (j < 4) of row r of every stage (cp.async,
+// four 128-byte row segments per warp instruction).
+constexpr int kRows = 4;
 constexpr int kStageTerms = 256;
 constexpr int kSteps = kStageTerms / 16;
-constexpr int kStages = 5;
-// A slot's row stride: 512 + 32 bytes, so the 8-byte reads of a half-warp (rows r .. r + 3,
-// q = 0 .. 3) fall in 32 distinct banks.
+// 4 slots: 11.6 KB a warp at T = 1, so a kernel 2 block fits beside each kernel 1 block (8 + 8 an SM).
+constexpr int kStages = 4;
+// A slot's row stride: 512 + 32 bytes, so the 8 16-byte rows of an ldmatrix (rows r, halves h of
+// one step) and the 4-byte reads of a warp (rows r, pairs q of one step) fall in distinct banks.
 constexpr int kRowBytes = 2 * kStageTerms + 32;
-static_assert(kStageTerms == 32 * 8, "one 16-byte piece per lane, row and stage");
+constexpr int kSlotBytes = kRows * kRowBytes;
+// WarpSmem::act[tt][q][2m + e] = term 16m + 2q + e of a stage; 32 + 4 floats a row, so the
+// 16-byte reads of q = 0 .. 7 fall in distinct banks.
+constexpr int kActStride = 2 * kSteps + 4;
+static_assert(kStageTerms == 32 * 8, "one 16-byte activation piece per lane and stage");
+static_assert(kSteps % 4 == 0, "ldmatrix.x4: 4 steps");
 
 template <int kTokens>
 struct WarpSmem {
   uint8_t w[kStages][kRows][kRowBytes];
   uint16_t act_in[kStages][kTokens][kStageTerms];  // bf16 as copied (16-byte aligned activations)
-  float act[kTokens][kStageTerms];                 // the stage being read, as fp32
+  float act[kTokens][8][kActStride];               // the stage being read, as fp32
 };
-
-__device__ __forceinline__ void store_fp32(float* dst, uint4 v) {
-  *reinterpret_cast<float4*>(dst) = make_float4(bf16_lo(v.x), bf16_hi(v.x), bf16_lo(v.y), bf16_hi(v.y));
-  *reinterpret_cast<float4*>(dst + 4) = make_float4(bf16_lo(v.z), bf16_hi(v.z), bf16_lo(v.w), bf16_hi(v.w));
-}
 
 // Lane l's activation terms [8l, + 8) of a stage for the block's tokens (rows past `tokens` are
 // zero), staged into WarpSmem::act as fp32. kAligned: copied with the stage's weights into
-// act_in; else 2-byte loads into registers one stage ahead. Earlier grids write them (x the
-// caller's, h kernel 1's): read through L2 only (cp.async.cg, ld.global.cg), after
-// grid_dependency_wait.
+// act_in (lane l's own piece, so it reads it without a sync); else 2-byte loads into registers
+// one stage ahead. Earlier grids write them (x the caller's, h kernel 1's): read through L2 only
+// (cp.async.cg, ld.global.cg), after grid_dependency_wait.
 template <int kTokens, bool kAligned>
 struct Activations {
-  const uint16_t* src;  // the block's first token row
+  const uint16_t* src;  // the block's first token row, + 8 lane
   int64_t stride;
-  int n, tokens;
+  int left, tokens;     // left: n - 8 lane
   uint4 v[kTokens];
 
+  __device__ __forceinline__ bool has(int tt) const { return kTokens == 1 || tt < tokens; }
   __device__ __forceinline__ void copy(WarpSmem<kTokens>& sm, int slot, int stage) const {
-    const int l8 = 8 * static_cast<int>(threadIdx.x % 32), term = stage * kStageTerms + l8;
+    const int l8 = 8 * static_cast<int>(threadIdx.x % 32);
 #pragma unroll
     for (int tt = 0; tt < kTokens; ++tt)
-      if (tt < tokens && term < n) ptx::cp_async_16(ptx::smem_addr(&sm.act_in[slot][tt][l8]), src + tt * stride + term);
+      if (has(tt) && stage * kStageTerms < left)
+        ptx::cp_async_16(ptx::smem_addr(&sm.act_in[slot][tt][l8]), src + tt * stride + stage * kStageTerms);
   }
   __device__ __forceinline__ void load(int stage) {
-    const int term = stage * kStageTerms + 8 * static_cast<int>(threadIdx.x % 32);
 #pragma unroll
     for (int tt = 0; tt < kTokens; ++tt) {
       uint32_t w[4] = {0, 0, 0, 0};
-      if (tt < tokens && term < n) {
-        const uint16_t* a = src + tt * stride + term;
+      if (has(tt) && stage * kStageTerms < left) {
+        const uint16_t* a = src + tt * stride + stage * kStageTerms;
 #pragma unroll
         for (int c = 0; c < 4; ++c) w[c] = static_cast<uint32_t>(__ldcg(a + 2 * c)) | static_cast<uint32_t>(__ldcg(a + 2 * c + 1)) << 16;
       }
       v[tt] = make_uint4(w[0], w[1], w[2], w[3]);
     }
   }
+  // Terms 8l + 2c + e = 16 (l / 2) + 2 (4 (l % 2) + c) + e: act[tt][4 (l % 2) + c][2 (l / 2) + e].
   __device__ __forceinline__ void to_fp32(WarpSmem<kTokens>& sm, int slot) const {
-    const int l8 = 8 * static_cast<int>(threadIdx.x % 32);
+    const int l = static_cast<int>(threadIdx.x % 32);
 #pragma unroll
     for (int tt = 0; tt < kTokens; ++tt) {
       uint4 x = v[tt];
-      if constexpr (kAligned) x = tt < tokens ? *reinterpret_cast<const uint4*>(&sm.act_in[slot][tt][l8]) : make_uint4(0, 0, 0, 0);
-      store_fp32(&sm.act[tt][l8], x);
+      if constexpr (kAligned) x = has(tt) ? *reinterpret_cast<const uint4*>(&sm.act_in[slot][tt][8 * l]) : make_uint4(0, 0, 0, 0);
+      float* d = &sm.act[tt][4 * (l % 2)][2 * (l / 2)];
+      *reinterpret_cast<float2*>(d) = make_float2(bf16_lo(x.x), bf16_hi(x.x));
+      *reinterpret_cast<float2*>(d + kActStride) = make_float2(bf16_lo(x.y), bf16_hi(x.y));
+      *reinterpret_cast<float2*>(d + 2 * kActStride) = make_float2(bf16_lo(x.z), bf16_hi(x.z));
+      *reinterpret_cast<float2*>(d + 3 * kActStride) = make_float2(bf16_lo(x.w), bf16_hi(x.w));
     }
   }
 };
 
-// `steps` 16-term steps of one stage: p[tt][c] += act[tt][16m + 4q + c] * w[r][16m + 4q + c],
-// one fp32 fma of an exact product per term, in increasing m.
+// `steps` 16-term steps of one stage: p[tt][e] += act[tt][16m + 2q + e] * w[r][16m + 2q + e], one
+// fp32 fma of an exact product per term, in increasing m. A whole stage reads the weights by
+// ldmatrix.x4, 4 steps each (w_ldsm: this lane's row address, matrix i = step 4g + i, row
+// 2r' + h = half h of row r'; register i returns the lane's pair of step 4g + i); a partial one
+// by 4-byte reads (w_lane: row r, pair q of step 0). a_lane: act[0][q].
 template <int kTokens>
-__device__ __forceinline__ void dot_stage(const uint8_t* w, const float (*act)[kStageTerms], int steps,
-                                          float (&p)[kTokens][4]) {
-  const int q = static_cast<int>(threadIdx.x % 4);
-  auto step = [&](int m) {
-    const uint2 wv = *reinterpret_cast<const uint2*>(w + 32 * m);
-    const float wf[4] = {bf16_lo(wv.x), bf16_hi(wv.x), bf16_lo(wv.y), bf16_hi(wv.y)};
-#pragma unroll
-    for (int tt = 0; tt < kTokens; ++tt) {
-      const float4 a = *reinterpret_cast<const float4*>(&act[tt][16 * m + 4 * q]);
-      p[tt][0] = __fmaf_rn(a.x, wf[0], p[tt][0]);
-      p[tt][1] = __fmaf_rn(a.y, wf[1], p[tt][1]);
-      p[tt][2] = __fmaf_rn(a.z, wf[2], p[tt][2]);
-      p[tt][3] = __fmaf_rn(a.w, wf[3], p[tt][3]);
-    }
-  };
+__device__ __forceinline__ void dot_stage(uint32_t w_ldsm, const uint8_t* w_lane, const float* a_lane, int steps,
+                                          float (&p)[kTokens][2]) {
+  constexpr int kTokStride = 8 * kActStride;
   if (steps == kSteps) {
 #pragma unroll
-    for (int m = 0; m < kSteps; ++m) step(m);
+    for (int g = 0; g < kSteps / 4; ++g) {
+      uint32_t w[4];
+      ptx::ldmatrix_x4(w, w_ldsm + 128 * g);
+#pragma unroll
+      for (int tt = 0; tt < kTokens; ++tt) {
+        const float4 a0 = *reinterpret_cast<const float4*>(a_lane + tt * kTokStride + 8 * g);
+        const float4 a1 = *reinterpret_cast<const float4*>(a_lane + tt * kTokStride + 8 * g + 4);
+        p[tt][0] = __fmaf_rn(a0.x, bf16_lo(w[0]), p[tt][0]);
+        p[tt][1] = __fmaf_rn(a0.y, bf16_hi(w[0]), p[tt][1]);
+        p[tt][0] = __fmaf_rn(a0.z, bf16_lo(w[1]), p[tt][0]);
+        p[tt][1] = __fmaf_rn(a0.w, bf16_hi(w[1]), p[tt][1]);
+        p[tt][0] = __fmaf_rn(a1.x, bf16_lo(w[2]), p[tt][0]);
+        p[tt][1] = __fmaf_rn(a1.y, bf16_hi(w[2]), p[tt][1]);
+        p[tt][0] = __fmaf_rn(a1.z, bf16_lo(w[3]), p[tt][0]);
+        p[tt][1] = __fmaf_rn(a1.w, bf16_hi(w[3]), p[tt][1]);
+      }
+    }
   } else {
 #pragma unroll 1
-    for (int m = 0; m < steps; ++m) step(m);
+    for (int m = 0; m < steps; ++m) {
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(w_lane + 32 * m);
+#pragma unroll
+      for (int tt = 0; tt < kTokens; ++tt) {
+        const float2 a = *reinterpret_cast<const float2*>(a_lane + tt * kTokStride + 2 * m);
+        p[tt][0] = __fmaf_rn(a.x, bf16_lo(w), p[tt][0]);
+        p[tt][1] = __fmaf_rn(a.y, bf16_hi(w), p[tt][1]);
+      }
+    }
   }
 }
 
-// The dot products of the warp's 8 weight rows (rows 0-3 at rows_lo + r * row_stride, rows 4-7 at
-// rows_hi + (r - 4) * row_stride; n terms, n % 16 == 0, 16-byte aligned) with the block's
+// The dot products of the warp's 4 weight rows (rows 0-1 at rows_lo + r * row_stride, rows 2-3 at
+// rows_hi + (r - 2) * row_stride; n terms, n % 16 == 0, 16-byte aligned) with the block's
 // activation rows, in the CPU's order: partial j adds the terms j, j + 16, ... in sequence, then
-// p[j] += p[j + 8], + 4, + 2, + 1; row r's sums end in lane 4r.
+// p[j] += p[j + 8], + 4, + 2 (shuffles across lanes 8r + q), + 1 (in the lane); row r's sums end
+// in lane 8r.
 // Before grid_dependency_wait only the first kStages weight stages are copied (no kernel writes
 // the weights); the next grid may launch from there on.
 // cp.async groups: W_0 .. W_{kStages-1}, then (kAligned) A_0 .. A_{kStages-1}, then one per
@@ -120,14 +144,17 @@ template <int kTokens, bool kAligned>
 __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, const uint16_t* __restrict__ rows_hi,
                                          int64_t row_stride, Activations<kTokens, kAligned> act, int n,
                                          WarpSmem<kTokens>& sm, float (&sum)[kTokens]) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int lane = static_cast<int>(threadIdx.x % 32), r = lane / 8, q = lane % 8;
   const int stages = (n + kStageTerms - 1) / kStageTerms;
+  const uint16_t* w_src = (r < 2 ? rows_lo : rows_hi) + (r % 2) * row_stride + 8 * q;
+  const uint32_t w_dst = ptx::smem_addr(&sm.w[0][r][16 * q]);
   auto copy_weights = [&](int stage, int slot) {
-    const int term = stage * kStageTerms + 8 * lane;
-    if (term >= n) return;  // n % 16 == 0: whole 8-term pieces
+    const int left = n - stage * kStageTerms - 8 * q;  // n % 16 == 0: whole 8-term pieces
+    const uint16_t* src = w_src + stage * kStageTerms;
+    const uint32_t dst = w_dst + slot * kSlotBytes;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      ptx::cp_async_16(ptx::smem_addr(&sm.w[slot][r][16 * lane]), (r < 4 ? rows_lo : rows_hi) + (r % 4) * row_stride + term);
+    for (int j = 0; j < kStageTerms / 64; ++j)
+      if (64 * j < left) ptx::cp_async_16(dst + 128 * j, src + 64 * j);
   };
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
@@ -145,70 +172,77 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
   } else {
     act.load(0);
   }
-  float p[kTokens][4];
+  float p[kTokens][2];
 #pragma unroll
-  for (int tt = 0; tt < kTokens; ++tt)
+  for (int tt = 0; tt < kTokens; ++tt) p[tt][0] = p[tt][1] = 0.0f;
+  const uint32_t w_ldsm = ptx::smem_addr(&sm.w[0][q / 2][32 * r + 16 * (q % 2)]);
+  const uint8_t* w_lane = &sm.w[0][r][4 * q];
+  const float* a_lane = &sm.act[0][q][0];
+  // Unrolled over the ring, so every slot offset is an immediate.
+  for (int k0 = 0; k0 < stages; k0 += kStages) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c) p[tt][c] = 0.0f;
-  const uint8_t* w_lane = &sm.w[0][lane / 4][8 * (lane % 4)];
-  for (int k = 0, slot = 0; k < stages; ++k) {
-    ptx::cp_async_wait<kStages - 1>();
-    __syncwarp();  // stage k landed for every lane
-    act.to_fp32(sm, slot);
-    __syncwarp();
-    if constexpr (!kAligned) act.load(k + 1);
-    dot_stage<kTokens>(w_lane + slot * (kRows * kRowBytes), sm.act, min(kSteps, (n - k * kStageTerms) / 16), p);
-    __syncwarp();  // the slot and act read by every lane
-    copy_weights(k + kStages, slot);
-    if constexpr (kAligned) act.copy(sm, slot, k + kStages);
-    ptx::cp_async_commit();
-    slot = slot == kStages - 1 ? 0 : slot + 1;
+    for (int slot = 0; slot < kStages; ++slot) {
+      const int k = k0 + slot;
+      if (k >= stages) break;
+      ptx::cp_async_wait<kStages - 1>();
+      act.to_fp32(sm, slot);
+      __syncwarp();  // stage k landed and widened for every lane
+      if constexpr (!kAligned) act.load(k + 1);
+      dot_stage<kTokens>(w_ldsm + slot * kSlotBytes, w_lane + slot * kSlotBytes, a_lane,
+                         min(kSteps, (n - k * kStageTerms) / 16), p);
+      __syncwarp();  // the slot and act read by every lane
+      copy_weights(k + kStages, slot);
+      if constexpr (kAligned) act.copy(sm, slot, k + kStages);
+      ptx::cp_async_commit();
+    }
   }
 #pragma unroll
   for (int tt = 0; tt < kTokens; ++tt) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c) p[tt][c] = __fadd_rn(p[tt][c], __shfl_xor_sync(0xffffffffu, p[tt][c], 2));  // j += j + 8
+    for (int e = 0; e < 2; ++e) p[tt][e] = __fadd_rn(p[tt][e], __shfl_xor_sync(0xffffffffu, p[tt][e], 4));  // j += j + 8
 #pragma unroll
-    for (int c = 0; c < 4; ++c) p[tt][c] = __fadd_rn(p[tt][c], __shfl_xor_sync(0xffffffffu, p[tt][c], 1));  // j += j + 4
-    sum[tt] = __fadd_rn(__fadd_rn(p[tt][0], p[tt][2]), __fadd_rn(p[tt][1], p[tt][3]));       // + 2, + 1
+    for (int e = 0; e < 2; ++e) p[tt][e] = __fadd_rn(p[tt][e], __shfl_xor_sync(0xffffffffu, p[tt][e], 2));  // j += j + 4
+#pragma unroll
+    for (int e = 0; e < 2; ++e) p[tt][e] = __fadd_rn(p[tt][e], __shfl_xor_sync(0xffffffffu, p[tt][e], 1));  // j += j + 2
+    sum[tt] = __fadd_rn(p[tt][0], p[tt][1]);                                                                  // + 1
   }
 }
 
-// Warp: h columns i0 .. i0 + 3 (i0 = 4 blockIdx.x); rows 0-3 their gate rows, 4-7 their up rows.
+// Warp: h columns i0, i0 + 1 (i0 = 2 blockIdx.x); rows 0-1 their gate rows, 2-3 their up rows.
 template <int kTokens, bool kAligned>
 __global__ void __launch_bounds__(32) sm90_shared_gate_up_kernel(const __grid_constant__ SharedExpertParams p) {
   __shared__ __align__(16) WarpSmem<kTokens> sm;
   const int lane = static_cast<int>(threadIdx.x);
-  const int64_t H = p.hidden, i0 = 4 * static_cast<int64_t>(blockIdx.x);
+  const int64_t H = p.hidden, i0 = 2 * static_cast<int64_t>(blockIdx.x);
   const int tok0 = static_cast<int>(blockIdx.y) * kTokens;
   const int tokens = min(kTokens, p.num_tokens - tok0);
   float acc[kTokens];
   dot_rows<kTokens, kAligned>(p.w13 + i0 * H, p.w13 + (p.intermediate + i0) * H, H,
-                              {p.x + tok0 * H, H, p.hidden, tokens, {}}, p.hidden, sm, acc);
+                              {p.x + tok0 * H + 8 * lane, H, p.hidden - 8 * lane, tokens, {}}, p.hidden, sm, acc);
 #pragma unroll
   for (int tt = 0; tt < kTokens; ++tt) {
     const float up_sum = __shfl_down_sync(0xffffffffu, acc[tt], 16);
-    if (lane < 16 && lane % 4 == 0 && tt < tokens)
-      p.h[static_cast<int64_t>(tok0 + tt) * p.intermediate + i0 + lane / 4] = shared_expert::swiglu_h(acc[tt], up_sum, p.clamp);
+    if (lane < 16 && lane % 8 == 0 && tt < tokens)
+      p.h[static_cast<int64_t>(tok0 + tt) * p.intermediate + i0 + lane / 8] = shared_expert::swiglu_h(acc[tt], up_sum, p.clamp);
   }
 }
 
-// Warp: output features n0 .. n0 + 7 (n0 = 8 blockIdx.x), one W2 row each.
+// Warp: output features n0 .. n0 + 3 (n0 = 4 blockIdx.x), one W2 row each.
 template <int kTokens>
 __global__ void __launch_bounds__(32) sm90_shared_down_kernel(const __grid_constant__ SharedExpertParams p) {
   __shared__ __align__(16) WarpSmem<kTokens> sm;
   const int lane = static_cast<int>(threadIdx.x);
-  const int64_t I = p.intermediate, n0 = 8 * static_cast<int64_t>(blockIdx.x);
+  const int64_t I = p.intermediate, n0 = 4 * static_cast<int64_t>(blockIdx.x);
   const int tok0 = static_cast<int>(blockIdx.y) * kTokens;
   const int tokens = min(kTokens, p.num_tokens - tok0);
   float acc[kTokens];
-  dot_rows<kTokens, true>(p.w2 + n0 * I, p.w2 + (n0 + 4) * I, I, {p.h + tok0 * I, I, p.intermediate, tokens, {}},
+  dot_rows<kTokens, true>(p.w2 + n0 * I, p.w2 + (n0 + 2) * I, I, {p.h + tok0 * I + 8 * lane, I, p.intermediate - 8 * lane, tokens, {}},
                           p.intermediate, sm, acc);
-  if (lane % 4 != 0) return;
+  if (lane % 8 != 0) return;
 #pragma unroll
   for (int tt = 0; tt < kTokens; ++tt) {
     if (tt >= tokens) break;
-    uint16_t& out = p.y[static_cast<int64_t>(tok0 + tt) * p.hidden + n0 + lane / 4];
+    uint16_t& out = p.y[static_cast<int64_t>(tok0 + tt) * p.hidden + n0 + lane / 8];
     out = shared_expert::down_out(acc[tt], out, p.accumulate);
   }
 }
@@ -217,7 +251,7 @@ __global__ void __launch_bounds__(32) sm90_shared_down_kernel(const __grid_const
 template <int kTokens>
 cudaError_t launch_dot_products(const SharedExpertParams& p, cudaStream_t stream) {
   const unsigned token_blocks = static_cast<unsigned>((p.num_tokens + kTokens - 1) / kTokens);
-  const dim3 grid1(static_cast<unsigned>(p.intermediate / 4), token_blocks);
+  const dim3 grid1(static_cast<unsigned>(p.intermediate / 2), token_blocks);
   // x rows are copied 16 bytes at a time when x allows (H % 16 == 0 keeps every row aligned alike).
   const cudaError_t e = reinterpret_cast<uintptr_t>(p.x) % 16 == 0
                             ? launch_dependent(sm90_shared_gate_up_kernel<kTokens, true>, grid1, 32, 0, stream, p)

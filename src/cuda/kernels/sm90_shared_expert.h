@@ -3,15 +3,16 @@
 //
 // Dot products (decode; any H, I that are multiples of 16), bitwise the CPU's sums:
 //   kernel 1: gu = bf16(x . W13^T), gate = min(gu[:I], c), up = clamp(gu[I:], -c, c),
-//             h = bf16(silu(gate) * up)           one warp per 4 intermediate indices (8 rows)
-//   kernel 2: o = bf16(h . W2^T); out = o, or y = bf16(y + o) (accumulate)   one warp per 8 rows
-// Each dot product runs in the CPU's order: 4 lanes of a weight row hold its 16 interleaved
-// partial sums (term i into partial i % 16, in increasing i; lane q the partials 4q .. 4q + 3),
-// folded pairwise (p[j] += p[j+8], +4 by shuffles, +2, +1 in the lane); bf16 x bf16 products are
+//             h = bf16(silu(gate) * up)           one warp per 2 intermediate indices (4 rows)
+//   kernel 2: o = bf16(h . W2^T); out = o, or y = bf16(y + o) (accumulate)   one warp per 4 rows
+// Each dot product runs in the CPU's order: 8 lanes of a weight row hold its 16 interleaved
+// partial sums (term i into partial i % 16, in increasing i; lane q the partials 2q, 2q + 1),
+// folded pairwise (p[j] += p[j+8], +4, +2 by shuffles, +1 in the lane); bf16 x bf16 products are
 // exact in fp32, so the sums are the CPU's bit for bit.
-// The weights stream through a cp.async ring in each warp's shared memory (stages of 8 rows x
-// 256 terms, 4 in flight while one is read); the activation terms of a stage come with it (x by
-// 2-byte loads when not 16-byte aligned; h must be) and are widened to fp32 once per stage.
+// The weights stream through a cp.async ring in each warp's shared memory (stages of 4 rows x
+// 256 terms, 3 in flight while one is read; read by ldmatrix); the activation terms of a stage
+// come with it (x by 2-byte loads when not 16-byte aligned; h must be) and are widened to fp32
+// once per stage.
 // Both kernels are programmatic dependents (ptx/griddep.cuh): a warp copies its first weight
 // stages before griddepcontrol.wait and touches x, h, y only after it; each kernel lets the next
 // grid launch at once, so kernel 2 loads its first W2 stages while kernel 1 runs.
