@@ -159,8 +159,10 @@ void expect_bitwise(const Case& c, const std::vector<int64_t>& want_ids, const s
   }
 }
 
-void check_router_case(const Case& c) {
+// The device router against the CPU router on c's logits (edited by `edit` when given).
+HostRouting check_router_case(const Case& c, void (*edit)(HostRouting&) = nullptr) {
   HostRouting h = make_logits(c);
+  if (edit) edit(h);
   cpu_route(c, h, 0, 0, nullptr, nullptr, 0);
   RouterConfig rc{c.L, c.K, c.scale, 0};
   cuda::Sm90Router router(&rc, c.L, c.K, 0);
@@ -171,6 +173,7 @@ void check_router_case(const Case& c) {
   expect_bitwise(c, h.ids, h.weights, download_ids(out.ids, c.T * c.K, c.ids64),
                  download<float>(out.weights, c.T * c.K));
   EXPECT_EQ(router.read_error_flags(true), 0u) << c.str();
+  return h;
 }
 
 TEST(Sm90Routing, RouterBitwiseOnRandomLogits) {
@@ -200,17 +203,9 @@ TEST(Sm90Routing, RouterBitwiseOnCraftedTies) {
       }
   // Very negative logits: softplus 0, sum floored, weights 0 (and ids 0..K-1 by the tie rule).
   for (int64_t T : {3, 100}) {  // both kernels
-    Case c{T, 16, 4, false, false, false, 0, 1.0f, 7};
-    HostRouting h = make_logits(c);
-    for (float& v : h.logits_f32) v = -200.0f;
-    cpu_route(c, h, 0, 0, nullptr, nullptr, 0);
-    RouterConfig rc{c.L, c.K, c.scale, 0};
-    cuda::Sm90Router router(&rc, c.L, c.K, 0);
-    DeviceOut out(c);
-    DeviceLogits dl;
-    router.route(dl.binding(c, h, out), nullptr, nullptr);
-    expect_bitwise(c, h.ids, h.weights, download_ids(out.ids, c.T * c.K, false),
-                   download<float>(out.weights, c.T * c.K));
+    const HostRouting h = check_router_case(Case{T, 16, 4, false, false, false, 0, 1.0f, 7}, [](HostRouting& r) {
+      for (float& v : r.logits_f32) v = -200.0f;
+    });
     EXPECT_EQ(h.ids[0], 0);
     EXPECT_EQ(h.weights[0], 0.0f);
   }
