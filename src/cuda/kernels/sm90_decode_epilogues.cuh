@@ -17,6 +17,18 @@ namespace moe_ep::cuda {
 // The decode tile's row r (token) of C fragment (h, c): 8h + 2t + (c & 1).
 __device__ __forceinline__ int decode_acc_row(int h, int c) { return 8 * h + 2 * (threadIdx.x % 4) + (c & 1); }
 
+// f(hh, c, r) for the thread's fragments (hh, c < 2) whose row r is one of the tile's tokens.
+template <class F>
+__device__ __forceinline__ void for_each_tile_row(const DecodeTile& t, F&& f) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int r = decode_acc_row(hh, c);
+      if (r < t.num_rows) f(hh, c, r);
+    }
+}
+
 // mxfp4 GEMM 1: SwiGLU, then Q8 of h. A Q8 block of 32 h columns is warps 4q .. 4q + 3: amax
 // over g by shuffles, over the 4 warps in shared memory (SwigluQ8Epilogue's arithmetic).
 struct DecodeSwigluQ8 {
@@ -43,21 +55,16 @@ struct DecodeSwigluQ8 {
       }
     __syncthreads();
     const int q = warp / 4, h_col = t.n_chunk * (kDecodeBlockN / 2) + 8 * warp + g;
+    for_each_tile_row(t, [&](int hh, int c, int r) {
+      float amax = amax_smem[(4 * q) * 16 + r];
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int r = decode_acc_row(hh, c);
-        if (r >= t.num_rows) continue;
-        float amax = amax_smem[(4 * q) * 16 + r];
-#pragma unroll
-        for (int w = 1; w < 4; ++w) amax = fmaxf(amax, amax_smem[(4 * q + w) * 16 + r]);
-        const uint32_t byte = q8_scale_byte_device(amax);
-        const uint32_t code = float_to_e4m3_device(__fdiv_rn(h[hh][c], e8m0_to_float_device(byte)));
-        const int64_t row = t.row_begin + r;
-        ep.h_q[row * ep.intermediate + h_col] = static_cast<uint8_t>(code);
-        if (warp % 4 == 0 && g == 0) ep.h_scale[row * (ep.intermediate / 32) + h_col / 32] = static_cast<uint8_t>(byte);
-      }
+      for (int w = 1; w < 4; ++w) amax = fmaxf(amax, amax_smem[(4 * q + w) * 16 + r]);
+      const uint32_t byte = q8_scale_byte_device(amax);
+      const uint32_t code = float_to_e4m3_device(__fdiv_rn(h[hh][c], e8m0_to_float_device(byte)));
+      const int64_t row = t.row_begin + r;
+      ep.h_q[row * ep.intermediate + h_col] = static_cast<uint8_t>(code);
+      if (warp % 4 == 0 && g == 0) ep.h_scale[row * (ep.intermediate / 32) + h_col / 32] = static_cast<uint8_t>(byte);
+    });
   }
 };
 
@@ -69,19 +76,14 @@ struct DecodeSwigluF32 {
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
     const int h_col = t.n_chunk * (kDecodeBlockN / 2) + 8 * warp + g;
     const float ws2 = op.w_global[t.expert];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int r = decode_acc_row(hh, c);
-        if (r >= t.num_rows) continue;
-        const int row = t.row_begin + r;
-        const float alpha = __fdiv_rn(ws2, op.a_global[a_source_row(op, row)]);
-        const float gate = round_to_bf16_device(acc[hh][c] * alpha);
-        const float up = round_to_bf16_device(acc[hh][2 + c] * alpha);
-        ep.h_f32[static_cast<int64_t>(row) * ep.intermediate + h_col] =
-            clamped_swiglu_device(gate, up, ep.clamp, ep.row_weight[row], ep.fast_math);
-      }
+    for_each_tile_row(t, [&](int hh, int c, int r) {
+      const int row = t.row_begin + r;
+      const float alpha = __fdiv_rn(ws2, op.a_global[a_source_row(op, row)]);
+      const float gate = round_to_bf16_device(acc[hh][c] * alpha);
+      const float up = round_to_bf16_device(acc[hh][2 + c] * alpha);
+      ep.h_f32[static_cast<int64_t>(row) * ep.intermediate + h_col] =
+          clamped_swiglu_device(gate, up, ep.clamp, ep.row_weight[row], ep.fast_math);
+    });
   }
 };
 
@@ -98,17 +100,12 @@ struct DecodeStoreBf16 {
       s0 = col_scale(op, t.expert, col0);
       s1 = col_scale(op, t.expert, col0 + 8);
     }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int r = decode_acc_row(hh, c);
-        if (r >= t.num_rows) continue;
-        if constexpr (kNvfp4) s0 = s1 = __fdiv_rn(op.w_global[t.expert], op.a_global[a_source_row(op, t.row_begin + r)]);
-        uint16_t* out = ep.out + static_cast<int64_t>(t.row_begin + r) * op.n;
-        out[col0] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[hh][c] * s0));
-        out[col0 + 8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[hh][2 + c] * s1));
-      }
+    for_each_tile_row(t, [&](int hh, int c, int r) {
+      if constexpr (kNvfp4) s0 = s1 = __fdiv_rn(op.w_global[t.expert], op.a_global[a_source_row(op, t.row_begin + r)]);
+      uint16_t* out = ep.out + static_cast<int64_t>(t.row_begin + r) * op.n;
+      out[col0] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[hh][c] * s0));
+      out[col0 + 8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[hh][2 + c] * s1));
+    });
   }
 };
 

@@ -21,6 +21,13 @@ struct DecodeTile {
 // features 16w + g (c = 0, 1) and 16w + 8 + g (c = 2, 3)).
 using DecodeAccumulators = float[2][4];
 
+__device__ __forceinline__ void zero_accumulators(DecodeAccumulators& acc) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[h][c] = 0.0f;
+}
+
 __device__ __forceinline__ bool decode_tile(const GroupedGemmSchedule& s, int n, DecodeTile& t) {
   const int n_chunks = n / kDecodeBlockN;
   const int m_tile = blockIdx.x / n_chunks;

@@ -127,10 +127,7 @@ struct Mxfp4DecodeMainloop {
     const int lane = threadIdx.x % 32, tq = lane % 4;
     const int k = op.k, k_steps = k / kGemmBlockK;
     const bool two_halves = t.num_rows > 8;  // block-uniform
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[h][c] = 0.0f;
+    zero_accumulators(acc);
 
     // This warp's weights and the shift / scale words of its rows, kPrefetch k steps ahead.
     DecodeWeightStream<uint32_t, kPrefetch> ws(op, t, k_steps);

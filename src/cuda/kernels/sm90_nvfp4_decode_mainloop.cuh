@@ -99,10 +99,7 @@ struct Nvfp4DecodeMainloop {
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const int k = op.k, k_steps = k / kGemmBlockK;
     const bool two_halves = t.num_rows > 8;  // block-uniform
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[h][c] = 0.0f;
+    zero_accumulators(acc);
 
     // This warp's weights and the 8 scale bytes of its rows per k step, kPrefetch k steps ahead.
     DecodeWeightStream<uint2, kPrefetch> ws(op, t, k_steps);
