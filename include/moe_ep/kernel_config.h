@@ -19,8 +19,9 @@ enum class GemmKernel : uint8_t {
   kMma,     // mma.sync tiles; exact fp32 k-block sums
   kWgmma,   // warpgroup MMA (FP8), folded weights only
   kWgmmaBf16,  // warpgroup MMA on bf16, the weights decoded into registers; folded weights only
+  kWgmmaRs,    // warpgroup MMA (FP8), the weights decoded into registers; folded weights only
 };
-// "auto", "decode", "mma", "wgmma", "wgmma-bf16"
+// "auto", "decode", "mma", "wgmma", "wgmma-bf16", "wgmma-rs"
 std::string_view gemm_kernel_name(GemmKernel kernel);
 // Throws kInvalidArgument naming `option` and the allowed names.
 GemmKernel parse_gemm_kernel(std::string_view name, std::string_view option = "gemm");

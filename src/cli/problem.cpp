@@ -38,8 +38,8 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
   auto* knobs = "Kernel overrides (default: the implementation selects; `moe_ep run --json` prints it)";
   cmd.add_option("--threads", o.threads, "CPU threads of the CPU backend (default: all)")
       ->check(integer_at_least(1))->group(knobs);
-  cmd.add_option("--kernel", o.kernel, "GEMM kernels: auto, decode, mma, wgmma, wgmma-bf16")->group(knobs);
-  cmd.add_option("--tile", o.tile, "wgmma output tile MxN (SM90: 64x256, 128x128)")->group(knobs);
+  cmd.add_option("--kernel", o.kernel, "GEMM kernels: auto, decode, mma, wgmma, wgmma-bf16, wgmma-rs")->group(knobs);
+  cmd.add_option("--tile", o.tile, "wgmma output tile MxN (SM90 wgmma: 64x256, 128x128; wgmma-rs: 64x128, 96x128)")->group(knobs);
   cmd.add_option("--decode-max-tokens", o.decode_max_tokens, "auto: decode GEMMs up to this T")
       ->check(integer_at_least(0))->group(knobs);
   cmd.add_flag("--no-fold", o.no_fold, "mxfp4 on the GPU: keep E8M0 block scales (no FP8 folding)")

@@ -14,6 +14,7 @@ const char* sm90_gemm_name(Sm90Gemm gemm) {
     case Sm90Gemm::kMma: return "mma";
     case Sm90Gemm::kWgmma: return "wgmma";
     case Sm90Gemm::kWgmmaBf16: return "wgmma-bf16";
+    case Sm90Gemm::kWgmmaRs: return "wgmma-rs";
     case Sm90Gemm::kNvfp4Mma: return "nvfp4-mma";
     case Sm90Gemm::kNvfp4Decode: return "nvfp4-decode";
   }
@@ -45,7 +46,8 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
                     ErrorCode::kUnsupported,
                     "overrides.gemm = {}: recipe '{}' runs the f16 mma.sync GEMMs on SM90; allowed: "
                     "auto, decode, mma", gemm_kernel_name(o.gemm), recipe_name(desc.recipe));
-  const bool warpgroup = o.gemm == GemmKernel::kWgmma || o.gemm == GemmKernel::kWgmmaBf16;
+  const bool warpgroup =
+      o.gemm == GemmKernel::kWgmma || o.gemm == GemmKernel::kWgmmaBf16 || o.gemm == GemmKernel::kWgmmaRs;
   MOE_EP_CHECK_CODE(!(warpgroup && c.exact_accumulation), ErrorCode::kInvalidArgument,
                     "overrides.gemm = {} contradicts desc.numerics.exact_accumulation = true (the "
                     "wgmma accumulator is not fp32-exact per k block); allowed with it: auto, decode, mma",
@@ -57,7 +59,11 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
   if (!o.tile.automatic()) {
     MOE_EP_CHECK_CODE(mxfp4, ErrorCode::kUnsupported, "overrides.tile = {}: recipe '{}' has no "
                       "tile choice on SM90", o.tile.str(), recipe_name(desc.recipe));
-    if (o.tile == TileShape{64, 256})
+    if (o.gemm == GemmKernel::kWgmmaRs) {
+      MOE_EP_CHECK_CODE(o.tile == (TileShape{64, 128}) || o.tile == (TileShape{96, 128}), ErrorCode::kUnsupported,
+                        "overrides.tile = {} is not a wgmma-rs tile of SM90; allowed: 64x128, 96x128", o.tile.str());
+      c.wgmma_rs_block_m = o.tile.m;
+    } else if (o.tile == TileShape{64, 256})
       c.wgmma_tile = WgmmaTile::k64x256;
     else if (o.tile == TileShape{128, 128})
       c.wgmma_tile = WgmmaTile::k128x128;
@@ -112,6 +118,12 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
                                            desc.fleet.hidden_size, 2 * desc.intermediate_size);
   else if (facts.wgmma_bf16_blocks_per_sm[0] < 1 || facts.wgmma_bf16_blocks_per_sm[1] < 1)
     c.wgmma_bf16_unavailable = "the kernels do not fit on this device";
+  // wgmma-rs: the same rules (n tiles of kRsFp8BlockN = 128).
+  if (!facts.w13_folded || !facts.w2_folded || desc.fleet.hidden_size % kRsFp8BlockN != 0 ||
+      (2 * desc.intermediate_size) % kRsFp8BlockN != 0)
+    c.wgmma_rs_unavailable = c.wgmma_bf16_unavailable;
+  else if (facts.wgmma_rs_blocks_per_sm[0] < 1 || facts.wgmma_rs_blocks_per_sm[1] < 1)
+    c.wgmma_rs_unavailable = "the kernels do not fit on this device";
   const bool decode_ok = facts.decode_unavailable.empty(), wgmma_ok = c.wgmma_unavailable.empty();
   MOE_EP_CHECK_CODE(decode_ok || o.gemm != GemmKernel::kDecode, ErrorCode::kUnsupported,
                     "overrides.gemm = decode: the decode GEMMs cannot run this layer: {}",
@@ -123,23 +135,38 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
                     ErrorCode::kUnsupported,
                     "overrides.gemm = wgmma-bf16: the wgmma-bf16 GEMMs cannot run this layer: {}",
                     c.wgmma_bf16_unavailable);
+  MOE_EP_CHECK_CODE(c.wgmma_rs_unavailable.empty() || o.gemm != GemmKernel::kWgmmaRs, ErrorCode::kUnsupported,
+                    "overrides.gemm = wgmma-rs: the wgmma-rs GEMMs cannot run this layer: {}",
+                    c.wgmma_rs_unavailable);
+  auto block_m_of = [&](Sm90Gemm g, int64_t lo) {
+    switch (g) {
+      case Sm90Gemm::kDecode: return kDecodeBlockM;
+      case Sm90Gemm::kWgmma: return ts.block_m;
+      case Sm90Gemm::kWgmmaBf16: return kRsBlockM;
+      case Sm90Gemm::kWgmmaRs:
+        return c.wgmma_rs_block_m ? c.wgmma_rs_block_m : lo >= kWgmmaRsWideMinTokens ? 96 : 64;
+      default: return kGemmBlockM;
+    }
+  };
   auto bucket = [&](int64_t lo, int64_t hi, Sm90Gemm g) {
     if (lo > hi) return;
-    if (!c.buckets.empty() && c.buckets.back().gemm == g) {
+    if (g == Sm90Gemm::kWgmmaRs && c.wgmma_rs_block_m == 0 && lo < kWgmmaRsWideMinTokens &&
+        hi >= kWgmmaRsWideMinTokens) {  // two m tiles: one bucket each
+      c.buckets.push_back({lo, kWgmmaRsWideMinTokens - 1, g, block_m_of(g, lo)});
+      lo = kWgmmaRsWideMinTokens;
+    }
+    if (!c.buckets.empty() && c.buckets.back().gemm == g && c.buckets.back().block_m == block_m_of(g, lo)) {
       c.buckets.back().max_tokens = hi;
       return;
     }
-    const int block_m = g == Sm90Gemm::kDecode       ? kDecodeBlockM
-                        : g == Sm90Gemm::kWgmma     ? ts.block_m
-                        : g == Sm90Gemm::kWgmmaBf16 ? kRsBlockM
-                                                    : kGemmBlockM;
-    c.buckets.push_back({lo, hi, g, block_m});
+    c.buckets.push_back({lo, hi, g, block_m_of(g, lo)});
   };
   switch (o.gemm) {
     case GemmKernel::kDecode: bucket(0, max_tokens, Sm90Gemm::kDecode); return;
     case GemmKernel::kMma: bucket(0, max_tokens, Sm90Gemm::kMma); return;
     case GemmKernel::kWgmma: bucket(0, max_tokens, Sm90Gemm::kWgmma); return;
     case GemmKernel::kWgmmaBf16: bucket(0, max_tokens, Sm90Gemm::kWgmmaBf16); return;
+    case GemmKernel::kWgmmaRs: bucket(0, max_tokens, Sm90Gemm::kWgmmaRs); return;
     case GemmKernel::kAuto: break;
   }
   // Auto: decode for small T (mma.sync where the decode kernels cannot run), then mma.sync,
@@ -187,6 +214,12 @@ void Sm90Config::describe(SelectedConfig& out) const {
                                           "blocks/SM {} / {}", kRsBlockM, facts.wgmma_bf16_blocks_per_sm[0],
                                           facts.wgmma_bf16_blocks_per_sm[1])
                             : "unavailable: " + wgmma_bf16_unavailable);
+  out.add("wgmma_rs", wgmma_rs_unavailable.empty()
+                          ? fmt::format("available by override (overrides.gemm = wgmma-rs): {} tiles, blocks/SM {} / {}",
+                                        wgmma_rs_block_m ? fmt::format("{}x128", wgmma_rs_block_m)
+                                                         : fmt::format("64x128 (96x128 from T = {})", kWgmmaRsWideMinTokens),
+                                        facts.wgmma_rs_blocks_per_sm[0], facts.wgmma_rs_blocks_per_sm[1])
+                          : "unavailable: " + wgmma_rs_unavailable);
   out.add("mma", fmt::format("64x128x128 tiles, blocks/SM {} / {}", facts.mma_blocks_per_sm[0],
                              facts.mma_blocks_per_sm[1]));
 }

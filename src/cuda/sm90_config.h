@@ -14,7 +14,7 @@
 namespace moe_ep::cuda {
 
 // The GEMM kernels one T bucket runs (both GEMMs of a forward use the same family).
-enum class Sm90Gemm { kDecode, kMma, kWgmma, kWgmmaBf16, kNvfp4Mma, kNvfp4Decode };
+enum class Sm90Gemm { kDecode, kMma, kWgmma, kWgmmaBf16, kWgmmaRs, kNvfp4Mma, kNvfp4Decode };
 const char* sm90_gemm_name(Sm90Gemm gemm);
 
 // Auto: decode kernels up to this many tokens, where experts hold a few rows each and the
@@ -26,6 +26,8 @@ inline constexpr int64_t kNvfp4DecodeMaxTokens = 1536;
 // Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles), unless the
 // layer asks for exact accumulation (wgmma's FP8 accumulator is not fp32-exact).
 inline constexpr int64_t kWgmmaMinTokens = 256;
+// wgmma-rs m tiles: 64 tokens below this many tokens, 96 from here on (experts of ~100+ rows).
+inline constexpr int64_t kWgmmaRsWideMinTokens = 4096;
 
 // What the device and the loaded weights allow, measured before selection.
 struct Sm90Facts {
@@ -36,6 +38,7 @@ struct Sm90Facts {
   int mma_blocks_per_sm[2] = {0, 0};    // mma.sync (mxfp4) or f16 mma.sync (nvfp4) GEMMs
   int wgmma_blocks_per_sm[2] = {0, 0};  // of the selected tile; 0 when not configured
   int wgmma_bf16_blocks_per_sm[2] = {0, 0};  // 0 when not configured
+  int wgmma_rs_blocks_per_sm[2] = {0, 0};    // both m tiles (the smaller count); 0 when not configured
 };
 
 struct Sm90Bucket {
@@ -54,6 +57,8 @@ struct Sm90Config {
   bool exact_accumulation = false, fast_math = false;
   std::string wgmma_unavailable;             // why wgmma cannot run ("" when it can)
   std::string wgmma_bf16_unavailable;        // the same for wgmma-bf16 (only by override so far)
+  std::string wgmma_rs_unavailable;          // the same for wgmma-rs
+  int wgmma_rs_block_m = 0;                  // overrides.tile's m for wgmma-rs; 0: by T
   Sm90Facts facts;
   std::vector<Sm90Bucket> buckets;           // ascending, covering 1..max_tokens_per_rank
 

@@ -1,5 +1,6 @@
 #include "cuda/sm90_experts.h"
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -149,6 +150,20 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
           configure_sm90_mxfp4_rs_grouped_gemm2(&facts.wgmma_bf16_blocks_per_sm[1]) != cudaSuccess) {
         (void)cudaGetLastError();
         facts.wgmma_bf16_blocks_per_sm[0] = facts.wgmma_bf16_blocks_per_sm[1] = 0;
+      }
+      // wgmma-rs, both m tiles (the smaller count); a failed probe leaves it unavailable.
+      for (int g = 0; g < 2; ++g) {
+        int per_sm[2] = {0, 0};
+        for (int i = 0; i < 2; ++i) {
+          const int block_m = i == 0 ? 64 : 96;
+          const cudaError_t err = g == 0 ? configure_sm90_mxfp4_rs_fp8_grouped_gemm1(block_m, &per_sm[i])
+                                         : configure_sm90_mxfp4_rs_fp8_grouped_gemm2(block_m, &per_sm[i]);
+          if (err != cudaSuccess) {
+            (void)cudaGetLastError();
+            per_sm[i] = 0;
+          }
+        }
+        facts.wgmma_rs_blocks_per_sm[g] = std::min(per_sm[0], per_sm[1]);
       }
     }
   }

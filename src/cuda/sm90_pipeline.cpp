@@ -99,9 +99,19 @@ struct GemmFamily {
   const int* blocks_per_sm;  // [2] of Sm90Facts
 };
 
-GemmFamily gemm_family(const Sm90Config& c, Sm90Gemm gemm) {
+template <int kBlockM>
+cudaError_t rs_fp8_gemm1(const Gemm1Params& p, int grid, cudaStream_t s) {
+  return launch_sm90_mxfp4_rs_fp8_grouped_gemm1(kBlockM, p, grid, s);
+}
+
+template <int kBlockM>
+cudaError_t rs_fp8_gemm2(const Gemm2Params& p, int grid, cudaStream_t s) {
+  return launch_sm90_mxfp4_rs_fp8_grouped_gemm2(kBlockM, p, grid, s);
+}
+
+GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
   const Sm90Facts& f = c.facts;
-  switch (gemm) {
+  switch (bucket.gemm) {
     case Sm90Gemm::kDecode:
       return {&launch_sm90_mxfp4_decode_gemm1, &launch_sm90_mxfp4_decode_gemm2, kDecodeBlockN, false,
               f.decode_blocks_per_sm};
@@ -117,6 +127,10 @@ GemmFamily gemm_family(const Sm90Config& c, Sm90Gemm gemm) {
     case Sm90Gemm::kWgmmaBf16:
       return {&launch_sm90_mxfp4_rs_grouped_gemm1, &launch_sm90_mxfp4_rs_grouped_gemm2, 128, true,
               f.wgmma_bf16_blocks_per_sm};
+    case Sm90Gemm::kWgmmaRs:
+      if (bucket.block_m == 96)
+        return {&rs_fp8_gemm1<96>, &rs_fp8_gemm2<96>, kRsFp8BlockN, true, f.wgmma_rs_blocks_per_sm};
+      return {&rs_fp8_gemm1<64>, &rs_fp8_gemm2<64>, kRsFp8BlockN, true, f.wgmma_rs_blocks_per_sm};
     case Sm90Gemm::kWgmma:
       if (c.wgmma_tile == WgmmaTile::k64x256)
         return {&wgmma_gemm1<WgmmaTile::k64x256>, &wgmma_gemm2<WgmmaTile::k64x256>,
@@ -124,7 +138,7 @@ GemmFamily gemm_family(const Sm90Config& c, Sm90Gemm gemm) {
       return {&wgmma_gemm1<WgmmaTile::k128x128>, &wgmma_gemm2<WgmmaTile::k128x128>,
               wgmma_tile_shape(WgmmaTile::k128x128).block_n, true, f.wgmma_blocks_per_sm};
   }
-  MOE_EP_FAIL(ErrorCode::kInternal, "no GEMM family {}", static_cast<int>(gemm));
+  MOE_EP_FAIL(ErrorCode::kInternal, "no GEMM family {}", static_cast<int>(bucket.gemm));
 }
 
 // One GEMM's operands: A rows of the recipe's activation format (k wide), n output columns.
@@ -217,7 +231,7 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     g2.op = operands(recipe, H, I, ws(w.h), ws(w.h_scale), ws_f32(w.h_global), w2);
     g2.epilogue.out = reinterpret_cast<uint16_t*>(workspace + w.o);
 
-    const GemmFamily fam = gemm_family(config, bucket.gemm);
+    const GemmFamily fam = gemm_family(config, bucket);
     l.gemm1_fn = fam.gemm1;
     l.gemm2_fn = fam.gemm2;
     const int64_t sms = config.facts.sm_count;

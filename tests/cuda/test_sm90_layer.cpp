@@ -268,8 +268,8 @@ TEST_P(Sm90LayerTiny, SmallCaseForSanitizers) {
 INSTANTIATE_TEST_SUITE_P(Recipes, Sm90LayerTiny, ::testing::Values("mxfp4", "nvfp4"));
 
 // The sanitizer case on each GEMM family pinned in turn (the auto choice at T = 70 is decode only
-// for mxfp4, nvfp4-mma for nvfp4), so compute-sanitizer covers decode, mma.sync and wgmma kernels
-// of mxfp4 and both nvfp4 families.
+// for mxfp4, nvfp4-mma for nvfp4), so compute-sanitizer covers decode, mma.sync, wgmma and wgmma-rs
+// kernels of mxfp4 and both nvfp4 families.
 TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
   MOE_EP_REQUIRE_CUDA();
   struct Case {
@@ -277,15 +277,17 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
     GemmKernel kernel;
   };
   for (const Case c : {Case{"mxfp4", GemmKernel::kDecode}, Case{"mxfp4", GemmKernel::kMma},
-                       Case{"mxfp4", GemmKernel::kWgmma}, Case{"nvfp4", GemmKernel::kDecode},
-                       Case{"nvfp4", GemmKernel::kMma}}) {
+                       Case{"mxfp4", GemmKernel::kWgmma}, Case{"mxfp4", GemmKernel::kWgmmaRs},
+                       Case{"nvfp4", GemmKernel::kDecode}, Case{"nvfp4", GemmKernel::kMma}}) {
     Problem p = tiny(c.family, 80);
     p.overrides.gemm = c.kernel;
-    p.exact_accumulation = c.kernel != GemmKernel::kWgmma;  // wgmma is refused with exact accumulation
+    // The warpgroup kernels are refused with exact accumulation.
+    const bool warpgroup = c.kernel == GemmKernel::kWgmma || c.kernel == GemmKernel::kWgmmaRs;
+    p.exact_accumulation = !warpgroup;
     const WeightSet w = testsupport::random_weights(p, native_format(p), 10);
     const Inputs in = testsupport::random_inputs(p, 70, 15, {.skip_fraction = 0.2});
     expect_matches_cpu(p, w, in, fmt::format("{} sanitizer case, {} GEMMs", c.family, gemm_kernel_name(c.kernel)),
-                       c.kernel == GemmKernel::kWgmma ? wgmma_recipe_tolerance() : -1.0);
+                       warpgroup ? wgmma_recipe_tolerance() : -1.0);
   }
 }
 

@@ -10,7 +10,9 @@
 // same h (isolating it) and along the whole chain. Then 20 reruns must be bitwise identical.
 // The bf16 wgmma with the weights in registers (rs, sm90_mxfp4_rs_mainloop.cuh) runs as one
 // more variant: its activations converted from the same Q8 to bf16 first, its products exact and
-// summed over all of K, so it meets the same threshold.
+// summed over all of K, so it meets the same threshold. So do the FP8 wgmma kernels with the
+// weights in registers (rs fp8, sm90_mxfp4_rs_fp8_mainloop.cuh), on m tiles of 64 and 96 tokens:
+// the FP8 wgmma products and promotion on the transposed tile.
 //
 // Layer level: the layer forced onto the wgmma kernels (KernelOverrides::gemm = wgmma) against the CPU
 // layer on the tiny preset and deepseek-v4-flash (T = 1, 7, 300, 4096, a subset of rows for the
@@ -179,15 +181,18 @@ struct GemmOutputs {
   std::vector<uint16_t> o;          // [rows, H]
 };
 
-// Kernel choice of one run: mma.sync (plain weights), wgmma with a tile, or the bf16 wgmma with
-// the weights in registers (rs; activations converted to bf16 first); the last two fold.
+// Kernel choice of one run: mma.sync (plain weights), wgmma with a tile, the bf16 wgmma with
+// the weights in registers (rs; activations converted to bf16 first), or the FP8 wgmma with the
+// weights in registers on m tiles of rs_fp8_block_m rows; all but the first fold.
 struct Kernels {
   std::optional<WgmmaTile> wgmma;
   WgmmaDecode decode = WgmmaDecode::kQuad;
   bool rs = false;
-  bool folded() const { return wgmma || rs; }
+  int rs_fp8_block_m = 0;  // > 0: rs fp8
+  bool folded() const { return wgmma || rs || rs_fp8_block_m > 0; }
   std::string name() const {
     if (rs) return "rs bf16";
+    if (rs_fp8_block_m > 0) return fmt::format("rs fp8 {}", rs_fp8_block_m);
     if (!wgmma) return "mma.sync";
     return fmt::format("{} {}", tile_name(*wgmma), decode == WgmmaDecode::kQuad ? "quad" : "lane");
   }
@@ -199,7 +204,9 @@ const std::vector<Kernels>& wgmma_variants() {
                                          {WgmmaTile::k128x128, WgmmaDecode::kQuad},
                                          {WgmmaTile::k64x256, WgmmaDecode::kLane},
                                          {WgmmaTile::k128x128, WgmmaDecode::kLane},
-                                         {std::nullopt, WgmmaDecode::kQuad, true}};
+                                         {std::nullopt, WgmmaDecode::kQuad, true},
+                                         {std::nullopt, WgmmaDecode::kQuad, false, 64},
+                                         {std::nullopt, WgmmaDecode::kQuad, false, 96}};
   return v;
 }
 
@@ -209,7 +216,10 @@ class GemmRun {
  public:
   GemmRun(const Shape& s, const DeviceProblem& p, const DeviceWeights& w, const Kernels& k)
       : s_(s), p_(p), w_(w), k_(k) {
-    const int block_m = k.rs ? kRsBlockM : k.wgmma ? wgmma_tile_shape(*k.wgmma).block_m : kGemmBlockM;
+    const int block_m = k.rs                  ? kRsBlockM
+                        : k.rs_fp8_block_m > 0 ? k.rs_fp8_block_m
+                        : k.wgmma             ? wgmma_tile_shape(*k.wgmma).block_m
+                                              : kGemmBlockM;
     r_ = route(s, p, block_m);
     const int64_t max_rows = std::max<int64_t>(p.T * s.K, 1);
     h_ = DeviceBuffer(max_rows * s.I);
@@ -225,6 +235,9 @@ class GemmRun {
     if (k.rs) {
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_grouped_gemm1(&per_sm1));
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_grouped_gemm2(&per_sm2));
+    } else if (k.rs_fp8_block_m > 0) {
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_fp8_grouped_gemm1(k.rs_fp8_block_m, &per_sm1));
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_fp8_grouped_gemm2(k.rs_fp8_block_m, &per_sm2));
     } else if (k.wgmma) {
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm1(*k.wgmma, &per_sm1, k.decode));
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm2(*k.wgmma, &per_sm2, k.decode));
@@ -268,6 +281,8 @@ class GemmRun {
     if (k_.rs) {
       use_bf16_activations(g1.op, p_.a, p_.a_scale, p_.T, x_rs_);
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_grouped_gemm1(g1, grid1_, nullptr));
+    } else if (k_.rs_fp8_block_m > 0) {
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_fp8_grouped_gemm1(k_.rs_fp8_block_m, g1, grid1_, nullptr));
     } else if (k_.wgmma)
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm1(*k_.wgmma, g1, grid1_, nullptr, k_.decode));
     else
@@ -291,6 +306,8 @@ class GemmRun {
     if (k_.rs) {
       use_bf16_activations(g2.op, in.h_, in.h_scale_, r_.rows, h_rs_);
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_grouped_gemm2(g2, grid2_, nullptr));
+    } else if (k_.rs_fp8_block_m > 0) {
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_fp8_grouped_gemm2(k_.rs_fp8_block_m, g2, grid2_, nullptr));
     } else if (k_.wgmma)
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm2(*k_.wgmma, g2, grid2_, nullptr, k_.decode));
     else
@@ -445,6 +462,7 @@ Sm90Facts all_available() {
   f.mma_blocks_per_sm[0] = f.mma_blocks_per_sm[1] = 1;
   f.wgmma_blocks_per_sm[0] = f.wgmma_blocks_per_sm[1] = 1;
   f.wgmma_bf16_blocks_per_sm[0] = f.wgmma_bf16_blocks_per_sm[1] = 1;
+  f.wgmma_rs_blocks_per_sm[0] = f.wgmma_rs_blocks_per_sm[1] = 1;
   return f;
 }
 
@@ -515,6 +533,22 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(bf16.bucket(1).gemm, G::kWgmmaBf16);
   EXPECT_EQ(bf16.bucket(8192).block_m, kRsBlockM);
   EXPECT_TRUE(bf16.uses_bf16_activations());
+  // wgmma-rs by override: 64-token m tiles below kWgmmaRsWideMinTokens, 96 from there (one
+  // bucket each); overrides.tile pins one of them for every T.
+  forced.gemm = GemmKernel::kWgmmaRs;
+  const Sm90Config rs = selected(d, forced);
+  ASSERT_EQ(rs.buckets.size(), 2u);
+  EXPECT_EQ(rs.bucket(1).gemm, G::kWgmmaRs);
+  EXPECT_EQ(rs.bucket(kWgmmaRsWideMinTokens - 1).block_m, 64);
+  EXPECT_EQ(rs.bucket(kWgmmaRsWideMinTokens).gemm, G::kWgmmaRs);
+  EXPECT_EQ(rs.bucket(8192).block_m, 96);
+  EXPECT_FALSE(rs.uses_bf16_activations());
+  forced.tile = {96, 128};
+  const Sm90Config rs96 = selected(d, forced);
+  ASSERT_EQ(rs96.buckets.size(), 1u);
+  EXPECT_EQ(rs96.bucket(1).block_m, 96);
+  forced.tile = {};
+  EXPECT_STREQ(sm90_gemm_name(G::kWgmmaRs), "wgmma-rs");
   // nvfp4 auto: its decode kernels up to kNvfp4DecodeMaxTokens, its mma.sync kernels above; the
   // decode_max_tokens override moves the boundary; mma.sync throughout where decode cannot run.
   const Sm90Config nv = selected(flash_desc(Recipe::kNvfp4), {});
@@ -597,6 +631,22 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   Sm90Facts no_fit = all_available();
   no_fit.wgmma_bf16_blocks_per_sm[1] = 0;
   expect_refused([&] { selected(d, bf16, no_fit); }, ErrorCode::kUnsupported, "do not fit on this device");
+
+  KernelOverrides rs;
+  rs.gemm = GemmKernel::kWgmmaRs;
+  expect_refused([&] { select_sm90_load_config(exact, rs); }, ErrorCode::kInvalidArgument,
+                 "overrides.gemm = wgmma-rs contradicts desc.numerics.exact_accumulation");
+  expect_refused([&] { selected(d, rs, unfolded); }, ErrorCode::kUnsupported,
+                 "overrides.gemm = wgmma-rs: the wgmma-rs GEMMs cannot run this layer: the weights are "
+                 "not inside the FP8 window");
+  KernelOverrides rs_tile = rs;
+  rs_tile.tile = {128, 128};
+  expect_refused([&] { select_sm90_load_config(d, rs_tile); }, ErrorCode::kUnsupported,
+                 "overrides.tile = 128x128 is not a wgmma-rs tile of SM90; allowed: 64x128, 96x128");
+  Sm90Facts rs_no_fit = all_available();
+  rs_no_fit.wgmma_rs_blocks_per_sm[0] = 0;
+  expect_refused([&] { selected(d, rs, rs_no_fit); }, ErrorCode::kUnsupported,
+                 "the wgmma-rs GEMMs cannot run this layer: the kernels do not fit on this device");
 }
 
 TEST(Sm90Config, LaunchGridsCapPersistentKernelsAtTheResidentBlocks) {
@@ -820,13 +870,20 @@ using testsupport::Problem;
 
 TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
   MOE_EP_REQUIRE_CUDA();
-  for (const char* tile : {"64x256", "128x128", "wgmma-bf16"}) {
+  struct Variant {
+    const char* name;
+    GemmKernel gemm;
+    const char* tile;  // "" = the kernel's own choice
+  };
+  for (const Variant v : {Variant{"64x256", GemmKernel::kWgmma, "64x256"}, Variant{"128x128", GemmKernel::kWgmma, "128x128"},
+                          Variant{"wgmma-bf16", GemmKernel::kWgmmaBf16, ""}, Variant{"rs 64x128", GemmKernel::kWgmmaRs, ""},
+                          Variant{"rs 96x128", GemmKernel::kWgmmaRs, "96x128"}}) {
+    const char* tile = v.name;
     Problem p = testsupport::tiny_problem("mxfp4");
     p.max_tokens = 4096;
     p.exact_accumulation = false;  // wgmma with exact accumulation is refused (Sm90Config tests)
-    const bool bf16 = std::string(tile) == "wgmma-bf16";
-    p.overrides.gemm = bf16 ? GemmKernel::kWgmmaBf16 : GemmKernel::kWgmma;
-    if (!bf16) p.overrides.tile = parse_tile_shape(tile);
+    p.overrides.gemm = v.gemm;
+    if (*v.tile) p.overrides.tile = parse_tile_shape(v.tile);
     const testsupport::WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 12);
     auto check = [&](const Inputs& in, const std::string& what) {
       const std::vector<double> ref = cpu_reference(p, w.pack(), in);
@@ -901,9 +958,12 @@ TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
   for (int rep = 0; rep < 20; ++rep) ASSERT_EQ(hash_bits(run_on_gpu(*layer, d)), h) << "rerun " << rep;
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, Sm90WgmmaFlashLayer, ::testing::Values(GemmKernel::kWgmma, GemmKernel::kWgmmaBf16),
+INSTANTIATE_TEST_SUITE_P(Kernels, Sm90WgmmaFlashLayer,
+                         ::testing::Values(GemmKernel::kWgmma, GemmKernel::kWgmmaBf16, GemmKernel::kWgmmaRs),
                          [](const ::testing::TestParamInfo<GemmKernel>& info) {
-                           return info.param == GemmKernel::kWgmma ? std::string("wgmma") : std::string("wgmma_bf16");
+                           return info.param == GemmKernel::kWgmma       ? std::string("wgmma")
+                                  : info.param == GemmKernel::kWgmmaBf16 ? std::string("wgmma_bf16")
+                                                                         : std::string("wgmma_rs");
                          });
 
 }  // namespace

@@ -146,6 +146,18 @@ inline void set_bf16_activations(GroupedGemmOperands& op, const uint16_t* a) {
 cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows, int k,
                                       uint16_t* out, cudaStream_t stream);
 
+// FP8-wgmma mxfp4 grouped GEMMs with the weights as the register operand
+// (sm90_mxfp4_rs_fp8_mainloop.cuh), FOLDED weights only: A and its scales are the Q8 rows as for
+// the kernels above, m tiles of block_m = 64 or 96 rows (the routing must list tiles of that
+// size), n a multiple of kRsFp8BlockN, k of 128. Same params and outputs as the kernels above.
+inline constexpr int kRsFp8BlockN = 128;
+cudaError_t configure_sm90_mxfp4_rs_fp8_grouped_gemm1(int block_m, int* blocks_per_sm);
+cudaError_t configure_sm90_mxfp4_rs_fp8_grouped_gemm2(int block_m, int* blocks_per_sm);
+cudaError_t launch_sm90_mxfp4_rs_fp8_grouped_gemm1(int block_m, const Gemm1Params& params, int grid,
+                                                   cudaStream_t stream);
+cudaError_t launch_sm90_mxfp4_rs_fp8_grouped_gemm2(int block_m, const Gemm2Params& params, int grid,
+                                                   cudaStream_t stream);
+
 // Decode (small-batch) mxfp4 grouped GEMMs (sm90_mxfp4_decode_mainloop.cuh): mma.sync with the
 // weights on the m16 side, 16-row m tiles (the routing must list tiles of kDecodeBlockM rows),
 // n a multiple of kDecodeBlockN; E8M0 block scales or folded weights; outputs bitwise those of

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include "cuda/kernels/sm90_kernel_config.cuh"
+#include "cuda/kernels/sm90_mxfp4_rs_mainloop.cuh"
 #include "cuda/kernels/sm90_rs_epilogues.cuh"
 
 namespace moe_ep::cuda {

@@ -31,6 +31,7 @@
 
 #include "cuda/kernels/sm90_grouped_gemm.h"
 #include "cuda/kernels/sm90_persistent_tiles.cuh"
+#include "cuda/kernels/sm90_rs_fragment.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/ld_global.cuh"
 #include "cuda/ptx/mbarrier.cuh"
@@ -43,6 +44,9 @@ struct RsTileConfig {
   static constexpr int kBlockM = kRsBlockM;  // token rows (the wgmma N side)
   static constexpr int kBlockN = 128;        // weight rows (2 consumers x 64)
   static constexpr int kBlockK = 128;
+  static constexpr int kAcc = 64;  // fp32 accumulators per consumer thread (m64n128)
+  // The accumulator in the fold's units: the rs decode is e2m1 * 2^(d - 8 - kRsFoldBias).
+  static constexpr float kAccScale = static_cast<float>(1 << kRsFoldBias);
   static constexpr int kStages = 4;
   static constexpr int kLookahead = 2;
   static constexpr int kConsumers = 2;
@@ -77,14 +81,6 @@ struct RsSmem {
     return reinterpret_cast<uint64_t*>(base + Cfg::kOffBarriers) + s;
   }
   __device__ __forceinline__ uint64_t* empty(int s) const { return full(Cfg::kStages) + s; }
-};
-
-// Where a consumer thread's accumulators lie: d[4i + c] is weight row `row` (c = 0, 1) or
-// row + 8 (c = 2, 3) of the n tile's kernel rows, token column 8i + 2t + (c & 1) of the m tile.
-struct RsFragment {
-  int row;  // kernel row (0..N) of d[4i + {0, 1}]
-  int t;    // lane % 4
-  int warp, wg;
 };
 
 // The weight words and shift words of one k step for a consumer thread: its rows g and g + 8.
@@ -226,7 +222,7 @@ __device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* sm
     item += k_steps;
     __syncwarp();
     if (lane == 0 && k_steps > 0) ptx::mbarrier_arrive(sm.empty((item - 1) % S));
-    Epilogue::apply(p.epilogue, op, t, f, sm, acc);
+    Epilogue::template apply<Cfg>(p.epilogue, op, t, f, sm, acc);
   }
 }
 

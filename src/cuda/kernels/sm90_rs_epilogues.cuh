@@ -1,7 +1,9 @@
-// Epilogues of the register-operand bf16 wgmma GEMMs (sm90_mxfp4_rs_mainloop.cuh): one consumer
-// thread's transposed m64n128 fragment (rows = weight rows, columns = tokens) to global memory,
-// with the arithmetic of sm90_wgmma_epilogues.cuh (the same output formats; values equal up to
-// the order of the fp32 sums).
+// Epilogues of the register-operand wgmma GEMMs (bf16: sm90_mxfp4_rs_mainloop.cuh, FP8:
+// sm90_mxfp4_rs_fp8_mainloop.cuh): one consumer thread's transposed m64 n(Cfg::kBlockM) fragment
+// (rows = weight rows, columns = tokens, Cfg::kAcc accumulators) to global memory, with the
+// arithmetic of sm90_wgmma_epilogues.cuh (the same output formats; values equal up to the order
+// of the fp32 sums). Cfg::kAccScale takes the accumulator to the fold's units (exact, a power of
+// two), multiplied before the column factor so the product rounds once, as in the FP8 epilogues.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +11,8 @@
 #include <cuda_bf16.h>
 
 #include "cuda/kernels/sm90_gemm_epilogues.cuh"
-#include "cuda/kernels/sm90_mxfp4_rs_mainloop.cuh"
+#include "cuda/kernels/sm90_persistent_tiles.cuh"
+#include "cuda/kernels/sm90_rs_fragment.cuh"
 #include "cuda/ptx/named_barrier.cuh"
 
 namespace moe_ep::cuda {
@@ -19,37 +22,33 @@ __device__ __forceinline__ float rs_col_scale(const GroupedGemmOperands& op, con
   return op.w_col_scale[static_cast<int64_t>(t.expert) * op.n + row];
 }
 
-// The accumulator in the fold's units: the rs decode is e2m1 * 2^(d - 8 - kRsFoldBias). Exact (a
-// power of two), and multiplied before the column factor so the product rounds once, as in the
-// FP8 epilogues.
-__device__ __forceinline__ float rs_unbias(float acc) { return acc * static_cast<float>(1 << kRsFoldBias); }
-
 // GEMM 1: rows f.row (gate, kernel row block 2b) and f.row + 8 (its up partner, block 2b + 1)
 // give h column 8b + g. A warpgroup's 64 kernel rows are the 32 h columns of one Q8 block: amax
 // over g by shuffles, over the 4 warps through shared memory, then e4m3 bytes and the E8M0 byte
 // as SwigluQ8Epilogue writes them.
 struct RsSwigluQ8Epilogue {
-  template <class Cfg>
+  template <class Cfg, class Smem>
   static __device__ __forceinline__ void apply(const SwigluEpilogueParams& ep, const GroupedGemmOperands& op,
-                                               const TileCoord& t, const RsFragment& f,
-                                               const RsSmem<Cfg>& sm, float (&acc)[64]) {
+                                               const TileCoord& t, const RsFragment& f, const Smem& sm,
+                                               float (&acc)[Cfg::kAcc]) {
+    constexpr int kChunks = Cfg::kAcc / 4;  // n8 token chunks
     const float gate_scale = rs_col_scale(op, t, f.row), up_scale = rs_col_scale(op, t, f.row + 8);
     const int g = f.row % 8;
     const int h_col = (f.row / 16) * 8 + g;
-    float h[16][2];  // token column 8i + 2t + c
+    float h[kChunks][2];  // token column 8i + 2t + c
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
+    for (int i = 0; i < kChunks; ++i)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int col = 8 * i + 2 * f.t + c;
         const float weight = col < t.num_rows ? ep.row_weight[t.row_begin + col] : 0.0f;
-        const float gate = round_to_bf16_device(rs_unbias(acc[4 * i + c]) * gate_scale);
-        const float up = round_to_bf16_device(rs_unbias(acc[4 * i + 2 + c]) * up_scale);
+        const float gate = round_to_bf16_device(acc[4 * i + c] * Cfg::kAccScale * gate_scale);
+        const float up = round_to_bf16_device(acc[4 * i + 2 + c] * Cfg::kAccScale * up_scale);
         h[i][c] = clamped_swiglu_device(gate, up, ep.clamp, weight, ep.fast_math);
       }
     float* amax = sm.amax(f.wg);  // [4 warps][kBlockM]
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
+    for (int i = 0; i < kChunks; ++i)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         float m = fabsf(h[i][c]);
@@ -60,7 +59,7 @@ struct RsSwigluQ8Epilogue {
       }
     ptx::named_barrier_sync(1 + f.wg, 128);
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
+    for (int i = 0; i < kChunks; ++i)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int col = 8 * i + 2 * f.t + c;
@@ -79,18 +78,18 @@ struct RsSwigluQ8Epilogue {
 
 // GEMM 2: o[token, row] = bf16(acc * column factor).
 struct RsStoreBf16Epilogue {
-  template <class Cfg>
+  template <class Cfg, class Smem>
   static __device__ __forceinline__ void apply(const StoreEpilogueParams& ep, const GroupedGemmOperands& op,
-                                               const TileCoord& t, const RsFragment& f,
-                                               const RsSmem<Cfg>&, float (&acc)[64]) {
+                                               const TileCoord& t, const RsFragment& f, const Smem&,
+                                               float (&acc)[Cfg::kAcc]) {
     const float scale[2] = {rs_col_scale(op, t, f.row), rs_col_scale(op, t, f.row + 8)};
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
+    for (int i = 0; i < Cfg::kAcc / 4; ++i)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int col = 8 * i + 2 * f.t + (c & 1);
         if (col >= t.num_rows) continue;
-        const float v = rs_unbias(acc[4 * i + c]) * scale[c / 2];
+        const float v = acc[4 * i + c] * Cfg::kAccScale * scale[c / 2];
         ep.out[static_cast<int64_t>(t.row_begin + col) * op.n + f.row + 8 * (c / 2)] =
             __bfloat16_as_ushort(__float2bfloat16_rn(v));
       }

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include <cuda_fp16.h>
+
 #include "cuda/ptx/convert.cuh"
 
 namespace moe_ep::cuda {

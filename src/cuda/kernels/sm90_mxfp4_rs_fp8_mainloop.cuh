@@ -1,0 +1,322 @@
+// MXFP4 x Q8 grouped GEMM on FP8 wgmma with the weights as the register operand (sm_90a), for
+// folded mxfp4 weights (w_scale = shifts, w_col_scale = the fold's column factors):
+//   D^T[n, m] = sum_kb 2^(sa[m, kb] - 127) * sum_{k in kb} W'[n, k] * A[m, k]
+// with the weight rows n on the wgmma M side and the tokens m on N. W' = e2m1 * 2^(d - 8) is
+// exact in e4m3 (tile/fp4_codec.h); the consumers decode it from the packed words in registers
+// right before the wgmma that reads it, so no warp converts weights into shared memory. The
+// activations are the Q8 rows as they are (e4m3 in shared memory). Each k32 product starts from
+// zero (scale-d = 0) and is added to the fp32 accumulator times the token's activation scale: the
+// products and the promotion of the FP8 wgmma kernel (sm90_mxfp4_wgmma_mainloop.cuh), on the
+// transposed tile. The epilogues multiply by the column factor (sm90_rs_epilogues.cuh).
+//
+// Block of 3 warpgroups (384 threads), one block per SM, persistent over the (m tile, n tile)
+// list of the routing kernel (m tiles of kBlockM tokens, n tiles of 128 weight rows):
+//   WG 0      producer: per k step, cp.async of the tile's token rows (a_row_index gathers;
+//             zero-filled past the tile's rows), their E8M0 scale words, the n tile's 16 weight
+//             micro-tiles and its 128 shift words; kLookahead steps later each thread converts
+//             its token's scale word to four fp32 factors, fences and arrives on the full barrier.
+//   WG 1, 2   consumers: weight rows 64 c .. 64 c + 63 of the n tile each, one m64 n(kBlockM)
+//             k32 wgmma per k32 block j into one of two partial sets: once block j has retired,
+//             block j + 1 is issued into the other set and block j is promoted while it runs. The
+//             A fragments of block j + 1 are decoded into the second fragment set before that.
+//             (ptxas follows a wgmma's registers only through wait_group 0: a partial set is read
+//             after the wait_group 0 that retired it, never while an older wgmma is in flight.)
+//
+// Shared memory (base aligned to 1024 bytes):
+//   stage s < kStages, kStageBytes (a multiple of 1024) apart:
+//     A   kBlockM token rows x 128 B, K-major with the 128-byte swizzle of ptx/wgmma.cuh
+//     W   16 micro-tiles x 512 B: weight rows 8u .. 8u + 7 of the n tile, this k step
+//     D   128 shift words (the 4 k32 blocks of one weight row)
+//     SA  kBlockM E8M0 words (the 4 k32 blocks of one token), as copied
+//     SF  4 x kBlockM fp32: 2^(sa - 127) of k32 block kb at [kb][rs_fp8_scale_slot(token)]
+//   amax   [2 consumers][4 warps][kBlockM] fp32 (GEMM 1 epilogue: Q8 amax per token)
+//   table  16 x 8 B: e4m3 magnitude bytes of codes 0..7 for shift d (15 unused)
+//   full[kStages], empty[kStages]  mbarriers (full: 128 producer arrivals; empty: one per
+//                                  consumer warp)
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/kernels/sm90_persistent_tiles.cuh"
+#include "cuda/kernels/sm90_rs_fragment.cuh"
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/wgmma.cuh"
+#include "cuda/tile/fp4_codec.h"
+#include "cuda/tile/quant_device.cuh"
+
+namespace moe_ep::cuda {
+
+template <int kBlockM_>
+struct RsFp8TileConfig {
+  static constexpr int kBlockM = kBlockM_;  // token rows (the wgmma N side)
+  static constexpr int kBlockN = 128;       // weight rows (2 consumers x 64)
+  static constexpr int kBlockK = 128;
+  static constexpr int kAcc = kBlockM / 2;  // fp32 accumulators per consumer thread (m64 n kBlockM)
+  static constexpr float kAccScale = 1.0f;  // the accumulator is already in the fold's units
+  static constexpr int kLookahead = 3;
+  static constexpr int kStages = kBlockM == 64 ? 8 : 7;
+  static constexpr int kConsumers = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = 224;
+  static_assert(kBlockM == 64 || kBlockM == 96, "m64n64k32 or m64n96k32 (n128 spills)");
+  // setmaxnreg moves registers within the block's allocation: 384 threads x 168 at launch.
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register file");
+  // A consumer releases step i only after waiting on full(i + 1), which the producer signals after
+  // issuing step i + 1 + kLookahead, which needs step i + 1 + kLookahead - kStages released.
+  static_assert(kStages >= kLookahead + 2, "the stage ring would deadlock");
+  static constexpr int kRowsPerThread = kBlockM / 16;  // producer: 8 threads per token row
+  static constexpr int kWChunksPerThread = 16 * kWeightMicroTileBytes / 16 / 128;
+
+  static constexpr int kABytes = kBlockM * 128;
+  static constexpr int kWBytes = 16 * kWeightMicroTileBytes;
+  static constexpr int kDBytes = kBlockN * 4;
+  static constexpr int kSaBytes = kBlockM * 4;
+  static constexpr int kSfBytes = 4 * kBlockM * 4;
+  static constexpr int kOffW = kABytes, kOffD = kOffW + kWBytes, kOffSa = kOffD + kDBytes,
+                       kOffSf = kOffSa + kSaBytes;
+  static constexpr int kStageBytes = (kOffSf + kSfBytes + 1023) / 1024 * 1024;
+  static constexpr int kAmaxBytes = kConsumers * 4 * kBlockM * 4;
+  static constexpr int kOffAmax = kStages * kStageBytes;
+  static constexpr int kOffTable = kOffAmax + kAmaxBytes;
+  static constexpr int kOffBarriers = kOffTable + 16 * 8;
+  static constexpr int kSharedBytes = kOffBarriers + 2 * kStages * 8 + 1024;  // + alignment slack
+  static_assert(kABytes % 1024 == 0 && kOffSf % 16 == 0, "wgmma tiles 1024-aligned, SF float4-aligned");
+  static_assert(kSharedBytes <= 232448, "H100/H200 allow 227 KiB of shared memory per block");
+};
+
+// Where token column c of a tile keeps its scale factors in SF: the four columns a consumer thread
+// (t = lane % 4) multiplies for n8 chunks 2p and 2p + 1 (8 i + 2 t + {0, 1}, i = 2p, 2p + 1) are
+// one float4, so a promotion reads one 16-byte word per pair of chunks.
+__host__ __device__ constexpr int rs_fp8_scale_slot(int c) {
+  const int i = c / 8, t = (c % 8) / 2, e = c % 2;
+  return (i / 2) * 16 + 4 * t + 2 * (i % 2) + e;
+}
+
+template <class Cfg>
+struct RsFp8Smem {
+  uint8_t* base;
+  __device__ __forceinline__ uint8_t* a(int s) const { return base + s * Cfg::kStageBytes; }
+  __device__ __forceinline__ uint8_t* w(int s) const { return a(s) + Cfg::kOffW; }
+  __device__ __forceinline__ const uint32_t* d(int s) const {
+    return reinterpret_cast<const uint32_t*>(a(s) + Cfg::kOffD);
+  }
+  __device__ __forceinline__ uint8_t* sa(int s) const { return a(s) + Cfg::kOffSa; }
+  __device__ __forceinline__ float* sf(int s) const { return reinterpret_cast<float*>(a(s) + Cfg::kOffSf); }
+  __device__ __forceinline__ float* amax(int wg) const {
+    return reinterpret_cast<float*>(base + Cfg::kOffAmax) + wg * 4 * Cfg::kBlockM;
+  }
+  __device__ __forceinline__ uint2* table() const { return reinterpret_cast<uint2*>(base + Cfg::kOffTable); }
+  __device__ __forceinline__ uint64_t* full(int s) const {
+    return reinterpret_cast<uint64_t*>(base + Cfg::kOffBarriers) + s;
+  }
+  __device__ __forceinline__ uint64_t* empty(int s) const { return full(Cfg::kStages) + s; }
+};
+
+// ---- producer warpgroup ----------------------------------------------------------------------
+template <class Cfg>
+struct RsFp8Producer {
+  const uint8_t* a_src[Cfg::kRowsPerThread];  // token rows tid / 8 + 16 j at chunk tid % 8; null past the tile
+  const uint8_t* sa_src;  // token tid's scale words (tid < kBlockM), null past the tile
+  const uint8_t* w_src;   // micro-tile tid / 32 of the n tile, lane chunk tid % 32, k step 0
+  const uint8_t* d_src;   // 16 bytes (4 weight rows) of the n tile's shift words, k step 0 (tid < 32)
+
+  __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const TileCoord& t, int k_steps,
+                                             int tid) {
+    auto source_row = [&](int r) {
+      const int row = t.row_begin + r;
+      return op.a_row_index ? op.a_row_index[row] : row;
+    };
+#pragma unroll
+    for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
+      const int r = tid / 8 + 16 * j;
+      a_src[j] = r < t.num_rows ? op.a + static_cast<int64_t>(source_row(r)) * op.a_row_bytes + (tid % 8) * 16
+                                : nullptr;
+    }
+    sa_src = tid < t.num_rows && tid < Cfg::kBlockM
+                 ? op.a_scale + static_cast<int64_t>(source_row(tid)) * op.a_scale_row_bytes
+                 : nullptr;
+    const int64_t micro = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_tile * (Cfg::kBlockN / 8) + tid / 32;
+    w_src = op.w + micro * k_steps * kWeightMicroTileBytes + (tid % 32) * 16;
+    d_src = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + t.n_tile * Cfg::kBlockN) * 4 + tid * 16;
+  }
+
+  __device__ __forceinline__ void issue(const GroupedGemmOperands& op, const RsFp8Smem<Cfg>& sm, int ks,
+                                        int k_steps, int s, int tid) const {
+    const uint32_t a_dst = ptx::smem_addr(sm.a(s));
+    const int c = tid % 8;
+#pragma unroll
+    for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
+      const int row = tid / 8 + 16 * j;
+      ptx::cp_async_16(a_dst + row * 128 + ((c ^ (row & 7)) << 4), a_src[j] ? a_src[j] + ks * Cfg::kBlockK : op.a,
+                       a_src[j] ? 16 : 0);
+    }
+    const uint32_t w_dst = ptx::smem_addr(sm.w(s));
+    const int64_t micro_stride = static_cast<int64_t>(4) * k_steps * kWeightMicroTileBytes;  // 4 micro-tiles on
+#pragma unroll
+    for (int j = 0; j < Cfg::kWChunksPerThread; ++j)
+      ptx::cp_async_16(w_dst + (tid + 128 * j) * 16, w_src + j * micro_stride + ks * kWeightMicroTileBytes);
+    if (tid < Cfg::kDBytes / 16)
+      ptx::cp_async_16(ptx::smem_addr(sm.d(s)) + tid * 16, d_src + static_cast<int64_t>(ks) * op.n * 4);
+    if (tid < Cfg::kBlockM)
+      ptx::cp_async_4(ptx::smem_addr(sm.sa(s)) + tid * 4, sa_src ? sa_src + ks * 4 : op.a_scale, sa_src ? 4 : 0);
+  }
+
+  // After this thread's copies of stage s landed: its token's four factors 2^(sa - 127).
+  static __device__ __forceinline__ void convert_scales(const RsFp8Smem<Cfg>& sm, int s, int tid) {
+    if (tid >= Cfg::kBlockM) return;
+    const uint32_t word = reinterpret_cast<const uint32_t*>(sm.sa(s))[tid];
+    float* sf = sm.sf(s) + rs_fp8_scale_slot(tid);
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) sf[kb * Cfg::kBlockM] = e8m0_to_float_device((word >> (8 * kb)) & 0xFF);
+  }
+};
+
+// ---- the kernel body -------------------------------------------------------------------------
+// Epilogue::apply<Cfg>(ep, op, tile, fragment, smem, acc): writes the valid columns of a consumer's
+// 64 x kBlockM transposed sub-tile.
+template <class Cfg, class Epilogue, class Params>
+__device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t* smem_raw) {
+  const RsFp8Smem<Cfg> sm{align_smem_1024(smem_raw)};
+  const int tid = threadIdx.x;
+  if (tid < 16)
+    sm.table()[tid] = tid < kFoldedShifts ? make_uint2(folded_table_word(tid, 0), folded_table_word(tid, 4))
+                                          : make_uint2(0u, 0u);
+  init_stage_barriers<Cfg>(sm);
+
+  const GroupedGemmOperands& op = p.op;
+  const int k_steps = op.k / Cfg::kBlockK;
+  const int n_tiles = op.n / Cfg::kBlockN;
+  const int num_tiles = *p.schedule.num_m_tiles * n_tiles;
+  constexpr int S = Cfg::kStages, L = Cfg::kLookahead;
+
+  if (tid < 128) {
+    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    RsFp8Producer<Cfg> prod;
+    int item = 0;  // k steps issued so far (over all tiles of this block)
+    auto step = [&](bool issue_one, int ks) {
+      if (issue_one) {
+        ptx::mbarrier_wait_parity(sm.empty(item % S), ((item / S) & 1) ^ 1);
+        prod.issue(op, sm, ks, k_steps, item % S, tid);
+      }
+      ptx::cp_async_commit();
+      const int q = item - L;
+      if (q >= 0) {
+        ptx::cp_async_wait<L>();
+        RsFp8Producer<Cfg>::convert_scales(sm, q % S, tid);
+        ptx::fence_proxy_async_shared();
+        ptx::mbarrier_arrive(sm.full(q % S));
+      }
+      ++item;
+    };
+    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      prod.begin_tile(op, tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles), k_steps, tid);
+      for (int ks = 0; ks < k_steps; ++ks) step(true, ks);
+    }
+    for (int d = 0; d < L; ++d) step(false, 0);
+    return;
+  }
+
+  ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
+  const int wg = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int micro = 8 * wg + 2 * warp;        // micro-tile of rows g (micro + 1: rows g + 8)
+  const int d_row = 64 * wg + 16 * warp + g;  // shift word of row g (d_row + 8: row g + 8)
+  const uint64_t desc0 = ptx::wgmma_desc_k_major_sw128(ptx::smem_addr(sm.a(0)));
+  auto desc = [&](int s, int kb) { return desc0 + s * (Cfg::kStageBytes >> 4) + 2 * kb; };  // 16-byte units
+  int item = 0;
+  for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+    const TileCoord tc = tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles);
+    const RsFragment f{tc.n_tile * Cfg::kBlockN + d_row, t, warp, wg};
+    float acc[Cfg::kAcc];
+#pragma unroll
+    for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
+    float part[2][Cfg::kAcc];
+    uint32_t frag[2][4];
+    uint4 w_g, w_g8;  // this k step's packed words of rows g and g + 8
+    uint32_t d_g, d_g8;
+    // Waits for k step ks of this tile and takes its weight words.
+    auto load_step = [&](int ks) {
+      const int s = (item + ks) % S;
+      ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
+      w_g = *reinterpret_cast<const uint4*>(sm.w(s) + micro * kWeightMicroTileBytes + lane * 16);
+      w_g8 = *reinterpret_cast<const uint4*>(sm.w(s) + (micro + 1) * kWeightMicroTileBytes + lane * 16);
+      d_g = sm.d(s)[d_row];
+      d_g8 = sm.d(s)[d_row + 8];
+    };
+    // The A fragment of k32 block kb of the loaded step (tile/fp4_codec.h word kb of each row).
+    auto decode = [&](int kb, uint32_t(&out)[4]) {
+      const uint32_t word_g = kb == 0 ? w_g.x : kb == 1 ? w_g.y : kb == 2 ? w_g.z : w_g.w;
+      const uint32_t word_g8 = kb == 0 ? w_g8.x : kb == 1 ? w_g8.y : kb == 2 ? w_g8.z : w_g8.w;
+      const uint2 tab_g = sm.table()[(d_g >> (8 * kb)) & 0xF];
+      const uint2 tab_g8 = sm.table()[(d_g8 >> (8 * kb)) & 0xF];
+      decode_fp4_word_with(word_g, tab_g.x, tab_g.y, out[0], out[2]);
+      decode_fp4_word_with(word_g8, tab_g8.x, tab_g8.y, out[1], out[3]);
+    };
+    auto issue = [&](float(&d)[Cfg::kAcc], const uint32_t(&a)[4], int s, int kb) {
+      ptx::wgmma_fence();
+      ptx::wgmma_k32_e4m3_rs_zero_d(d, a, desc(s, kb));
+      ptx::wgmma_commit_group();
+    };
+    // acc += d * 2^sa of its tokens (k32 block kb of stage s).
+    auto promote = [&](const float(&d)[Cfg::kAcc], int s, int kb) {
+      const float* sf = sm.sf(s) + kb * Cfg::kBlockM + 4 * t;
+#pragma unroll
+      for (int ip = 0; ip < Cfg::kAcc / 8; ++ip) {  // n8 chunks 2 ip, 2 ip + 1
+        const float4 sc = *reinterpret_cast<const float4*>(sf + ip * 16);
+        const float s8[8] = {sc.x, sc.y, sc.x, sc.y, sc.z, sc.w, sc.z, sc.w};
+#pragma unroll
+        for (int c = 0; c < 8; ++c) acc[8 * ip + c] = fmaf(d[8 * ip + c], s8[c], acc[8 * ip + c]);
+      }
+    };
+    // K32 block kb of step ks (slot s) is in flight into set kb % 2 (blocks alternate sets, 4 per
+    // step): decode the next block into the other fragment set, retire this one, issue the next
+    // into the other partial set and promote this one while it runs. The tile's last block
+    // (kFinal) only retires and promotes.
+    auto block = [&](auto final_constant, auto kb_constant, int ks, int s) {
+      constexpr bool kFinal = decltype(final_constant)::value;
+      constexpr int kb = decltype(kb_constant)::value, kb_next = (kb + 1) % 4, set = kb % 2, next = 1 - set;
+      if constexpr (!kFinal) {
+        if constexpr (kb == 3) load_step(ks + 1);
+        decode(kb_next, frag[next]);
+      }
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_operands(part[set]);
+      if constexpr (!kFinal) issue(part[next], frag[next], kb == 3 ? (item + ks + 1) % S : s, kb_next);
+      promote(part[set], s, kb);
+    };
+    using Next = std::false_type;
+    using Final = std::true_type;
+    auto release = [&](int s) {  // the step's last block has retired and been promoted
+      __syncwarp();
+      if (lane == 0) ptx::mbarrier_arrive(sm.empty(s));
+    };
+
+    load_step(0);
+    decode(0, frag[0]);
+    issue(part[0], frag[0], item % S, 0);
+    for (int ks = 0; ks + 1 < k_steps; ++ks) {
+      const int s = (item + ks) % S;
+      block(Next{}, std::integral_constant<int, 0>{}, ks, s);
+      block(Next{}, std::integral_constant<int, 1>{}, ks, s);
+      block(Next{}, std::integral_constant<int, 2>{}, ks, s);
+      block(Next{}, std::integral_constant<int, 3>{}, ks, s);
+      release(s);
+    }
+    {
+      const int ks = k_steps - 1, s = (item + ks) % S;
+      block(Next{}, std::integral_constant<int, 0>{}, ks, s);
+      block(Next{}, std::integral_constant<int, 1>{}, ks, s);
+      block(Next{}, std::integral_constant<int, 2>{}, ks, s);
+      block(Final{}, std::integral_constant<int, 3>{}, ks, s);
+      release(s);
+    }
+    item += k_steps;
+    Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
+  }
+}
+
+}  // namespace moe_ep::cuda
