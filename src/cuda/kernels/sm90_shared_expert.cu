@@ -15,14 +15,18 @@ using shared_expert::bf16_lo;
 constexpr int kTok = 4;  // tokens per block (grid.y); a T = 1 forward takes the kernels for one
 // One warp per block and 4 weight rows per warp; lane 8r + q holds row r's partials 2q, 2q + 1
 // (the terms 16m + 2q + e of each 16-term step m). The rows stream in stages of 256 terms through
-// a ring of kStages slots in the warp's shared memory (kStages - 1 stages in flight while one is
+// a ring of kSlots slots in the warp's shared memory (kSlots - 1 stages in flight while one is
 // read): lane 8r + q copies the 16-byte pieces q + 8j (j < 4) of row r of every stage (cp.async,
 // four 128-byte row segments per warp instruction).
 constexpr int kRows = 4;
 constexpr int kStageTerms = 256;
 constexpr int kSteps = kStageTerms / 16;
-// 4 slots: 11.6 KB a warp at T = 1, so a kernel 2 block fits beside each kernel 1 block (8 + 8 an SM).
-constexpr int kStages = 4;
+// Slots of the ring per kernel: each warp streams its rows at a rate of about (kSlots - 1) stages
+// per load round trip. 4 slots are 11.6 KB a warp at T = 1.
+template <int kTokens>
+inline constexpr int kGateUpSlots = 4;
+template <int kTokens>
+inline constexpr int kDownSlots = 4;
 // A slot's row stride: 512 + 32 bytes, so the 8 16-byte rows of an ldmatrix (rows r, halves h of
 // one step) and the 4-byte reads of a warp (rows r, pairs q of one step) fall in distinct banks.
 constexpr int kRowBytes = 2 * kStageTerms + 32;
@@ -33,10 +37,10 @@ constexpr int kActStride = 2 * kSteps + 4;
 static_assert(kStageTerms == 32 * 8, "one 16-byte activation piece per lane and stage");
 static_assert(kSteps % 4 == 0, "ldmatrix.x4: 4 steps");
 
-template <int kTokens>
+template <int kTokens, int kSlots>
 struct WarpSmem {
-  uint8_t w[kStages][kRows][kRowBytes];
-  uint16_t act_in[kStages][kTokens][kStageTerms];  // bf16 as copied (16-byte aligned activations)
+  uint8_t w[kSlots][kRows][kRowBytes];
+  uint16_t act_in[kSlots][kTokens][kStageTerms];  // bf16 as copied (16-byte aligned activations)
   float act[kTokens][8][kActStride];               // the stage being read, as fp32
 };
 
@@ -45,7 +49,7 @@ struct WarpSmem {
 // act_in (lane l's own piece, so it reads it without a sync); else 2-byte loads into registers
 // one stage ahead. Earlier grids write them (x the caller's, h kernel 1's): read through L2 only
 // (cp.async.cg, ld.global.cg), after grid_dependency_wait.
-template <int kTokens, bool kAligned>
+template <int kTokens, bool kAligned, int kSlots>
 struct Activations {
   const uint16_t* src;  // the block's first token row, + 8 lane
   int64_t stride;
@@ -53,7 +57,7 @@ struct Activations {
   uint4 v[kTokens];
 
   __device__ __forceinline__ bool has(int tt) const { return kTokens == 1 || tt < tokens; }
-  __device__ __forceinline__ void copy(WarpSmem<kTokens>& sm, int slot, int stage) const {
+  __device__ __forceinline__ void copy(WarpSmem<kTokens, kSlots>& sm, int slot, int stage) const {
     const int l8 = 8 * static_cast<int>(threadIdx.x % 32);
 #pragma unroll
     for (int tt = 0; tt < kTokens; ++tt)
@@ -73,7 +77,7 @@ struct Activations {
     }
   }
   // Terms 8l + 2c + e = 16 (l / 2) + 2 (4 (l % 2) + c) + e: act[tt][4 (l % 2) + c][2 (l / 2) + e].
-  __device__ __forceinline__ void to_fp32(WarpSmem<kTokens>& sm, int slot) const {
+  __device__ __forceinline__ void to_fp32(WarpSmem<kTokens, kSlots>& sm, int slot) const {
     const int l = static_cast<int>(threadIdx.x % 32);
 #pragma unroll
     for (int tt = 0; tt < kTokens; ++tt) {
@@ -135,15 +139,15 @@ __device__ __forceinline__ void dot_stage(uint32_t w_ldsm, const uint8_t* w_lane
 // activation rows, in the CPU's order: partial j adds the terms j, j + 16, ... in sequence, then
 // p[j] += p[j + 8], + 4, + 2 (shuffles across lanes 8r + q), + 1 (in the lane); row r's sums end
 // in lane 8r.
-// Before grid_dependency_wait only the first kStages weight stages are copied (no kernel writes
+// Before grid_dependency_wait only the first kSlots weight stages are copied (no kernel writes
 // the weights); the next grid may launch from there on.
-// cp.async groups: W_0 .. W_{kStages-1}, then (kAligned) A_0 .. A_{kStages-1}, then one per
-// iteration k with stage k + kStages's copies; so wait_group<kStages - 1> at iteration k leaves
+// cp.async groups: W_0 .. W_{kSlots-1}, then (kAligned) A_0 .. A_{kSlots-1}, then one per
+// iteration k with stage k + kSlots's copies; so wait_group<kSlots - 1> at iteration k leaves
 // stage k landed on either path.
-template <int kTokens, bool kAligned>
+template <int kTokens, bool kAligned, int kSlots>
 __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, const uint16_t* __restrict__ rows_hi,
-                                         int64_t row_stride, Activations<kTokens, kAligned> act, int n,
-                                         WarpSmem<kTokens>& sm, float (&sum)[kTokens]) {
+                                         int64_t row_stride, Activations<kTokens, kAligned, kSlots> act, int n,
+                                         WarpSmem<kTokens, kSlots>& sm, float (&sum)[kTokens]) {
   const int lane = static_cast<int>(threadIdx.x % 32), r = lane / 8, q = lane % 8;
   const int stages = (n + kStageTerms - 1) / kStageTerms;
   const uint16_t* w_src = (r < 2 ? rows_lo : rows_hi) + (r % 2) * row_stride + 8 * q;
@@ -157,7 +161,7 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
       if (64 * j < left) ptx::cp_async_16(dst + 128 * j, src + 64 * j);
   };
 #pragma unroll
-  for (int s = 0; s < kStages; ++s) {
+  for (int s = 0; s < kSlots; ++s) {
     copy_weights(s, s);
     ptx::cp_async_commit();
   }
@@ -165,7 +169,7 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
   ptx::grid_dependency_wait();
   if constexpr (kAligned) {
 #pragma unroll
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < kSlots; ++s) {
       act.copy(sm, s, s);
       ptx::cp_async_commit();
     }
@@ -179,20 +183,20 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
   const uint8_t* w_lane = &sm.w[0][r][4 * q];
   const float* a_lane = &sm.act[0][q][0];
   // Unrolled over the ring, so every slot offset is an immediate.
-  for (int k0 = 0; k0 < stages; k0 += kStages) {
+  for (int k0 = 0; k0 < stages; k0 += kSlots) {
 #pragma unroll
-    for (int slot = 0; slot < kStages; ++slot) {
+    for (int slot = 0; slot < kSlots; ++slot) {
       const int k = k0 + slot;
       if (k >= stages) break;
-      ptx::cp_async_wait<kStages - 1>();
+      ptx::cp_async_wait<kSlots - 1>();
       act.to_fp32(sm, slot);
       __syncwarp();  // stage k landed and widened for every lane
       if constexpr (!kAligned) act.load(k + 1);
       dot_stage<kTokens>(w_ldsm + slot * kSlotBytes, w_lane + slot * kSlotBytes, a_lane,
                          min(kSteps, (n - k * kStageTerms) / 16), p);
       __syncwarp();  // the slot and act read by every lane
-      copy_weights(k + kStages, slot);
-      if constexpr (kAligned) act.copy(sm, slot, k + kStages);
+      copy_weights(k + kSlots, slot);
+      if constexpr (kAligned) act.copy(sm, slot, k + kSlots);
       ptx::cp_async_commit();
     }
   }
@@ -211,13 +215,14 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
 // Warp: h columns i0, i0 + 1 (i0 = 2 blockIdx.x); rows 0-1 their gate rows, 2-3 their up rows.
 template <int kTokens, bool kAligned>
 __global__ void __launch_bounds__(32) sm90_shared_gate_up_kernel(const __grid_constant__ SharedExpertParams p) {
-  __shared__ __align__(16) WarpSmem<kTokens> sm;
+  constexpr int kSlots = kGateUpSlots<kTokens>;
+  __shared__ __align__(16) WarpSmem<kTokens, kSlots> sm;
   const int lane = static_cast<int>(threadIdx.x);
   const int64_t H = p.hidden, i0 = 2 * static_cast<int64_t>(blockIdx.x);
   const int tok0 = static_cast<int>(blockIdx.y) * kTokens;
   const int tokens = min(kTokens, p.num_tokens - tok0);
   float acc[kTokens];
-  dot_rows<kTokens, kAligned>(p.w13 + i0 * H, p.w13 + (p.intermediate + i0) * H, H,
+  dot_rows<kTokens, kAligned, kSlots>(p.w13 + i0 * H, p.w13 + (p.intermediate + i0) * H, H,
                               {p.x + tok0 * H + 8 * lane, H, p.hidden - 8 * lane, tokens, {}}, p.hidden, sm, acc);
 #pragma unroll
   for (int tt = 0; tt < kTokens; ++tt) {
@@ -230,13 +235,14 @@ __global__ void __launch_bounds__(32) sm90_shared_gate_up_kernel(const __grid_co
 // Warp: output features n0 .. n0 + 3 (n0 = 4 blockIdx.x), one W2 row each.
 template <int kTokens>
 __global__ void __launch_bounds__(32) sm90_shared_down_kernel(const __grid_constant__ SharedExpertParams p) {
-  __shared__ __align__(16) WarpSmem<kTokens> sm;
+  constexpr int kSlots = kDownSlots<kTokens>;
+  __shared__ __align__(16) WarpSmem<kTokens, kSlots> sm;
   const int lane = static_cast<int>(threadIdx.x);
   const int64_t I = p.intermediate, n0 = 4 * static_cast<int64_t>(blockIdx.x);
   const int tok0 = static_cast<int>(blockIdx.y) * kTokens;
   const int tokens = min(kTokens, p.num_tokens - tok0);
   float acc[kTokens];
-  dot_rows<kTokens, true>(p.w2 + n0 * I, p.w2 + (n0 + 2) * I, I, {p.h + tok0 * I + 8 * lane, I, p.intermediate - 8 * lane, tokens, {}},
+  dot_rows<kTokens, true, kSlots>(p.w2 + n0 * I, p.w2 + (n0 + 2) * I, I, {p.h + tok0 * I + 8 * lane, I, p.intermediate - 8 * lane, tokens, {}},
                           p.intermediate, sm, acc);
   if (lane % 8 != 0) return;
 #pragma unroll
