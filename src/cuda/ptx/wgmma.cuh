@@ -102,7 +102,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float (&d)[64], const u
 }
 
 // D(64xN fp32) = A(64x32 e4m3) * B(Nx32 e4m3)^T with A in registers and D not accumulated
-// (scale-d = 0), for N = 64, 96, 128 (d[N / 2]). Per warp w of the warpgroup, rows 16w..16w+15 as
+// (scale-d = 0), for N = 64 and 96 (d[N / 2]). Per warp w of the warpgroup, rows 16w..16w+15 as
 // the A fragment of mma.sync m16n8k32 e4m3 (a[0] = row g, k 4t..4t+3; a[1] = row g + 8;
 // a[2] = row g, k 16+4t..16+4t+3; a[3] = row g + 8; lane = 4g + t); B K-major in shared memory
 // (the layout above, one k32 slice = 32 bytes). As for the bf16 form, a[] and d[] belong to the
@@ -144,39 +144,14 @@ __device__ __forceinline__ void wgmma_m64n96k32_e4m3_rs_zero_d(float (&d)[48], c
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(0));
 }
 
-__device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs_zero_d(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, p, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(0));
-}
-
 // The form of the wgmma above with d[kN] accumulators (N = 2 kN).
 template <int kN>
 __device__ __forceinline__ void wgmma_k32_e4m3_rs_zero_d(float (&d)[kN], const uint32_t (&a)[4], uint64_t desc_b) {
-  static_assert(kN == 32 || kN == 48 || kN == 64, "m64n64k32, m64n96k32 or m64n128k32");
+  static_assert(kN == 32 || kN == 48, "m64n64k32 or m64n96k32");
   if constexpr (kN == 32)
     wgmma_m64n64k32_e4m3_rs_zero_d(d, a, desc_b);
-  else if constexpr (kN == 48)
-    wgmma_m64n96k32_e4m3_rs_zero_d(d, a, desc_b);
   else
-    wgmma_m64n128k32_e4m3_rs_zero_d(d, a, desc_b);
+    wgmma_m64n96k32_e4m3_rs_zero_d(d, a, desc_b);
 }
 
 __device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
