@@ -60,8 +60,8 @@ struct RsFp8TileConfig {
   static constexpr int kAcc = kBlockM / 2;  // fp32 accumulators per consumer thread (m64 n kBlockM)
   static constexpr int kSets = kBlockM == 64 ? 4 : 2;  // wgmmas in flight per consumer (partial sets)
   static constexpr float kAccScale = 1.0f;  // the accumulator is already in the fold's units
-  static constexpr int kLookahead = 3;
   static constexpr int kStages = kBlockM == 64 ? 8 : 7;
+  static constexpr int kLookahead = kStages - 2;  // k steps in flight: as many as the ring allows
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kProducerRegs = 56;
