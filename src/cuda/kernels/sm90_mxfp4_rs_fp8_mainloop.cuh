@@ -195,32 +195,15 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
   const int k_steps = op.k / Cfg::kBlockK;
   const int n_tiles = op.n / Cfg::kBlockN;
   const int num_tiles = *p.schedule.num_m_tiles * n_tiles;
-  constexpr int S = Cfg::kStages, L = Cfg::kLookahead;
+  constexpr int S = Cfg::kStages;
 
   if (tid < 128) {
     ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
     RsFp8Producer<Cfg> prod;
-    int item = 0;  // k steps issued so far (over all tiles of this block)
-    auto step = [&](bool issue_one, int ks) {
-      if (issue_one) {
-        ptx::mbarrier_wait_parity(sm.empty(item % S), ((item / S) & 1) ^ 1);
-        prod.issue(op, sm, ks, k_steps, item % S, tid);
-      }
-      ptx::cp_async_commit();
-      const int q = item - L;
-      if (q >= 0) {
-        ptx::cp_async_wait<L>();
-        RsFp8Producer<Cfg>::convert_scales(sm, q % S, tid);
-        ptx::fence_proxy_async_shared();
-        ptx::mbarrier_arrive(sm.full(q % S));
-      }
-      ++item;
-    };
-    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-      prod.begin_tile(op, tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles), k_steps, tid);
-      for (int ks = 0; ks < k_steps; ++ks) step(true, ks);
-    }
-    for (int d = 0; d < L; ++d) step(false, 0);
+    run_ring_producer<Cfg>(
+        sm, p.schedule, n_tiles, k_steps, [&](const TileCoord& t) { prod.begin_tile(op, t, k_steps, tid); },
+        [&](int ks, int s) { prod.issue(op, sm, ks, k_steps, s, tid); },
+        [&](int s) { RsFp8Producer<Cfg>::convert_scales(sm, s, tid); });
     return;
   }
 

@@ -99,38 +99,13 @@ __device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* sm
   const int k_steps = op.k / Cfg::kBlockK;
   const int n_tiles = op.n / Cfg::kBlockN;
   const int num_tiles = *p.schedule.num_m_tiles * n_tiles;
-  constexpr int S = Cfg::kStages, L = Cfg::kLookahead;
+  constexpr int S = Cfg::kStages;
 
   if (tid < 128) {
     ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
-    int item = 0;  // k steps issued so far (over all tiles of this block)
     const int c = tid % 8;  // this thread's 16-byte chunk of each 128-byte row half
     const uint8_t* src[Cfg::kRowsPerThread];  // rows tid / 8 + 16 j at chunk c; null past the tile
-    auto step = [&](bool issue_one, int ks) {
-      if (issue_one) {
-        const int s = item % S;
-        ptx::mbarrier_wait_parity(sm.empty(s), ((item / S) & 1) ^ 1);
-        const uint32_t dst = ptx::smem_addr(sm.b(s));
-#pragma unroll
-        for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
-          const int row = tid / 8 + 16 * j;
-#pragma unroll
-          for (int cb = 0; cb < 2; ++cb)
-            ptx::cp_async_16(dst + cb * Cfg::kColBytes + row * 128 + ((c ^ (row & 7)) << 4),
-                             src[j] ? src[j] + ks * 256 + cb * 128 : op.a, src[j] ? 16 : 0);
-        }
-      }
-      ptx::cp_async_commit();
-      const int q = item - L;
-      if (q >= 0) {
-        ptx::cp_async_wait<L>();
-        ptx::fence_proxy_async_shared();
-        ptx::mbarrier_arrive(sm.full(q % S));
-      }
-      ++item;
-    };
-    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-      const TileCoord t = tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles);
+    auto begin_tile = [&](const TileCoord& t) {
 #pragma unroll
       for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
         const int r = tid / 8 + 16 * j;
@@ -139,9 +114,19 @@ __device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* sm
                      ? op.a + static_cast<int64_t>(op.a_row_index ? op.a_row_index[row] : row) * op.a_row_bytes + c * 16
                      : nullptr;
       }
-      for (int ks = 0; ks < k_steps; ++ks) step(true, ks);
-    }
-    for (int d = 0; d < L; ++d) step(false, 0);
+    };
+    auto issue = [&](int ks, int s) {
+      const uint32_t dst = ptx::smem_addr(sm.b(s));
+#pragma unroll
+      for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
+        const int row = tid / 8 + 16 * j;
+#pragma unroll
+        for (int cb = 0; cb < 2; ++cb)
+          ptx::cp_async_16(dst + cb * Cfg::kColBytes + row * 128 + ((c ^ (row & 7)) << 4),
+                           src[j] ? src[j] + ks * 256 + cb * 128 : op.a, src[j] ? 16 : 0);
+      }
+    };
+    run_ring_producer<Cfg>(sm, p.schedule, n_tiles, k_steps, begin_tile, issue, [](int) {});
     return;
   }
 

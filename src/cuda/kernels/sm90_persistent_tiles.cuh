@@ -1,12 +1,13 @@
 // Pieces shared by the persistent grouped GEMMs: the tile a block takes from the routing kernel's
 // m-tile list (every family), and for the warp-specialized ones (sm90_mxfp4_wgmma_mainloop.cuh,
-// sm90_mxfp4_rs_mainloop.cuh) the 1024-byte alignment of shared memory and the full/empty barrier
-// pairs of the stage ring.
+// sm90_mxfp4_rs_mainloop.cuh, sm90_mxfp4_rs_fp8_mainloop.cuh) the 1024-byte alignment of shared
+// memory, the full/empty barrier pairs of the stage ring and the producer's walk over it.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 
 namespace moe_ep::cuda {
@@ -48,6 +49,40 @@ __device__ __forceinline__ void init_stage_barriers(const Smem& sm) {
     ptx::fence_mbarrier_init();
   }
   __syncthreads();
+}
+
+// The producer warpgroup's walk over the stage ring (cp.async): for every k step of the block's
+// tiles it waits for the step's stage to be free, issues the step's copies (issue(ks, stage)) and
+// commits them; Cfg::kLookahead steps later it waits for them to land, calls landed(stage) (work
+// on the landed data of this thread's own copies), fences them to the async proxy (wgmma reads)
+// and arrives on the stage's full barrier. begin_tile(tile) precedes each tile's first step.
+template <class Cfg, class Smem, class BeginTile, class Issue, class Landed>
+__device__ __forceinline__ void run_ring_producer(const Smem& sm, const GroupedGemmSchedule& schedule, int n_tiles,
+                                                  int k_steps, BeginTile&& begin_tile, Issue&& issue,
+                                                  Landed&& landed) {
+  constexpr int S = Cfg::kStages, L = Cfg::kLookahead;
+  const int num_tiles = *schedule.num_m_tiles * n_tiles;
+  int item = 0;  // k steps issued so far (over all tiles of this block)
+  auto step = [&](bool issue_one, int ks) {
+    if (issue_one) {
+      ptx::mbarrier_wait_parity(sm.empty(item % S), ((item / S) & 1) ^ 1);
+      issue(ks, item % S);
+    }
+    ptx::cp_async_commit();
+    const int q = item - L;
+    if (q >= 0) {
+      ptx::cp_async_wait<L>();
+      landed(q % S);
+      ptx::fence_proxy_async_shared();
+      ptx::mbarrier_arrive(sm.full(q % S));
+    }
+    ++item;
+  };
+  for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+    begin_tile(tile_coord<Cfg::kBlockM>(schedule, tile, n_tiles));
+    for (int ks = 0; ks < k_steps; ++ks) step(true, ks);
+  }
+  for (int d = 0; d < L; ++d) step(false, 0);
 }
 
 }  // namespace moe_ep::cuda
