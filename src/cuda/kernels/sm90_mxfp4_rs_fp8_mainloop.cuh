@@ -67,10 +67,12 @@ struct RsFp8TileConfig {
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = 224;
   static_assert(kBlockM == 64 || kBlockM == 96, "m64n64k32 or m64n96k32 (n128 spills)");
+  static_assert(kSets == 2 || kSets == 4, "groups of 2 or 4 k32 blocks (4 per k step)");
   // setmaxnreg moves registers within the block's allocation: 384 threads x 168 at launch.
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register file");
-  // A consumer releases step i only after waiting on full(i + 1), which the producer signals after
-  // issuing step i + 1 + kLookahead, which needs step i + 1 + kLookahead - kStages released.
+  // The producer signals full(i) after issuing step i + kLookahead, which needs step
+  // i + kLookahead - kStages released; a consumer releases each step before it waits for the
+  // next, so kStages > kLookahead suffices (one stage more is slack).
   static_assert(kStages >= kLookahead + 2, "the stage ring would deadlock");
   static constexpr int kRowsPerThread = kBlockM / 16;  // producer: 8 threads per token row
   static constexpr int kWChunksPerThread = 16 * kWeightMicroTileBytes / 16 / 128;
@@ -278,7 +280,6 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
         retire(std::integral_constant<int, 3>{}, s, kb0 + 3);
       }
     };
-    static_assert(Cfg::kSets == 2 || Cfg::kSets == 4, "groups of 2 or 4 k32 blocks");
 
     for (int ks = 0; ks < k_steps; ++ks) {
       const int s = (item + ks) % S;
