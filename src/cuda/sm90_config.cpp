@@ -108,22 +108,22 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
                                       desc.fleet.hidden_size, 2 * desc.intermediate_size, ts.block_n);
   else if (facts.wgmma_blocks_per_sm[0] < 1 || facts.wgmma_blocks_per_sm[1] < 1)
     c.wgmma_unavailable = "the kernels do not fit on this device";
-  // wgmma-bf16: folded weights, n tiles of 128 (k steps of 128 are the plan's own rule).
+  // The register-operand families (wgmma-bf16, wgmma-rs): folded weights, n tiles of 128 (k steps
+  // of 128 are the plan's own rule), and kernels that fit.
+  static_assert(kRsFp8BlockN == 128, "both register-operand families take n tiles of 128");
+  std::string rs_shape;
   if (!facts.w13_folded || !facts.w2_folded)
-    c.wgmma_bf16_unavailable = c.fold ? "the weights are not inside the FP8 window (SPEC.md §5), so "
-                                        "they are not folded"
-                                      : "folding is off (overrides.fold_fp8 = false)";
+    rs_shape = c.fold ? "the weights are not inside the FP8 window (SPEC.md §5), so they are not folded"
+                      : "folding is off (overrides.fold_fp8 = false)";
   else if (desc.fleet.hidden_size % 128 != 0 || (2 * desc.intermediate_size) % 128 != 0)
-    c.wgmma_bf16_unavailable = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of 128",
-                                           desc.fleet.hidden_size, 2 * desc.intermediate_size);
-  else if (facts.wgmma_bf16_blocks_per_sm[0] < 1 || facts.wgmma_bf16_blocks_per_sm[1] < 1)
-    c.wgmma_bf16_unavailable = "the kernels do not fit on this device";
-  // wgmma-rs: the same rules (n tiles of kRsFp8BlockN = 128).
-  if (!facts.w13_folded || !facts.w2_folded || desc.fleet.hidden_size % kRsFp8BlockN != 0 ||
-      (2 * desc.intermediate_size) % kRsFp8BlockN != 0)
-    c.wgmma_rs_unavailable = c.wgmma_bf16_unavailable;
-  else if (facts.wgmma_rs_blocks_per_sm[0] < 1 || facts.wgmma_rs_blocks_per_sm[1] < 1)
-    c.wgmma_rs_unavailable = "the kernels do not fit on this device";
+    rs_shape = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of 128", desc.fleet.hidden_size,
+                           2 * desc.intermediate_size);
+  auto rs_unavailable = [&](const int (&blocks_per_sm)[2]) -> std::string {
+    if (!rs_shape.empty()) return rs_shape;
+    return blocks_per_sm[0] < 1 || blocks_per_sm[1] < 1 ? "the kernels do not fit on this device" : "";
+  };
+  c.wgmma_bf16_unavailable = rs_unavailable(facts.wgmma_bf16_blocks_per_sm);
+  c.wgmma_rs_unavailable = rs_unavailable(facts.wgmma_rs_blocks_per_sm);
   const bool decode_ok = facts.decode_unavailable.empty(), wgmma_ok = c.wgmma_unavailable.empty();
   MOE_EP_CHECK_CODE(decode_ok || o.gemm != GemmKernel::kDecode, ErrorCode::kUnsupported,
                     "overrides.gemm = decode: the decode GEMMs cannot run this layer: {}",
