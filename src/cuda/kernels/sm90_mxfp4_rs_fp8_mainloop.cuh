@@ -75,10 +75,10 @@ struct RsFp8TileConfig {
   // next, so kStages > kLookahead suffices (one stage more is slack).
   static_assert(kStages >= kLookahead + 2, "the stage ring would deadlock");
   static constexpr int kRowsPerThread = kBlockM / 16;  // producer: 8 threads per token row
-  static constexpr int kWChunksPerThread = 16 * kWeightMicroTileBytes / 16 / 128;
 
   static constexpr int kABytes = kBlockM * 128;
-  static constexpr int kWBytes = 16 * kWeightMicroTileBytes;
+  static constexpr int kWBytes = (kBlockN / 8) * kWeightMicroTileBytes;
+  static constexpr int kWChunksPerThread = kWBytes / 16 / 128;  // producer: 16-byte weight chunks
   static constexpr int kDBytes = kBlockN * 4;
   static constexpr int kSaBytes = kBlockM * 4;
   static constexpr int kSfBytes = 4 * kBlockM * 4;

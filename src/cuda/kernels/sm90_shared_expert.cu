@@ -22,11 +22,10 @@ constexpr int kRows = 4;
 constexpr int kStageTerms = 256;
 constexpr int kSteps = kStageTerms / 16;
 // Slots of the ring per kernel: each warp streams its rows at a rate of about (kSlots - 1) stages
-// per load round trip. 4 slots are 11.6 KB a warp at T = 1.
-template <int kTokens>
-inline constexpr int kGateUpSlots = 4;
-template <int kTokens>
-inline constexpr int kDownSlots = 4;
+// per load round trip. 4 slots are 11.6 KB a warp at T = 1 (6 or 8 measured no better on flash:
+// bench/RESULTS.md).
+constexpr int kGateUpSlots = 4;
+constexpr int kDownSlots = 4;
 // A slot's row stride: 512 + 32 bytes, so the 8 16-byte rows of an ldmatrix (rows r, halves h of
 // one step) and the 4-byte reads of a warp (rows r, pairs q of one step) fall in distinct banks.
 constexpr int kRowBytes = 2 * kStageTerms + 32;
@@ -215,7 +214,7 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
 // Warp: h columns i0, i0 + 1 (i0 = 2 blockIdx.x); rows 0-1 their gate rows, 2-3 their up rows.
 template <int kTokens, bool kAligned>
 __global__ void __launch_bounds__(32) sm90_shared_gate_up_kernel(const __grid_constant__ SharedExpertParams p) {
-  constexpr int kSlots = kGateUpSlots<kTokens>;
+  constexpr int kSlots = kGateUpSlots;
   __shared__ __align__(16) WarpSmem<kTokens, kSlots> sm;
   const int lane = static_cast<int>(threadIdx.x);
   const int64_t H = p.hidden, i0 = 2 * static_cast<int64_t>(blockIdx.x);
@@ -235,7 +234,7 @@ __global__ void __launch_bounds__(32) sm90_shared_gate_up_kernel(const __grid_co
 // Warp: output features n0 .. n0 + 3 (n0 = 4 blockIdx.x), one W2 row each.
 template <int kTokens>
 __global__ void __launch_bounds__(32) sm90_shared_down_kernel(const __grid_constant__ SharedExpertParams p) {
-  constexpr int kSlots = kDownSlots<kTokens>;
+  constexpr int kSlots = kDownSlots;
   __shared__ __align__(16) WarpSmem<kTokens, kSlots> sm;
   const int lane = static_cast<int>(threadIdx.x);
   const int64_t I = p.intermediate, n0 = 4 * static_cast<int64_t>(blockIdx.x);
