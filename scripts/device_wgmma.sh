@@ -5,7 +5,11 @@
 #
 #   scripts/device_pack.sh build-wgmma .device-bin-wgmma   (here, then on the device:)
 #   MOE_EP_DEVICE_BIN=.device-bin-wgmma scripts/device_wgmma.sh
-#   MOE_EP_WGMMA_STEPS="sass tests timing bench sanitizer flash ncu"   (default: all but ncu)
+#   MOE_EP_WGMMA_STEPS="sass tests timing split bench sanitizer flash ncu ncu-source"
+#                              (default: all but split, ncu and ncu-source)
+#   split: the rs fp8 kernels' time split by work (Sm90WgmmaTiming.RsFp8WorkSplit)
+#   ncu-source: per-instruction stall samples (scripts/ncu_stall_ledger.py) of the kernels matching
+#     MOE_EP_NCU_KERNEL (default rs_fp8_kernel), MOE_EP_NCU_SKIP launches skipped, 2 profiled
 #   MOE_EP_WGMMA_BUDGET=280    seconds for all steps
 #
 # Outputs ($OUT, default ./device-out): wgmma_summary.txt, wgmma_logs.tar.gz, bench.csv.
@@ -89,6 +93,14 @@ if has timing; then
   grep -E "^\[ wgmma|Failure|Expected|Which is" "$WORK/timing.log" | head -30 | sed 's/^/  /' >> "$SUMMARY"
 fi
 
+# 3b. Where the rs fp8 kernels' time goes: whole, without some of their work, bulk weight copies.
+if has split; then
+  MOE_EP_WGMMA_TIMING=1 MOE_EP_WGMMA_TIMING_TOKENS=${MOE_EP_SPLIT_TOKENS:-2048,8192} \
+    run_limited 120 "$TESTS" --gtest_filter='Sm90WgmmaTiming.RsFp8WorkSplit' > "$WORK/split.log" 2>&1
+  note "split: rc=$? $(gtest_counts "$WORK/split.log")  ($(elapsed) s)"
+  grep -E "^\[ rs-split|Failure|Expected|Which is" "$WORK/split.log" | head -40 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
 # 4. The layer bench (CUDA graph replays), wgmma forced and auto.
 if has bench && (( FAILED == 0 )); then
   run_limited 70 "$CLI" bench --device cuda --preset deepseek-v4-flash --kernel "${MOE_EP_BENCH_GEMM:-auto}" \
@@ -125,6 +137,20 @@ if has ncu; then
   note "ncu: rc=$?  ($(elapsed) s)"
   grep -E "sm90_mxfp4|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Issue Slots|Stall|Registers Per" \
     "$WORK/ncu.log" | sed 's/  */ /g' | head -70 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+# 8. Per-instruction stall samples (source page) of two launches of the kernels matching
+# MOE_EP_NCU_KERNEL at T = MOE_EP_NCU_TOKENS, from the kernel-time test (one run per variant).
+if has ncu-source; then
+  MOE_EP_WGMMA_TIMING=1 MOE_EP_WGMMA_TIMING_TOKENS=${MOE_EP_NCU_TOKENS:-2048} MOE_EP_WGMMA_TIMING_ITERS=1 \
+    run_limited 150 ncu --clock-control none --kernel-name regex:"${MOE_EP_NCU_KERNEL:-rs_fp8_kernel}" \
+    --launch-skip "${MOE_EP_NCU_SKIP:-0}" --launch-count 2 --section SourceCounters --section WarpStateStats \
+    -f -o "$WORK/source" "$TESTS" --gtest_filter='Sm90WgmmaTiming.FlashSize*' > "$WORK/ncu_source.log" 2>&1
+  note "ncu-source: rc=$?  ($(elapsed) s)"
+  ncu -i "$WORK/source.ncu-rep" --page source --csv --print-source sass > "$WORK/source.csv" 2>> "$WORK/ncu_source.log"
+  python3 scripts/ncu_stall_ledger.py "$WORK/source.csv" --top 30 >> "$SUMMARY" 2>&1
+  ncu -i "$WORK/source.ncu-rep" --page details --section WarpStateStats 2>/dev/null | grep -E "Stall|Warp Cycles" |
+    sed 's/  */ /g' | head -40 | sed 's/^/  /' >> "$SUMMARY"
 fi
 
 note "total $(elapsed) s"

@@ -40,6 +40,7 @@
 #include "cuda/tile/fp4_codec.h"
 #include "cuda/weight_layout.h"
 #include "cuda_test_util.h"
+#include "rs_fp8_variant_probe.h"
 #include "moe_ep/backend.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/quant.h"
@@ -181,6 +182,14 @@ struct GemmOutputs {
   std::vector<uint16_t> o;          // [rows, H]
 };
 
+constexpr int kRsFp8All = 7;  // RsFp8Work: activation copies 1, weight copies 2, math 4
+
+std::string work_name(int work) {
+  static const char* const kNames[8] = {"sync+epilogue only", "copy-a only",      "copy-w only",      "copies only",
+                                        "math only",          "copy-a+math only", "copy-w+math only", "all"};
+  return kNames[work & 7];
+}
+
 // Kernel choice of one run: mma.sync (plain weights), wgmma with a tile, the bf16 wgmma with
 // the weights in registers (rs; activations converted to bf16 first), or the FP8 wgmma with the
 // weights in registers on m tiles of rs_fp8_block_m rows; all but the first fold.
@@ -189,10 +198,18 @@ struct Kernels {
   WgmmaDecode decode = WgmmaDecode::kQuad;
   bool rs = false;
   int rs_fp8_block_m = 0;  // > 0: rs fp8
+  // rs fp8 variants the library does not launch (rs_fp8_variant_probe.h): weights by bulk copies,
+  // parts of the mainloop's work left out (timing only: the outputs are not the GEMM's).
+  bool rs_fp8_bulk = false;
+  int rs_fp8_work = kRsFp8All;
   bool folded() const { return wgmma || rs || rs_fp8_block_m > 0; }
+  bool rs_fp8_probe() const { return rs_fp8_block_m > 0 && (rs_fp8_bulk || rs_fp8_work != kRsFp8All); }
+  test::RsFp8Variant rs_fp8_variant() const { return {rs_fp8_block_m, rs_fp8_bulk, rs_fp8_work}; }
   std::string name() const {
     if (rs) return "rs bf16";
-    if (rs_fp8_block_m > 0) return fmt::format("rs fp8 {}", rs_fp8_block_m);
+    if (rs_fp8_block_m > 0)
+      return fmt::format("rs fp8 {}{}{}{}", rs_fp8_block_m, rs_fp8_bulk ? " bulk" : "",
+                         rs_fp8_work == kRsFp8All ? "" : " ", rs_fp8_work == kRsFp8All ? "" : work_name(rs_fp8_work));
     if (!wgmma) return "mma.sync";
     return fmt::format("{} {}", tile_name(*wgmma), decode == WgmmaDecode::kQuad ? "quad" : "lane");
   }
@@ -206,7 +223,9 @@ const std::vector<Kernels>& wgmma_variants() {
                                          {WgmmaTile::k128x128, WgmmaDecode::kLane},
                                          {std::nullopt, WgmmaDecode::kQuad, true},
                                          {std::nullopt, WgmmaDecode::kQuad, false, 64},
-                                         {std::nullopt, WgmmaDecode::kQuad, false, 96}};
+                                         {std::nullopt, WgmmaDecode::kQuad, false, 96},
+                                         {std::nullopt, WgmmaDecode::kQuad, false, 64, true},
+                                         {std::nullopt, WgmmaDecode::kQuad, false, 96, true}};
   return v;
 }
 
@@ -235,6 +254,8 @@ class GemmRun {
     if (k.rs) {
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_grouped_gemm1(&per_sm1));
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_grouped_gemm2(&per_sm2));
+    } else if (k.rs_fp8_probe()) {
+      MOE_EP_CUDA_CHECK(test::configure_rs_fp8_variant(k.rs_fp8_variant(), &per_sm1, &per_sm2));
     } else if (k.rs_fp8_block_m > 0) {
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_fp8_grouped_gemm1(k.rs_fp8_block_m, &per_sm1));
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_fp8_grouped_gemm2(k.rs_fp8_block_m, &per_sm2));
@@ -281,6 +302,8 @@ class GemmRun {
     if (k_.rs) {
       use_bf16_activations(g1.op, p_.a, p_.a_scale, p_.T, x_rs_);
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_grouped_gemm1(g1, grid1_, nullptr));
+    } else if (k_.rs_fp8_probe()) {
+      MOE_EP_CUDA_CHECK(test::launch_rs_fp8_variant_gemm1(k_.rs_fp8_variant(), g1, grid1_, nullptr));
     } else if (k_.rs_fp8_block_m > 0) {
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_fp8_grouped_gemm1(k_.rs_fp8_block_m, g1, grid1_, nullptr));
     } else if (k_.wgmma)
@@ -306,6 +329,8 @@ class GemmRun {
     if (k_.rs) {
       use_bf16_activations(g2.op, in.h_, in.h_scale_, r_.rows, h_rs_);
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_grouped_gemm2(g2, grid2_, nullptr));
+    } else if (k_.rs_fp8_probe()) {
+      MOE_EP_CUDA_CHECK(test::launch_rs_fp8_variant_gemm2(k_.rs_fp8_variant(), g2, grid2_, nullptr));
     } else if (k_.rs_fp8_block_m > 0) {
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_fp8_grouped_gemm2(k_.rs_fp8_block_m, g2, grid2_, nullptr));
     } else if (k_.wgmma)
@@ -326,6 +351,14 @@ class GemmRun {
   }
 
   int64_t rows() const { return r_.rows; }
+
+  // Experts with at least one row: each streams its weights once per m tile.
+  int64_t active_experts() const {
+    const std::vector<int32_t> off = download<int32_t>(r_.offsets, s_.E + 1);
+    int64_t n = 0;
+    for (int64_t e = 0; e < s_.E; ++e) n += off[e + 1] > off[e];
+    return n;
+  }
 
  private:
   // rs: `rows` Q8 rows of op.k values (q, scales) converted to bf16 in the rs order into `out`,
@@ -418,6 +451,7 @@ void compare_kernels(const Shape& s, const std::vector<RoutingCase>& cases, uint
     mma.gemm1();
     mma.gemm2();
     const GemmOutputs ref = mma.outputs();
+    std::map<int, GemmOutputs> rs_fp8_chain;  // block_m -> the cp.async rs fp8 kernel's outputs
     for (const Kernels& k : wgmma_variants()) {
       SCOPED_TRACE(fmt::format("{} {} T={} {}", s.name, c.name, c.T, k.name()));
       GemmRun run(s, p, w, k);
@@ -435,6 +469,12 @@ void compare_kernels(const Shape& s, const std::vector<RoutingCase>& cases, uint
       EXPECT_LE(err_o2, tol) << "GEMM 2 on the same h";
       EXPECT_LE(err_chain, tol) << "GEMM 1 + GEMM 2";
       EXPECT_EQ(chain.h.size(), ref.h.size());
+      if (k.rs_fp8_block_m > 0 && !k.rs_fp8_bulk) rs_fp8_chain[k.rs_fp8_block_m] = chain;
+      if (k.rs_fp8_bulk) {  // the same bytes in shared memory, the same products: the same outputs
+        const GemmOutputs& plain = rs_fp8_chain.at(k.rs_fp8_block_m);
+        EXPECT_TRUE(chain.h == plain.h && chain.h_scale == plain.h_scale && chain.o == plain.o)
+            << "bulk weight copies changed the outputs";
+      }
       fmt::print("[ wgmma   ] {:<10} {:<22} T={:<5} {:<12} rows={:<6} h err={:.2e} (bytes equal {:.4f}, scales "
                  "{:.4f})  o err={:.2e} (equal {:.4f})  chain err={:.2e}\n",
                  s.name, c.name, c.T, k.name(), ref.h.size() / s.I, err_h, equal_share(same_h.h, ref.h),
@@ -855,6 +895,62 @@ TEST(Sm90WgmmaTiming, FlashSizeRandomBytesMatchMmaAndKernelTimes) {
                  T, tile, t1, t2, flop1 / t1 * 1e-6, flop2 / t2 * 1e-6, err_h,
                  equal_share(got.h, ref.h), err_o, equal_share(got.o, ref.o));
     }
+  }
+}
+
+// Where the rs fp8 kernels' time goes: each GEMM timed whole and with parts of its mainloop left
+// out (activation copies, weight copies, math), with the weights by cp.async and by bulk copies,
+// at the flash size; the whole kernels are checked against mma.sync. Weight TB/s = the active
+// experts' FP4 weights and shift words over the time.
+TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
+  MOE_EP_REQUIRE_CUDA();
+  if (!std::getenv("MOE_EP_WGMMA_TIMING"))
+    GTEST_SKIP() << "set MOE_EP_WGMMA_TIMING=1 to run (deepseek-v4-flash size: 3.2 GB of weights, timed)";
+  const Shape s{"flash", 256, 4096, 2048, 6};
+  DeviceWeights w;
+  w.w13 = random_gemm_weights(s.E, 2 * s.I, s.H, 3);
+  w.w2 = random_gemm_weights(s.E, s.H, s.I, 4);
+  const double tol = cudatest::wgmma_recipe_tolerance();
+  std::vector<int64_t> tokens = {2048, 8192};
+  if (const char* v = std::getenv("MOE_EP_WGMMA_TIMING_TOKENS")) {
+    tokens.clear();
+    for (const char* c = v; *c;) {
+      tokens.push_back(std::strtoll(c, const_cast<char**>(&c), 10));
+      if (*c == ',') ++c;
+    }
+  }
+  fmt::print("[ rs-split] {:>5} {:<34} {:>10} {:>10} {:>8} {:>8}\n", "T", "variant", "gemm1 us", "gemm2 us", "TB/s 1",
+             "TB/s 2");
+  for (int64_t T : tokens) {
+    const DeviceProblem p = random_problem(s, T, 100 + T);
+    GemmRun mma(s, p, w, Kernels{});
+    mma.gemm1();
+    mma.gemm2();
+    const GemmOutputs ref = mma.outputs();
+    const int block_m = T < kWgmmaRsWideMinTokens ? 64 : 96;
+    const double experts = static_cast<double>(mma.active_experts());
+    const double bytes1 = experts * 2 * s.I * s.H * (0.5 + 1.0 / 32), bytes2 = experts * s.H * s.I * (0.5 + 1.0 / 32);
+    for (bool bulk : {false, true})
+      for (int work : {kRsFp8All, 3, 2, 1, 4, 0}) {
+        if (bulk && !(work & 2)) continue;  // without weight copies both forms are one kernel
+        Kernels k;
+        k.rs_fp8_block_m = block_m;
+        k.rs_fp8_bulk = bulk;
+        k.rs_fp8_work = work;
+        GemmRun run(s, p, w, k);
+        const double t1 = median_us([&] { run.gemm1(); });
+        const double t2 = median_us([&] { run.gemm2(&mma); });
+        std::string check;
+        if (work == kRsFp8All) {
+          const GemmOutputs got = run.outputs();
+          const double err_h = rel_err_h(got, ref), err_o = rel_err_o(got, ref);
+          EXPECT_LE(err_h, tol) << "T=" << T << " " << k.name();
+          EXPECT_LE(err_o, tol) << "T=" << T << " " << k.name();
+          check = fmt::format("  h err {:.2e}, o err {:.2e}", err_h, err_o);
+        }
+        fmt::print("[ rs-split] {:>5} {:<34} {:>10.1f} {:>10.1f} {:>8.2f} {:>8.2f}{}\n", T, k.name(), t1, t2,
+                   bytes1 / t1 * 1e-6, bytes2 / t2 * 1e-6, check);
+      }
   }
 }
 

@@ -13,8 +13,9 @@
 // list of the routing kernel (m tiles of kBlockM tokens, n tiles of 128 weight rows):
 //   WG 0      producer: per k step, cp.async of the tile's token rows (a_row_index gathers;
 //             zero-filled past the tile's rows), their E8M0 scale words, the n tile's 16 weight
-//             micro-tiles and its 128 shift words; kLookahead steps later each thread converts
-//             its token's scale word to four fp32 factors, fences and arrives on the full barrier.
+//             micro-tiles and its 128 shift words (or, kBulkWeights, 17 bulk copies of 512 bytes
+//             for the latter two); kLookahead steps later each thread converts its token's scale
+//             word to four fp32 factors, fences and arrives on the full barrier.
 //   WG 1, 2   consumers: weight rows 64 c .. 64 c + 63 of the n tile each. The 4 k32 blocks of a
 //             k step go in groups of kSets: the group's A fragments are decoded, its kSets
 //             m64 n(kBlockM) k32 wgmmas issued back to back into their own partial sets, and
@@ -45,6 +46,7 @@
 #include "cuda/kernels/sm90_persistent_tiles.cuh"
 #include "cuda/kernels/sm90_rs_fragment.cuh"
 #include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/cp_async_bulk.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/tile/fp4_codec.h"
@@ -52,8 +54,18 @@
 
 namespace moe_ep::cuda {
 
-template <int kBlockM_>
+// The parts of the mainloop a block runs: all of them in the kernel; the probes that split its time
+// (tests/cuda/rs_fp8_work_probe.cu) leave out the activation copies, the weight copies or the math
+// (decode, wgmma, promotion). The barriers, the scale conversion and the epilogue always run.
+enum RsFp8Work : int { kRsFp8CopyA = 1, kRsFp8CopyW = 2, kRsFp8Math = 4, kRsFp8AllWork = 7 };
+
+// kBulkWeights: the producer copies each k step's weight micro-tiles and shift words with bulk
+// copies (one 512-byte copy each, 17 per step, on the full barrier's transaction count) instead
+// of 16-byte cp.async by all its threads.
+template <int kBlockM_, bool kBulkWeights_ = false, int kWork_ = kRsFp8AllWork>
 struct RsFp8TileConfig {
+  static constexpr bool kBulkWeights = kBulkWeights_;
+  static constexpr int kWork = kWork_;
   static constexpr int kBlockM = kBlockM_;  // token rows (the wgmma N side)
   static constexpr int kBlockN = 128;       // weight rows (2 consumers x 64)
   static constexpr int kBlockK = 128;
@@ -80,6 +92,8 @@ struct RsFp8TileConfig {
   static constexpr int kWBytes = (kBlockN / 8) * kWeightMicroTileBytes;
   static constexpr int kWChunksPerThread = kWBytes / 16 / 128;  // producer: 16-byte weight chunks
   static constexpr int kDBytes = kBlockN * 4;
+  static constexpr int kBulkCopies = kBlockN / 8 + 1;  // bulk: the 16 micro-tiles, then D
+  static_assert(kDBytes == kWeightMicroTileBytes, "bulk: W and D are 17 adjacent 512-byte copies");
   static constexpr int kSaBytes = kBlockM * 4;
   static constexpr int kSfBytes = 4 * kBlockM * 4;
   static constexpr int kOffW = kABytes, kOffD = kOffW + kWBytes, kOffSa = kOffD + kDBytes,
@@ -129,6 +143,11 @@ struct RsFp8Producer {
   const uint8_t* sa_src;  // token tid's scale words (tid < kBlockM), null past the tile
   const uint8_t* w_src;   // micro-tile tid / 32 of the n tile, lane chunk tid % 32, k step 0
   const uint8_t* d_src;   // 16 bytes (4 weight rows) of the n tile's shift words, k step 0 (tid < 32)
+  // kBulkWeights: copy tid < kBulkCopies of a step (micro-tile tid, or D for tid = 16) at k step 0,
+  // the distance between k steps, and the weights' L2 policy (read once: evict first).
+  const uint8_t* bulk_src;
+  int64_t bulk_step;
+  uint64_t l2_policy;
 
   __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const TileCoord& t, int k_steps,
                                              int tid) {
@@ -147,28 +166,50 @@ struct RsFp8Producer {
                  : nullptr;
     const int64_t micro = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_tile * (Cfg::kBlockN / 8) + tid / 32;
     w_src = op.w + micro * k_steps * kWeightMicroTileBytes + (tid % 32) * 16;
-    d_src = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + t.n_tile * Cfg::kBlockN) * 4 + tid * 16;
+    const uint8_t* d_base = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + t.n_tile * Cfg::kBlockN) * 4;
+    d_src = d_base + tid * 16;
+    if constexpr (Cfg::kBulkWeights) {
+      const int64_t micro0 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_tile * (Cfg::kBlockN / 8);
+      const bool weights = tid < Cfg::kBlockN / 8;
+      bulk_src = weights ? op.w + (micro0 + tid) * k_steps * kWeightMicroTileBytes : d_base;
+      bulk_step = weights ? kWeightMicroTileBytes : static_cast<int64_t>(op.n) * 4;
+      l2_policy = ptx::l2_evict_first_policy();
+    }
   }
 
   __device__ __forceinline__ void issue(const GroupedGemmOperands& op, const RsFp8Smem<Cfg>& sm, int ks,
                                         int k_steps, int s, int tid) const {
-    const uint32_t a_dst = ptx::smem_addr(sm.a(s));
-    const int c = tid % 8;
+    if constexpr ((Cfg::kWork & kRsFp8CopyA) != 0) {
+      const uint32_t a_dst = ptx::smem_addr(sm.a(s));
+      const int c = tid % 8;
 #pragma unroll
-    for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
-      const int row = tid / 8 + 16 * j;
-      ptx::cp_async_16(a_dst + row * 128 + ((c ^ (row & 7)) << 4), a_src[j] ? a_src[j] + ks * Cfg::kBlockK : op.a,
-                       a_src[j] ? 16 : 0);
+      for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
+        const int row = tid / 8 + 16 * j;
+        ptx::cp_async_16(a_dst + row * 128 + ((c ^ (row & 7)) << 4), a_src[j] ? a_src[j] + ks * Cfg::kBlockK : op.a,
+                         a_src[j] ? 16 : 0);
+      }
     }
-    const uint32_t w_dst = ptx::smem_addr(sm.w(s));
-    const int64_t micro_stride = static_cast<int64_t>(4) * k_steps * kWeightMicroTileBytes;  // 4 micro-tiles on
+    if constexpr ((Cfg::kWork & kRsFp8CopyW) != 0 && Cfg::kBulkWeights) {
+      // The full barrier's phase of this step cannot complete before the producer's 128
+      // arrivals, kLookahead steps later, so the count may go below zero in between: the
+      // expectation need not precede the copies.
+      if (tid == 0) ptx::mbarrier_expect_tx(sm.full(s), Cfg::kBulkCopies * kWeightMicroTileBytes);
+      if (tid < Cfg::kBulkCopies)
+        ptx::cp_async_bulk_g2s(ptx::smem_addr(sm.w(s)) + tid * kWeightMicroTileBytes, bulk_src + ks * bulk_step,
+                               kWeightMicroTileBytes, sm.full(s), l2_policy);
+    }
+    if constexpr ((Cfg::kWork & kRsFp8CopyW) != 0 && !Cfg::kBulkWeights) {
+      const uint32_t w_dst = ptx::smem_addr(sm.w(s));
+      const int64_t micro_stride = static_cast<int64_t>(4) * k_steps * kWeightMicroTileBytes;  // 4 micro-tiles on
 #pragma unroll
-    for (int j = 0; j < Cfg::kWChunksPerThread; ++j)
-      ptx::cp_async_16(w_dst + (tid + 128 * j) * 16, w_src + j * micro_stride + ks * kWeightMicroTileBytes);
-    if (tid < Cfg::kDBytes / 16)
-      ptx::cp_async_16(ptx::smem_addr(sm.d(s)) + tid * 16, d_src + static_cast<int64_t>(ks) * op.n * 4);
-    if (tid < Cfg::kBlockM)
-      ptx::cp_async_4(ptx::smem_addr(sm.sa(s)) + tid * 4, sa_src ? sa_src + ks * 4 : op.a_scale, sa_src ? 4 : 0);
+      for (int j = 0; j < Cfg::kWChunksPerThread; ++j)
+        ptx::cp_async_16(w_dst + (tid + 128 * j) * 16, w_src + j * micro_stride + ks * kWeightMicroTileBytes);
+      if (tid < Cfg::kDBytes / 16)
+        ptx::cp_async_16(ptx::smem_addr(sm.d(s)) + tid * 16, d_src + static_cast<int64_t>(ks) * op.n * 4);
+    }
+    if constexpr ((Cfg::kWork & kRsFp8CopyA) != 0)
+      if (tid < Cfg::kBlockM)
+        ptx::cp_async_4(ptx::smem_addr(sm.sa(s)) + tid * 4, sa_src ? sa_src + ks * 4 : op.a_scale, sa_src ? 4 : 0);
   }
 
   // After this thread's copies of stage s landed: its token's four factors 2^(sa - 127).
@@ -283,9 +324,13 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
 
     for (int ks = 0; ks < k_steps; ++ks) {
       const int s = (item + ks) % S;
-      load_step(ks);
+      if constexpr ((Cfg::kWork & kRsFp8Math) != 0) {
+        load_step(ks);
 #pragma unroll
-      for (int kb0 = 0; kb0 < 4; kb0 += Cfg::kSets) group(s, kb0);
+        for (int kb0 = 0; kb0 < 4; kb0 += Cfg::kSets) group(s, kb0);
+      } else {
+        ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
+      }
       __syncwarp();  // the step's wgmmas have retired and its factors been read: the stage is free
       if (lane == 0) ptx::mbarrier_arrive(sm.empty(s));
     }

@@ -1,0 +1,24 @@
+// rs fp8 grouped GEMMs (kernels/sm90_mxfp4_rs_fp8_mainloop.cuh) in configurations the library
+// does not launch (tests/cuda/rs_fp8_variant_probe.cu): the weights by bulk copies, and the
+// mainloop with parts of its work left out, which splits a kernel's time between the activation
+// copies, the weight copies and the math.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/kernels/sm90_grouped_gemm.h"
+
+namespace moe_ep::cuda::test {
+
+struct RsFp8Variant {
+  int block_m = 64;           // 64 or 96 tokens per m tile
+  bool bulk_weights = false;  // RsFp8TileConfig::kBulkWeights
+  int work = 7;               // RsFp8Work bits: 1 activation copies, 2 weight copies, 4 math
+};
+
+// Plan-time configuration of both GEMMs' kernels (blocks per SM of each).
+cudaError_t configure_rs_fp8_variant(const RsFp8Variant& v, int* blocks_per_sm1, int* blocks_per_sm2);
+cudaError_t launch_rs_fp8_variant_gemm1(const RsFp8Variant& v, const Gemm1Params& p, int grid, cudaStream_t stream);
+cudaError_t launch_rs_fp8_variant_gemm2(const RsFp8Variant& v, const Gemm2Params& p, int grid, cudaStream_t stream);
+
+}  // namespace moe_ep::cuda::test
