@@ -16,15 +16,14 @@
 //             micro-tiles and its 128 shift words (or, kBulkWeights, 17 bulk copies of 512 bytes
 //             for the latter two); kLookahead steps later each thread converts its token's scale
 //             word to four fp32 factors, fences and arrives on the full barrier.
-//   WG 1, 2   consumers: weight rows 64 c .. 64 c + 63 of the n tile each. The 4 k32 blocks of a
-//             k step go in groups of kSets: the group's A fragments are decoded, its kSets
-//             m64 n(kBlockM) k32 wgmmas issued back to back into their own partial sets, and
-//             each is promoted as soon as it retires while the later ones run (wait_group
-//             kSets - 1 - i before promoting set i). A group closes with wait_group 0: ptxas
-//             follows wgmma registers through waits within such a closed group, but serializes
-//             every wgmma (C7514) when a set is read while wgmmas stay in flight across groups.
-//             While one consumer decodes its next group, the other's wgmmas keep the tensor
-//             cores busy.
+//   WG 1, 2   consumers: weight rows 64 c .. 64 c + 63 of the n tile each. One m64 n(kBlockM)
+//             k32 wgmma in flight per consumer, into one of two partial sets: after wait_group 0
+//             retires block j, block j + 1 (decoded meanwhile into the other fragment set) is
+//             issued into the other set and block j is promoted while it runs. (ptxas follows
+//             wgmma registers only through wait_group 0: reading a set retired by wait_group 1
+//             while another wgmma is in flight serializes every wgmma (C7514). Closed groups of
+//             2 or 4 wgmmas in flight, which avoid that, measured 4-8% slower.) While one
+//             consumer promotes, the other's wgmma keeps the tensor cores busy.
 //
 // Shared memory (base aligned to 1024 bytes):
 //   stage s < kStages, kStageBytes (a multiple of 1024) apart:
@@ -70,21 +69,19 @@ struct RsFp8TileConfig {
   static constexpr int kBlockN = 128;       // weight rows (2 consumers x 64)
   static constexpr int kBlockK = 128;
   static constexpr int kAcc = kBlockM / 2;  // fp32 accumulators per consumer thread (m64 n kBlockM)
-  static constexpr int kSets = kBlockM == 64 ? 4 : 2;  // wgmmas in flight per consumer (partial sets)
   static constexpr float kAccScale = 1.0f;  // the accumulator is already in the fold's units
   static constexpr int kStages = kBlockM == 64 ? 8 : 7;
-  static constexpr int kLookahead = kStages - 2;  // k steps in flight: as many as the ring allows
+  static constexpr int kLookahead = 3;  // k steps in flight (kStages - 2 measured no faster)
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = 224;
   static_assert(kBlockM == 64 || kBlockM == 96, "m64n64k32 or m64n96k32 (n128 spills)");
-  static_assert(kSets == 2 || kSets == 4, "groups of 2 or 4 k32 blocks (4 per k step)");
   // setmaxnreg moves registers within the block's allocation: 384 threads x 168 at launch.
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register file");
   // The producer signals full(i) after issuing step i + kLookahead, which needs step
-  // i + kLookahead - kStages released; a consumer releases each step before it waits for the
-  // next, so kStages > kLookahead suffices (one stage more is slack).
+  // i + kLookahead - kStages released; a consumer waits for step i before it releases step
+  // i - 1, so the ring needs kStages >= kLookahead + 2.
   static_assert(kStages >= kLookahead + 2, "the stage ring would deadlock");
   static constexpr int kRowsPerThread = kBlockM / 16;  // producer: 8 threads per token row
 
@@ -264,7 +261,8 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
     float acc[Cfg::kAcc];
 #pragma unroll
     for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
-    float part[Cfg::kSets][Cfg::kAcc];
+    float part[2][Cfg::kAcc];
+    uint32_t frag[2][4];
     uint4 w_g, w_g8;  // this k step's packed words of rows g and g + 8
     uint32_t d_g, d_g8;
     // Waits for k step ks of this tile and takes its weight words.
@@ -285,6 +283,11 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
       decode_fp4_word_with(word_g, tab_g.x, tab_g.y, out[0], out[2]);
       decode_fp4_word_with(word_g8, tab_g8.x, tab_g8.y, out[1], out[3]);
     };
+    auto issue = [&](float(&d)[Cfg::kAcc], const uint32_t(&a)[4], int s, int kb) {
+      ptx::wgmma_fence();
+      ptx::wgmma_k32_e4m3_rs_zero_d(d, a, desc(s, kb));
+      ptx::wgmma_commit_group();
+    };
     // acc += d * 2^sa of its tokens (k32 block kb of stage s).
     auto promote = [&](const float(&d)[Cfg::kAcc], int s, int kb) {
       const float* sf = sm.sf(s) + kb * Cfg::kBlockM + 4 * t;
@@ -296,43 +299,53 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
         for (int c = 0; c < 8; ++c) acc[8 * ip + c] = fmaf(d[8 * ip + c], s8[c], acc[8 * ip + c]);
       }
     };
-    // Set i of a group: retire it (the sets after it stay in flight), then promote it.
-    auto retire = [&](auto i_constant, int s, int kb) {
-      constexpr int i = decltype(i_constant)::value;
-      ptx::wgmma_wait_group<Cfg::kSets - 1 - i>();
-      ptx::fence_operands(part[i]);
-      promote(part[i], s, kb);
+    // K32 block kb of step ks (slot s) is in flight into set kb % 2 (blocks alternate sets, 4 per
+    // step): decode the next block into the other fragment set, retire this one, issue the next
+    // into the other partial set and promote this one while it runs. The tile's last block
+    // (kFinal) only retires and promotes.
+    auto block = [&](auto final_constant, auto kb_constant, int ks, int s) {
+      constexpr bool kFinal = decltype(final_constant)::value;
+      constexpr int kb = decltype(kb_constant)::value, kb_next = (kb + 1) % 4, set = kb % 2, next = 1 - set;
+      if constexpr (!kFinal) {
+        if constexpr (kb == 3) load_step(ks + 1);
+        decode(kb_next, frag[next]);
+      }
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_operands(part[set]);
+      if constexpr (!kFinal) issue(part[next], frag[next], kb == 3 ? (item + ks + 1) % S : s, kb_next);
+      promote(part[set], s, kb);
     };
-    // Blocks kb0 .. kb0 + kSets - 1 of the loaded step (slot s).
-    auto group = [&](int s, int kb0) {
-      uint32_t frag[Cfg::kSets][4];
-#pragma unroll
-      for (int i = 0; i < Cfg::kSets; ++i) decode(kb0 + i, frag[i]);
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int i = 0; i < Cfg::kSets; ++i) {
-        ptx::wgmma_k32_e4m3_rs_zero_d(part[i], frag[i], desc(s, kb0 + i));
-        ptx::wgmma_commit_group();
-      }
-      retire(std::integral_constant<int, 0>{}, s, kb0);
-      retire(std::integral_constant<int, 1>{}, s, kb0 + 1);
-      if constexpr (Cfg::kSets == 4) {
-        retire(std::integral_constant<int, 2>{}, s, kb0 + 2);
-        retire(std::integral_constant<int, 3>{}, s, kb0 + 3);
-      }
+    using Next = std::false_type;
+    using Final = std::true_type;
+    auto release = [&](int s) {  // the step's last block has retired and been promoted
+      __syncwarp();
+      if (lane == 0) ptx::mbarrier_arrive(sm.empty(s));
     };
 
-    for (int ks = 0; ks < k_steps; ++ks) {
-      const int s = (item + ks) % S;
-      if constexpr ((Cfg::kWork & kRsFp8Math) != 0) {
-        load_step(ks);
-#pragma unroll
-        for (int kb0 = 0; kb0 < 4; kb0 += Cfg::kSets) group(s, kb0);
-      } else {
-        ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
+    if constexpr ((Cfg::kWork & kRsFp8Math) != 0) {
+      load_step(0);
+      decode(0, frag[0]);
+      issue(part[0], frag[0], item % S, 0);
+      for (int ks = 0; ks + 1 < k_steps; ++ks) {
+        const int s = (item + ks) % S;
+        block(Next{}, std::integral_constant<int, 0>{}, ks, s);
+        block(Next{}, std::integral_constant<int, 1>{}, ks, s);
+        block(Next{}, std::integral_constant<int, 2>{}, ks, s);
+        block(Next{}, std::integral_constant<int, 3>{}, ks, s);
+        release(s);
       }
-      __syncwarp();  // the step's wgmmas have retired and its factors been read: the stage is free
-      if (lane == 0) ptx::mbarrier_arrive(sm.empty(s));
+      const int ks = k_steps - 1, s = (item + ks) % S;
+      block(Next{}, std::integral_constant<int, 0>{}, ks, s);
+      block(Next{}, std::integral_constant<int, 1>{}, ks, s);
+      block(Next{}, std::integral_constant<int, 2>{}, ks, s);
+      block(Final{}, std::integral_constant<int, 3>{}, ks, s);
+      release(s);
+    } else {
+      for (int ks = 0; ks < k_steps; ++ks) {
+        const int s = (item + ks) % S;
+        ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
+        release(s);
+      }
     }
     item += k_steps;
     Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
