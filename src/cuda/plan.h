@@ -14,10 +14,11 @@
 //   h            M x I (mxfp4) | M x I/2 (nvfp4)                  quantized SwiGLU output
 //   h_scale      M x I/B
 //   h_global     M x 4 B (nvfp4);  h_f32  M x I x 4 B (nvfp4, before its NVFP4 pass)
-//   h_bf16       M x I x 2 B (bf16_activations only)             h as bf16 for the wgmma-bf16
-//                                                                 GEMM 2 (rs order, grouped_gemm.h)
+//   h_16bit      M x I x 2 B (activations_16bit only)             h as bf16 / f16 for GEMM 2 of
+//                                                                 wgmma-bf16 / nvfp4-wgmma (their
+//                                                                 order along k, grouped_gemm.h)
 //   o            M x H x 2 B                                      expert outputs, bf16; before
-//                GEMM 2 writes it, wgmma-bf16 buckets keep x as bf16 there (R x H x 2 B <= it)
+//                GEMM 2 writes it, those buckets keep x as 16-bit there (R x H x 2 B <= it)
 //   shared_h     R x Is x 2 B (shared expert only)                its bf16 SwiGLU output
 //   shared_o     R x H x 2 B (shared expert only)                 its bf16 output, which the
 //                                                                 combine adds to y
@@ -37,7 +38,7 @@ namespace moe_ep::cuda {
 struct LayerShape {
   int64_t num_experts = 0, hidden = 0, intermediate = 0, top_k = 0, max_tokens = 0;
   Recipe recipe = Recipe::kMxfp4;
-  bool bf16_activations = false;  // a bucket runs wgmma-bf16 (Sm90Config::uses_bf16_activations)
+  bool activations_16bit = false;  // a bucket reads 16-bit activations (Sm90Config::uses_16bit_activations)
   int64_t shared_intermediate = 0;  // Is of the layer's shared expert (0: none)
 };
 
@@ -45,7 +46,7 @@ struct WorkspaceLayout {
   size_t a = 0, a_scale = 0, a_global = 0;
   size_t expert_offsets = 0, num_m_tiles = 0, tile_expert = 0, tile_row_begin = 0;
   size_t row_token = 0, row_weight = 0, slot_row = 0;
-  size_t h = 0, h_scale = 0, h_global = 0, h_f32 = 0, h_bf16 = 0;
+  size_t h = 0, h_scale = 0, h_global = 0, h_f32 = 0, h_16bit = 0;
   size_t o = 0;
   size_t shared_h = 0, shared_o = 0;
   size_t total_bytes = 0;

@@ -17,6 +17,7 @@ const char* sm90_gemm_name(Sm90Gemm gemm) {
     case Sm90Gemm::kWgmmaRs: return "wgmma-rs";
     case Sm90Gemm::kNvfp4Mma: return "nvfp4-mma";
     case Sm90Gemm::kNvfp4Decode: return "nvfp4-decode";
+    case Sm90Gemm::kNvfp4Wgmma: return "nvfp4-wgmma";
   }
   return "unknown";
 }
@@ -27,9 +28,9 @@ const Sm90Bucket& Sm90Config::bucket(int64_t num_tokens) const {
   return buckets.back();
 }
 
-bool Sm90Config::uses_bf16_activations() const {
+bool Sm90Config::uses_16bit_activations() const {
   for (const Sm90Bucket& b : buckets)
-    if (b.gemm == Sm90Gemm::kWgmmaBf16) return true;
+    if (b.gemm == Sm90Gemm::kWgmmaBf16 || b.gemm == Sm90Gemm::kNvfp4Wgmma) return true;
   return false;
 }
 
@@ -42,10 +43,11 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
   const bool mxfp4 = desc.recipe == Recipe::kMxfp4;
   c.decode_max_tokens = mxfp4 ? kDecodeMaxTokens : kNvfp4DecodeMaxTokens;
   MOE_EP_CHECK_CODE(mxfp4 || o.gemm == GemmKernel::kAuto || o.gemm == GemmKernel::kMma ||
-                        o.gemm == GemmKernel::kDecode,
+                        o.gemm == GemmKernel::kDecode || o.gemm == GemmKernel::kWgmma,
                     ErrorCode::kUnsupported,
-                    "overrides.gemm = {}: recipe '{}' runs the f16 mma.sync GEMMs on SM90; allowed: "
-                    "auto, decode, mma", gemm_kernel_name(o.gemm), recipe_name(desc.recipe));
+                    "overrides.gemm = {}: recipe '{}' runs f16 GEMMs on SM90 (mma.sync, or f16 wgmma "
+                    "with the weights in registers); allowed: auto, decode, mma, wgmma",
+                    gemm_kernel_name(o.gemm), recipe_name(desc.recipe));
   const bool warpgroup =
       o.gemm == GemmKernel::kWgmma || o.gemm == GemmKernel::kWgmmaBf16 || o.gemm == GemmKernel::kWgmmaRs;
   MOE_EP_CHECK_CODE(!(warpgroup && c.exact_accumulation), ErrorCode::kInvalidArgument,
@@ -53,7 +55,7 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
                     "wgmma accumulator is not fp32-exact per k block); allowed with it: auto, decode, mma",
                     gemm_kernel_name(o.gemm));
   if (o.fold_fp8) c.fold = *o.fold_fp8;
-  MOE_EP_CHECK_CODE(c.fold || !warpgroup, ErrorCode::kUnsupported,
+  MOE_EP_CHECK_CODE(c.fold || !warpgroup || !mxfp4, ErrorCode::kUnsupported,
                     "overrides.gemm = {} needs folded weights; overrides.fold_fp8 = false keeps "
                     "E8M0 block scales", gemm_kernel_name(o.gemm));
   if (!o.tile.automatic()) {
@@ -86,10 +88,22 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
   c.buckets.clear();
   if (desc.recipe != Recipe::kMxfp4) {
     // nvfp4 auto: the decode kernels up to decode_max_tokens (mma.sync where they cannot run),
-    // then the 64 x 128 mma.sync kernels.
+    // then the 64 x 128 mma.sync kernels. The f16 wgmma kernels (n tiles of 128) by override.
     MOE_EP_CHECK_CODE(facts.decode_unavailable.empty() || o.gemm != GemmKernel::kDecode, ErrorCode::kUnsupported,
                       "overrides.gemm = decode: the nvfp4 decode GEMMs cannot run this layer: {}",
                       facts.decode_unavailable);
+    if (desc.fleet.hidden_size % 128 != 0 || (2 * desc.intermediate_size) % 128 != 0)
+      c.nvfp4_wgmma_unavailable = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of 128",
+                                              desc.fleet.hidden_size, 2 * desc.intermediate_size);
+    else if (facts.nvfp4_wgmma_blocks_per_sm[0] < 1 || facts.nvfp4_wgmma_blocks_per_sm[1] < 1)
+      c.nvfp4_wgmma_unavailable = "the kernels do not fit on this device";
+    MOE_EP_CHECK_CODE(c.nvfp4_wgmma_unavailable.empty() || o.gemm != GemmKernel::kWgmma, ErrorCode::kUnsupported,
+                      "overrides.gemm = wgmma: the nvfp4 wgmma GEMMs cannot run this layer: {}",
+                      c.nvfp4_wgmma_unavailable);
+    if (o.gemm == GemmKernel::kWgmma) {
+      c.buckets.push_back({0, max_tokens, Sm90Gemm::kNvfp4Wgmma, kRsBlockM});
+      return;
+    }
     const int64_t decode_hi = o.gemm == GemmKernel::kDecode ? max_tokens
                               : o.gemm == GemmKernel::kMma || !facts.decode_unavailable.empty()
                                   ? -1
@@ -188,6 +202,11 @@ void Sm90Config::describe(SelectedConfig& out) const {
   out.add("sm_count", std::to_string(facts.sm_count));
   if (!mxfp4) {
     out.add("gemm_kernels", "f16 mma.sync (e2m1 * e4m3 decoded to f16): 16x128 decode tiles, 64x128x128 tiles");
+    out.add("wgmma", nvfp4_wgmma_unavailable.empty()
+                         ? fmt::format("available by override (overrides.gemm = wgmma): f16 wgmma, the weights "
+                                       "decoded in registers, {}x128 tiles, blocks/SM {} / {}", kRsBlockM,
+                                       facts.nvfp4_wgmma_blocks_per_sm[0], facts.nvfp4_wgmma_blocks_per_sm[1])
+                         : "unavailable: " + nvfp4_wgmma_unavailable);
     out.add("blocks_per_sm", fmt::format("decode {} / {}, mma {} / {}", facts.decode_blocks_per_sm[0],
                                          facts.decode_blocks_per_sm[1], facts.mma_blocks_per_sm[0],
                                          facts.mma_blocks_per_sm[1]));

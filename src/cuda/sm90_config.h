@@ -14,7 +14,7 @@
 namespace moe_ep::cuda {
 
 // The GEMM kernels one T bucket runs (both GEMMs of a forward use the same family).
-enum class Sm90Gemm { kDecode, kMma, kWgmma, kWgmmaBf16, kWgmmaRs, kNvfp4Mma, kNvfp4Decode };
+enum class Sm90Gemm { kDecode, kMma, kWgmma, kWgmmaBf16, kWgmmaRs, kNvfp4Mma, kNvfp4Decode, kNvfp4Wgmma };
 const char* sm90_gemm_name(Sm90Gemm gemm);
 
 // Auto: decode kernels up to this many tokens, where experts hold a few rows each and the
@@ -39,6 +39,7 @@ struct Sm90Facts {
   int wgmma_blocks_per_sm[2] = {0, 0};  // of the selected tile; 0 when not configured
   int wgmma_bf16_blocks_per_sm[2] = {0, 0};  // 0 when not configured
   int wgmma_rs_blocks_per_sm[2] = {0, 0};    // both m tiles (the smaller count); 0 when not configured
+  int nvfp4_wgmma_blocks_per_sm[2] = {0, 0}; // 0 when not configured
 };
 
 struct Sm90Bucket {
@@ -58,13 +59,14 @@ struct Sm90Config {
   std::string wgmma_unavailable;             // why wgmma cannot run ("" when it can)
   std::string wgmma_bf16_unavailable;        // the same for wgmma-bf16 (only by override so far)
   std::string wgmma_rs_unavailable;          // the same for wgmma-rs
+  std::string nvfp4_wgmma_unavailable;       // the same for nvfp4's f16 wgmma (overrides.gemm = wgmma)
   int wgmma_rs_block_m = 0;                  // overrides.tile's m for wgmma-rs; 0: by T
   Sm90Facts facts;
   std::vector<Sm90Bucket> buckets;           // ascending, covering 1..max_tokens_per_rank
 
   const Sm90Bucket& bucket(int64_t num_tokens) const;
-  // Whether a bucket runs wgmma-bf16 (its activations as bf16: plan.h's h_bf16 region).
-  bool uses_bf16_activations() const;
+  // Whether a bucket reads 16-bit activations (wgmma-bf16, nvfp4-wgmma: plan.h's h_16bit region).
+  bool uses_16bit_activations() const;
   void describe(SelectedConfig& out) const;  // the entries (the plan adds its own lines)
 };
 

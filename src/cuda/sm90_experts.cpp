@@ -166,10 +166,15 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
         facts.wgmma_rs_blocks_per_sm[g] = std::min(per_sm[0], per_sm[1]);
       }
     }
+  } else if (configure_sm90_nvfp4_rs_grouped_gemm1(&facts.nvfp4_wgmma_blocks_per_sm[0]) != cudaSuccess ||
+             configure_sm90_nvfp4_rs_grouped_gemm2(&facts.nvfp4_wgmma_blocks_per_sm[1]) != cudaSuccess) {
+    // nvfp4-wgmma (override only): a failed probe leaves it unavailable, never fails the layer.
+    (void)cudaGetLastError();
+    facts.nvfp4_wgmma_blocks_per_sm[0] = facts.nvfp4_wgmma_blocks_per_sm[1] = 0;
   }
   select_sm90_kernels(config_, desc, overrides, facts);
-  LayerShape planned = shape;  // wgmma-bf16 buckets add h as bf16 to the workspace (plan.h)
-  planned.bf16_activations = config_.uses_bf16_activations();
+  LayerShape planned = shape;  // 16-bit activation buckets add h as bf16 / f16 to the workspace (plan.h)
+  planned.activations_16bit = config_.uses_16bit_activations();
   planned.shared_intermediate = desc.shared_intermediate_size;
   plan_ = make_plan(planned);
   if (desc.shared_intermediate_size > 0) {

@@ -28,15 +28,14 @@ cudaError_t quantize_nvfp4_step(const Launch& l, const Sm90Binding& b, cudaStrea
 
 // kCallerA: x comes quantized from the caller (desc.quantize_input = false).
 template <bool kCallerA>
-cudaError_t x_to_bf16_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
-  const Sm90Pipeline::ToBf16& c = l.x_bf16;
-  return launch_sm90_q8_to_rs_bf16(kCallerA ? b.a : c.q, kCallerA ? b.a_scale : c.scales, b.num_tokens, c.k,
-                                   c.out, s);
+cudaError_t x_to_16bit_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  const Sm90Pipeline::To16Bit& c = l.x_16bit;
+  return c.convert(kCallerA ? b.a : c.q, kCallerA ? b.a_scale : c.scales, b.num_tokens, c.k, c.out, s);
 }
 
-cudaError_t h_to_bf16_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
-  const Sm90Pipeline::ToBf16& c = l.h_bf16;
-  return launch_sm90_q8_to_rs_bf16(c.q, c.scales, b.num_tokens * l.plan.shape.top_k, c.k, c.out, s);
+cudaError_t h_to_16bit_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  const Sm90Pipeline::To16Bit& c = l.h_16bit;
+  return c.convert(c.q, c.scales, b.num_tokens * l.plan.shape.top_k, c.k, c.out, s);
 }
 
 cudaError_t permute_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
@@ -48,15 +47,19 @@ cudaError_t permute_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) 
   return launch_sm90_permute(r, s);
 }
 
-// kCallerA: the activations come quantized from the caller (desc.quantize_input = false).
-template <bool kCallerA>
+// Where GEMM 1 reads x: the workspace (quantized by the layer, or converted to 16 bits), the
+// caller's quantized rows (desc.quantize_input = false), or the workspace's 16-bit rows of the
+// caller's rows, which keep the caller's global factors.
+enum class GemmA { kWorkspace, kCaller, kCallerGlobal };
+
+template <GemmA kA>
 cudaError_t gemm1_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
   Gemm1Params p = l.gemm1;
-  if constexpr (kCallerA) {
+  if constexpr (kA == GemmA::kCaller) {
     p.op.a = b.a;
     p.op.a_scale = b.a_scale;
-    p.op.a_global = b.a_global;
   }
+  if constexpr (kA != GemmA::kWorkspace) p.op.a_global = b.a_global;
   return l.gemm1_fn(p, launch_grid(l.plan, l.grid1, b.num_tokens), s);
 }
 
@@ -124,6 +127,9 @@ GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
     case Sm90Gemm::kNvfp4Mma:
       return {&launch_sm90_nvfp4_grouped_gemm1, &launch_sm90_nvfp4_grouped_gemm2, kGemmBlockN, true,
               f.mma_blocks_per_sm};
+    case Sm90Gemm::kNvfp4Wgmma:
+      return {&launch_sm90_nvfp4_rs_grouped_gemm1, &launch_sm90_nvfp4_rs_grouped_gemm2, 128, true,
+              f.nvfp4_wgmma_blocks_per_sm};
     case Sm90Gemm::kWgmmaBf16:
       return {&launch_sm90_mxfp4_rs_grouped_gemm1, &launch_sm90_mxfp4_rs_grouped_gemm2, 128, true,
               f.wgmma_bf16_blocks_per_sm};
@@ -241,14 +247,18 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     l.grid2 = fam.persistent ? GridRule{kGemmBlockM, H / fam.block_n, sms * fam.blocks_per_sm[1]}
                              : GridRule{kDecodeBlockM, 1, 0};
 
-    // wgmma-bf16: GEMM 1 reads x as bf16 (kept in o until GEMM 2 writes o), GEMM 2 h as bf16.
-    const bool bf16 = bucket.gemm == Sm90Gemm::kWgmmaBf16;
-    if (bf16) {
-      MOE_EP_ASSERT(s.bf16_activations);
-      l.x_bf16 = {ws(w.a), ws(w.a_scale), static_cast<int>(H), reinterpret_cast<uint16_t*>(workspace + w.o)};
-      l.h_bf16 = {ws(w.h), ws(w.h_scale), static_cast<int>(I), reinterpret_cast<uint16_t*>(workspace + w.h_bf16)};
-      set_bf16_activations(g1.op, l.x_bf16.out);
-      set_bf16_activations(g2.op, l.h_bf16.out);
+    // wgmma-bf16 / nvfp4-wgmma: GEMM 1 reads x as bf16 / f16 (kept in o until GEMM 2 writes o),
+    // GEMM 2 h likewise, both converted from their quantized rows in the kernels' order along k.
+    const bool wide = bucket.gemm == Sm90Gemm::kWgmmaBf16 || bucket.gemm == Sm90Gemm::kNvfp4Wgmma;
+    if (wide) {
+      MOE_EP_ASSERT(s.activations_16bit);
+      const Sm90Pipeline::ConvertFn convert =
+          recipe.fp4_activations ? &launch_sm90_nvfp4_to_rs_f16 : &launch_sm90_q8_to_rs_bf16;
+      l.x_16bit = {convert, ws(w.a), ws(w.a_scale), static_cast<int>(H), reinterpret_cast<uint16_t*>(workspace + w.o)};
+      l.h_16bit = {convert, ws(w.h), ws(w.h_scale), static_cast<int>(I),
+                   reinterpret_cast<uint16_t*>(workspace + w.h_16bit)};
+      set_16bit_activations(g1.op, l.x_16bit.out);
+      set_16bit_activations(g2.op, l.h_16bit.out);
     }
 
     l.combine.o = g2.epilogue.out;
@@ -257,11 +267,13 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     l.combine.hidden = static_cast<int32_t>(H);
 
     if (quantize_input) l.steps.push_back(recipe.fp4_activations ? &quantize_nvfp4_step : &quantize_q8_step);
-    if (bf16) l.steps.push_back(quantize_input ? &x_to_bf16_step<false> : &x_to_bf16_step<true>);
+    if (wide) l.steps.push_back(quantize_input ? &x_to_16bit_step<false> : &x_to_16bit_step<true>);
     l.steps.push_back(&permute_step);
-    l.steps.push_back(quantize_input || bf16 ? &gemm1_step<false> : &gemm1_step<true>);
+    l.steps.push_back(quantize_input ? &gemm1_step<GemmA::kWorkspace>
+                      : wide         ? &gemm1_step<GemmA::kCallerGlobal>
+                                     : &gemm1_step<GemmA::kCaller>);
     if (recipe.global_scales) l.steps.push_back(&h_nvfp4_step);
-    if (bf16) l.steps.push_back(&h_to_bf16_step);
+    if (wide) l.steps.push_back(&h_to_16bit_step);
     l.steps.push_back(&gemm2_step);
     l.steps.push_back(&combine_step);
     launches_.push_back(std::move(l));
@@ -282,14 +294,15 @@ void Sm90Pipeline::run(const Sm90Binding& b, cudaStream_t stream) const {
 void Sm90Pipeline::describe(SelectedConfig& out) const {
   for (const Launch& l : launches_) {
     const bool quantize = l.steps.front() == &quantize_q8_step || l.steps.front() == &quantize_nvfp4_step;
-    const bool bf16 = l.x_bf16.out != nullptr;
+    const char* wide = l.x_16bit.out == nullptr ? nullptr
+                       : l.x_16bit.convert == &launch_sm90_nvfp4_to_rs_f16 ? "f16" : "bf16";
     out.plan.push_back(
         {fmt::format("T={}..{}", std::max<int64_t>(1, l.bucket.min_tokens), l.bucket.max_tokens),
          fmt::format("{} GEMMs, routing m tiles of {} rows; gemm1 grid {}, gemm2 grid {}; {} steps "
                      "({}{}routing, gemm1, {}{}gemm2, combine)",
                      sm90_gemm_name(l.bucket.gemm), l.bucket.block_m, grid_str(l.grid1), grid_str(l.grid2),
-                     l.steps.size(), quantize ? "quantize x, " : "", bf16 ? "x to bf16, " : "",
-                     l.gemm1.epilogue.h_f32 ? "nvfp4 of h, " : "", bf16 ? "h to bf16, " : "")});
+                     l.steps.size(), quantize ? "quantize x, " : "", wide ? fmt::format("x to {}, ", wide) : "",
+                     l.gemm1.epilogue.h_f32 ? "nvfp4 of h, " : "", wide ? fmt::format("h to {}, ", wide) : "")});
   }
 }
 

@@ -64,8 +64,12 @@ class Sm90Pipeline {
   using Step = cudaError_t (*)(const Launch& launch, const Sm90Binding& binding, cudaStream_t stream);
   using Gemm1Fn = cudaError_t (*)(const Gemm1Params&, int grid, cudaStream_t);
   using Gemm2Fn = cudaError_t (*)(const Gemm2Params&, int grid, cudaStream_t);
-  // A Q8 -> bf16 conversion (launch_sm90_q8_to_rs_bf16); rows = T (x) or T * K (h).
-  struct ToBf16 {
+  // A conversion of quantized rows to the 16-bit activations of a register-operand GEMM
+  // (launch_sm90_q8_to_rs_bf16, launch_sm90_nvfp4_to_rs_f16); rows = T (x) or T * K (h).
+  using ConvertFn = cudaError_t (*)(const uint8_t* q, const uint8_t* scales, int64_t rows, int k, uint16_t* out,
+                                    cudaStream_t stream);
+  struct To16Bit {
+    ConvertFn convert = nullptr;
     const uint8_t* q = nullptr;
     const uint8_t* scales = nullptr;
     int k = 0;
@@ -75,7 +79,7 @@ class Sm90Pipeline {
     Sm90Bucket bucket;
     Plan plan;
     Q8QuantizeParams q8;
-    ToBf16 x_bf16, h_bf16;
+    To16Bit x_16bit, h_16bit;
     Nvfp4QuantizeParams x_nvfp4, h_nvfp4;
     PermuteParams permute;
     Gemm1Params gemm1;

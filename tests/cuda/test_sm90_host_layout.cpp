@@ -283,14 +283,14 @@ TEST(Sm90Plan, WorkspaceRegionsAreAlignedDisjointAndSizedByTheFormula) {
 TEST(Sm90Plan, Bf16ActivationsAddTheirHRegionAndFitXIntoO) {
   LayerShape s{256, 4096, 2048, 6, 8192, Recipe::kMxfp4};
   const WorkspaceLayout plain = workspace_layout(s);
-  s.bf16_activations = true;
+  s.activations_16bit = true;
   const WorkspaceLayout w = workspace_layout(s);
   const int64_t M = 8192 * 6;
-  EXPECT_EQ(plain.h_bf16, plain.o);  // an empty region
+  EXPECT_EQ(plain.h_16bit, plain.o);  // an empty region
   EXPECT_EQ(w.total_bytes, plain.total_bytes + static_cast<size_t>(M * 2048 * 2));
-  EXPECT_GE(w.h_bf16, w.h_scale + static_cast<size_t>(M * 2048 / 32));
-  EXPECT_EQ(w.h_bf16 % 256, 0u);
-  EXPECT_LE(w.h_bf16 + static_cast<size_t>(M * 2048 * 2), w.o);
+  EXPECT_GE(w.h_16bit, w.h_scale + static_cast<size_t>(M * 2048 / 32));
+  EXPECT_EQ(w.h_16bit % 256, 0u);
+  EXPECT_LE(w.h_16bit + static_cast<size_t>(M * 2048 * 2), w.o);
   EXPECT_LE(static_cast<size_t>(8192 * 4096 * 2), w.total_bytes - w.o);  // x as bf16 inside o
 }
 

@@ -8,7 +8,7 @@
 // compute the same exact k32 products in fp32, so h (dequantized) and o agree to the
 // same-recipe threshold; the share of bitwise-equal bytes is printed. GEMM 2 is compared on the
 // same h (isolating it) and along the whole chain. Then 20 reruns must be bitwise identical.
-// The bf16 wgmma with the weights in registers (rs, sm90_mxfp4_rs_mainloop.cuh) runs as one
+// The bf16 wgmma with the weights in registers (rs, sm90_rs16_mainloop.cuh) runs as one
 // more variant: its activations converted from the same Q8 to bf16 first, its products exact and
 // summed over all of K, so it meets the same threshold. So do the FP8 wgmma kernels with the
 // weights in registers (rs fp8, sm90_mxfp4_rs_fp8_mainloop.cuh), on m tiles of 64 and 96 tokens:
@@ -366,7 +366,7 @@ class GemmRun {
   static void use_bf16_activations(GroupedGemmOperands& op, const DeviceBuffer& q, const DeviceBuffer& scales,
                                    int64_t rows, DeviceBuffer& out) {
     MOE_EP_CUDA_CHECK(launch_sm90_q8_to_rs_bf16(q.get(), scales.get(), rows, op.k, out.get<uint16_t>(), nullptr));
-    set_bf16_activations(op, out.get<uint16_t>());
+    set_16bit_activations(op, out.get<uint16_t>());
   }
 
   const Shape& s_;
@@ -503,6 +503,7 @@ Sm90Facts all_available() {
   f.wgmma_blocks_per_sm[0] = f.wgmma_blocks_per_sm[1] = 1;
   f.wgmma_bf16_blocks_per_sm[0] = f.wgmma_bf16_blocks_per_sm[1] = 1;
   f.wgmma_rs_blocks_per_sm[0] = f.wgmma_rs_blocks_per_sm[1] = 1;
+  f.nvfp4_wgmma_blocks_per_sm[0] = f.nvfp4_wgmma_blocks_per_sm[1] = 1;
   return f;
 }
 
@@ -566,13 +567,13 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   }
   // wgmma-bf16 runs by override only (its gain at T = 8192 does not pay for its bf16 h), every
   // T, 128-row m tiles.
-  EXPECT_FALSE(selected(d, {}).uses_bf16_activations());
+  EXPECT_FALSE(selected(d, {}).uses_16bit_activations());
   forced.gemm = GemmKernel::kWgmmaBf16;
   const Sm90Config bf16 = selected(d, forced);
   ASSERT_EQ(bf16.buckets.size(), 1u);
   EXPECT_EQ(bf16.bucket(1).gemm, G::kWgmmaBf16);
   EXPECT_EQ(bf16.bucket(8192).block_m, kRsBlockM);
-  EXPECT_TRUE(bf16.uses_bf16_activations());
+  EXPECT_TRUE(bf16.uses_16bit_activations());
   // wgmma-rs by override: 64-token m tiles below kWgmmaRsWideMinTokens, 96 from there (one
   // bucket each); overrides.tile pins one of them for every T.
   forced.gemm = GemmKernel::kWgmmaRs;
@@ -582,7 +583,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(rs.bucket(kWgmmaRsWideMinTokens - 1).block_m, 64);
   EXPECT_EQ(rs.bucket(kWgmmaRsWideMinTokens).gemm, G::kWgmmaRs);
   EXPECT_EQ(rs.bucket(8192).block_m, 96);
-  EXPECT_FALSE(rs.uses_bf16_activations());
+  EXPECT_FALSE(rs.uses_16bit_activations());
   forced.tile = {96, 128};
   const Sm90Config rs96 = selected(d, forced);
   ASSERT_EQ(rs96.buckets.size(), 1u);
@@ -617,6 +618,19 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(nvd.bucket(1).gemm, G::kNvfp4Decode);
   EXPECT_EQ(nvd.bucket(8192).block_m, kDecodeBlockM);
   EXPECT_STREQ(sm90_gemm_name(G::kNvfp4Decode), "nvfp4-decode");
+  // nvfp4's f16 wgmma kernels by override (overrides.gemm = wgmma; fold_fp8 does not concern
+  // nvfp4): every T, 128-row m tiles, 16-bit activations in the workspace.
+  EXPECT_FALSE(nv.uses_16bit_activations());
+  KernelOverrides nv_wgmma;
+  nv_wgmma.gemm = GemmKernel::kWgmma;
+  const Sm90Config nvw = selected(flash_desc(Recipe::kNvfp4), nv_wgmma);
+  ASSERT_EQ(nvw.buckets.size(), 1u);
+  EXPECT_EQ(nvw.bucket(1).gemm, G::kNvfp4Wgmma);
+  EXPECT_EQ(nvw.bucket(8192).block_m, kRsBlockM);
+  EXPECT_TRUE(nvw.uses_16bit_activations());
+  nv_wgmma.fold_fp8 = false;
+  EXPECT_EQ(selected(flash_desc(Recipe::kNvfp4), nv_wgmma).bucket(1).gemm, G::kNvfp4Wgmma);
+  EXPECT_STREQ(sm90_gemm_name(G::kNvfp4Wgmma), "nvfp4-wgmma");
 
   KernelOverrides tile;
   tile.tile = {128, 128};
@@ -649,8 +663,18 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
                  "the nvfp4 decode GEMMs cannot run this layer: 16 rows of A do not fit");
   KernelOverrides nv_wgmma;
   nv_wgmma.gemm = GemmKernel::kWgmma;
-  expect_refused([&] { select_sm90_load_config(flash_desc(Recipe::kNvfp4), nv_wgmma); }, ErrorCode::kUnsupported,
-                 "allowed: auto, decode, mma");
+  MoeDesc nv_exact = flash_desc(Recipe::kNvfp4);
+  nv_exact.numerics.exact_accumulation = true;
+  expect_refused([&] { select_sm90_load_config(nv_exact, nv_wgmma); }, ErrorCode::kInvalidArgument,
+                 "overrides.gemm = wgmma contradicts desc.numerics.exact_accumulation");
+  Sm90Facts nv_no_fit = all_available();
+  nv_no_fit.nvfp4_wgmma_blocks_per_sm[1] = 0;
+  expect_refused([&] { selected(flash_desc(Recipe::kNvfp4), nv_wgmma, nv_no_fit); }, ErrorCode::kUnsupported,
+                 "overrides.gemm = wgmma: the nvfp4 wgmma GEMMs cannot run this layer: the kernels do not fit");
+  MoeDesc nv_odd = flash_desc(Recipe::kNvfp4);
+  nv_odd.intermediate_size = 2048 + 32;
+  expect_refused([&] { selected(nv_odd, nv_wgmma); }, ErrorCode::kUnsupported,
+                 "must be multiples of 128");
   KernelOverrides tile;
   tile.tile = {96, 96};
   expect_refused([&] { select_sm90_load_config(d, tile); }, ErrorCode::kUnsupported, "allowed: 64x256, 128x128");
@@ -667,7 +691,7 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   expect_refused([&] { select_sm90_load_config(d, bf16_no_fold); }, ErrorCode::kUnsupported,
                  "overrides.gemm = wgmma-bf16 needs folded weights");
   expect_refused([&] { select_sm90_load_config(flash_desc(Recipe::kNvfp4), bf16); }, ErrorCode::kUnsupported,
-                 "allowed: auto, decode, mma");
+                 "allowed: auto, decode, mma, wgmma");
   Sm90Facts no_fit = all_available();
   no_fit.wgmma_bf16_blocks_per_sm[1] = 0;
   expect_refused([&] { selected(d, bf16, no_fit); }, ErrorCode::kUnsupported, "do not fit on this device");

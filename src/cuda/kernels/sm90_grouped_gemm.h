@@ -123,28 +123,42 @@ cudaError_t launch_sm90_mxfp4_wgmma_grouped_gemm2(WgmmaTile tile, const Gemm2Par
                                                   cudaStream_t stream, WgmmaDecode decode = WgmmaDecode::kQuad);
 
 // bf16-wgmma mxfp4 grouped GEMMs with the weights as the register operand
-// (sm90_mxfp4_rs_mainloop.cuh), FOLDED weights only: A is bf16 [rows, k] in the rs order along k
+// (sm90_rs16_mainloop.cuh), FOLDED weights only: A is bf16 [rows, k] in the rs order along k
 // (launch_sm90_q8_to_rs_bf16; a_row_bytes = 2k, no a_scale), m tiles of kRsBlockM rows, n and k
-// multiples of 128. Same epilogue params and outputs as the kernels above. Not yet selected by
-// the layer (kernel-level tests only).
+// multiples of 128. Same epilogue params and outputs as the kernels above.
 inline constexpr int kRsBlockM = 128;
 inline constexpr int kRsThreads = 384;  // 1 producer + 2 consumer warpgroups
 cudaError_t configure_sm90_mxfp4_rs_grouped_gemm1(int* blocks_per_sm);
 cudaError_t configure_sm90_mxfp4_rs_grouped_gemm2(int* blocks_per_sm);
 cudaError_t launch_sm90_mxfp4_rs_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
 cudaError_t launch_sm90_mxfp4_rs_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
-// A of the wgmma-bf16 GEMMs: bf16 rows of op.k elements in the rs order, no scales.
-inline void set_bf16_activations(GroupedGemmOperands& op, const uint16_t* a) {
+// A of the 16-bit register-operand GEMMs (wgmma-bf16, nvfp4-wgmma): 16-bit rows of op.k
+// elements in their kernel's order, no block scales (an nvfp4 row keeps its a_global factor).
+inline void set_16bit_activations(GroupedGemmOperands& op, const uint16_t* a) {
   op.a = reinterpret_cast<const uint8_t*>(a);
   op.a_row_bytes = 2 * static_cast<int64_t>(op.k);
   op.a_scale = nullptr;
   op.a_scale_row_bytes = 0;
-  op.a_global = nullptr;
 }
 // Q8 rows (e4m3 [rows, k] + E8M0 [rows, k / 32]) -> bf16 [rows, k]: element k' of each 128-wide
 // k step at position rs_position_of_k(k') of that step, value e4m3 * 2^(E8M0 - 127) (exact).
 cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows, int k,
                                       uint16_t* out, cudaStream_t stream);
+
+// f16-wgmma nvfp4 grouped GEMMs with the weights as the register operand
+// (sm90_rs16_mainloop.cuh, Nvfp4F16RsWeights): A is f16 [rows, k] in the order of
+// tile/nvfp4_f16_codec.h (launch_sm90_nvfp4_to_rs_f16; a_row_bytes = 2k, no a_scale; a_global
+// and w_global as for the nvfp4 kernels above), m tiles of kRsBlockM rows, n and k multiples of
+// 128. Same params and outputs as the nvfp4 kernels above (GEMM 1: fp32 h; GEMM 2: bf16 o).
+cudaError_t configure_sm90_nvfp4_rs_grouped_gemm1(int* blocks_per_sm);
+cudaError_t configure_sm90_nvfp4_rs_grouped_gemm2(int* blocks_per_sm);
+cudaError_t launch_sm90_nvfp4_rs_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
+cudaError_t launch_sm90_nvfp4_rs_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
+// NVFP4 rows (packed e2m1 [rows, k / 2] in standard order + e4m3 [rows, k / 16]) -> f16 [rows, k]:
+// element k' of each 128-wide k step at position nvfp4_f16_position_of_k(k') of that step, value
+// e2m1 * e4m3 block scale (exact; the row's global factor stays with the GEMM's epilogue).
+cudaError_t launch_sm90_nvfp4_to_rs_f16(const uint8_t* packed, const uint8_t* scales, int64_t rows, int k,
+                                        uint16_t* out, cudaStream_t stream);
 
 // FP8-wgmma mxfp4 grouped GEMMs with the weights as the register operand
 // (sm90_mxfp4_rs_fp8_mainloop.cuh), FOLDED weights only: A and its scales are the Q8 rows as for

@@ -1,30 +1,14 @@
 // mxfp4 grouped GEMMs 1 and 2 on bf16 wgmma with the weights as the register operand
-// (sm90_mxfp4_rs_mainloop.cuh), and the Q8 -> bf16 conversion of their activations into the rs
-// order along k (tile/fp4_bf16_codec.h).
+// (sm90_rs16_mainloop.cuh, Mxfp4Bf16RsWeights), and the Q8 -> bf16 conversion of their
+// activations into the rs order along k (tile/fp4_bf16_codec.h).
 #include <cuda_bf16.h>
 
-#include "cuda/kernels/sm90_kernel_config.cuh"
-#include "cuda/kernels/sm90_mxfp4_rs_mainloop.cuh"
-#include "cuda/kernels/sm90_rs_epilogues.cuh"
+#include "cuda/kernels/sm90_rs16_kernel.cuh"
 
 namespace moe_ep::cuda {
 namespace {
 
-template <class Epilogue, class Params>
-__global__ void __launch_bounds__(RsTileConfig::kThreads, 1) sm90_mxfp4_rs_kernel(const __grid_constant__ Params p) {
-  extern __shared__ __align__(1024) uint8_t smem[];
-  run_rs_grouped_gemm<RsTileConfig, Epilogue>(p, smem);
-}
-
-template <class Epilogue, class Params>
-cudaError_t launch_rs(const Params& p, int grid, cudaStream_t stream) {
-  if (grid <= 0) return cudaSuccess;
-  if (!p.op.w_col_scale || p.op.n <= 0 || p.op.k <= 0 || p.op.n % RsTileConfig::kBlockN != 0 ||
-      p.op.k % RsTileConfig::kBlockK != 0)
-    return cudaErrorInvalidValue;  // folded weights, whole tiles only
-  sm90_mxfp4_rs_kernel<Epilogue, Params><<<grid, RsTileConfig::kThreads, RsTileConfig::kSharedBytes, stream>>>(p);
-  return cudaGetLastError();
-}
+using Mxfp4RsConfig = RsTileConfig<Mxfp4Bf16RsWeights>;
 
 // One thread per (row, k32 block): 32 e4m3 bytes times the block's E8M0 scale, as bf16 (exact),
 // stored at positions rs_position_of_k(l) of the block's 64 output bytes (the block's 32
@@ -57,21 +41,19 @@ __global__ void __launch_bounds__(256) sm90_q8_to_rs_bf16_kernel(const uint8_t* 
 }  // namespace
 
 cudaError_t configure_sm90_mxfp4_rs_grouped_gemm1(int* blocks_per_sm) {
-  return configure_persistent_kernel(sm90_mxfp4_rs_kernel<RsSwigluQ8Epilogue, Gemm1Params>, RsTileConfig::kThreads,
-                                     RsTileConfig::kSharedBytes, blocks_per_sm);
+  return configure_rs16_kernel<Mxfp4RsConfig, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm);
 }
 
 cudaError_t configure_sm90_mxfp4_rs_grouped_gemm2(int* blocks_per_sm) {
-  return configure_persistent_kernel(sm90_mxfp4_rs_kernel<RsStoreBf16Epilogue, Gemm2Params>, RsTileConfig::kThreads,
-                                     RsTileConfig::kSharedBytes, blocks_per_sm);
+  return configure_rs16_kernel<Mxfp4RsConfig, RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
 }
 
 cudaError_t launch_sm90_mxfp4_rs_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
-  return launch_rs<RsSwigluQ8Epilogue>(p, grid, stream);
+  return launch_rs16_kernel<Mxfp4RsConfig, RsSwigluQ8Epilogue>(p, grid, stream);
 }
 
 cudaError_t launch_sm90_mxfp4_rs_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream) {
-  return launch_rs<RsStoreBf16Epilogue>(p, grid, stream);
+  return launch_rs16_kernel<Mxfp4RsConfig, RsStoreBf16Epilogue>(p, grid, stream);
 }
 
 cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows, int k,

@@ -38,6 +38,7 @@
 #include "cuda/ptx/ld_global.cuh"
 #include "cuda/ptx/mma.cuh"
 #include "cuda/tile/fp4_codec.h"
+#include "cuda/tile/nvfp4_f16_codec.h"
 
 namespace moe_ep::cuda {
 
@@ -131,22 +132,6 @@ struct Nvfp4DecodeMainloop {
       main_loop(std::false_type{});
   }
 
-  // f16x2 of the e4m3 scales of k16 blocks 2kb, 2kb + 1: bytes 2kb, 2kb + 1 of a row's 8.
-  static __device__ __forceinline__ uint32_t scale_pair(const uint2& scales, int kb) {
-    const uint32_t word = kb < 2 ? scales.x : scales.y;  // the half is picked in the cvt (no shift)
-    return kb % 2 ? ptx::cvt_f16x2_from_e4m3x2_of<true>(word) : ptx::cvt_f16x2_from_e4m3x2_of<false>(word);
-  }
-
-  // a * scale for both f16x2 registers of one k16 block of 4 e4m3 values (pairs 0 and 1):
-  // kHigh picks the block's scale out of the f16x2 pair of scales.
-  template <bool kHigh>
-  static __device__ __forceinline__ void scaled_pairs(uint32_t e4m3x4, uint32_t scales, uint32_t& p0, uint32_t& p1) {
-    uint32_t lo, hi;
-    ptx::cvt_f16x2x2_from_e4m3x4(e4m3x4, lo, hi);
-    p0 = ptx::hmul2_f16_by_half<kHigh>(lo, scales);
-    p1 = ptx::hmul2_f16_by_half<kHigh>(hi, scales);
-  }
-
   // One 128-wide k step: 4 pairs of k16 blocks x (1 or 2) n8 halves. a: the step's lane words
   // of token g (half 1 at + 8 rows); sa: the step's scales of token g.
   template <bool kTwoHalves>
@@ -168,32 +153,32 @@ struct Nvfp4DecodeMainloop {
       uint32_t e4[2][2];  // [row g, g + 8][block 2kb, 2kb + 1]
       decode_fp4_word(word0, e4[0][0], e4[0][1]);
       decode_fp4_word(word1, e4[1][0], e4[1][1]);
-      const uint32_t s_g = scale_pair(sw0, kb), s_g8 = scale_pair(sw1, kb);
+      const uint32_t s_g = nvfp4_scale_pair(sw0, kb), s_g8 = nvfp4_scale_pair(sw1, kb);
       uint32_t x4[2][2], s_x[2];  // [half][block]
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (h == 1 && !kTwoHalves) break;
         decode_fp4x8_standard(kb == 0 ? xa[h].x : kb == 1 ? xa[h].y : kb == 2 ? xa[h].z : xa[h].w, x4[h][0], x4[h][1]);
-        s_x[h] = scale_pair(xs[h], kb);
+        s_x[h] = nvfp4_scale_pair(xs[h], kb);
       }
 #pragma unroll
       for (int sub = 0; sub < 2; ++sub) {
         uint32_t af[4];  // a0 = row g pair 0, a1 = row g + 8 pair 0, a2 = row g pair 1, a3 = row g + 8 pair 1
         if (sub == 0) {
-          scaled_pairs<false>(e4[0][0], s_g, af[0], af[2]);
-          scaled_pairs<false>(e4[1][0], s_g8, af[1], af[3]);
+          nvfp4_scaled_pairs<false>(e4[0][0], s_g, af[0], af[2]);
+          nvfp4_scaled_pairs<false>(e4[1][0], s_g8, af[1], af[3]);
         } else {
-          scaled_pairs<true>(e4[0][1], s_g, af[0], af[2]);
-          scaled_pairs<true>(e4[1][1], s_g8, af[1], af[3]);
+          nvfp4_scaled_pairs<true>(e4[0][1], s_g, af[0], af[2]);
+          nvfp4_scaled_pairs<true>(e4[1][1], s_g8, af[1], af[3]);
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if (h == 1 && !kTwoHalves) break;
           uint32_t b0, b1;
           if (sub == 0)
-            scaled_pairs<false>(x4[h][0], s_x[h], b0, b1);
+            nvfp4_scaled_pairs<false>(x4[h][0], s_x[h], b0, b1);
           else
-            scaled_pairs<true>(x4[h][1], s_x[h], b0, b1);
+            nvfp4_scaled_pairs<true>(x4[h][1], s_x[h], b0, b1);
           ptx::mma_m16n8k16_f16(acc[h], af, b0, b1, acc[h]);
         }
       }

@@ -1,4 +1,4 @@
-// Epilogues of the register-operand wgmma GEMMs (bf16: sm90_mxfp4_rs_mainloop.cuh, FP8:
+// Epilogues of the register-operand wgmma GEMMs (16-bit: sm90_rs16_mainloop.cuh, FP8:
 // sm90_mxfp4_rs_fp8_mainloop.cuh): one consumer thread's transposed m64 n(Cfg::kBlockM) fragment
 // (rows = weight rows, columns = tokens, Cfg::kAcc accumulators) to global memory, with the
 // arithmetic of sm90_wgmma_epilogues.cuh (the same output formats; values equal up to the order
@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 
 #include "cuda/kernels/sm90_gemm_epilogues.cuh"
+#include "cuda/kernels/sm90_grouped_gemm_tile.cuh"
 #include "cuda/kernels/sm90_persistent_tiles.cuh"
 #include "cuda/kernels/sm90_rs_fragment.cuh"
 #include "cuda/ptx/named_barrier.cuh"
@@ -92,6 +93,59 @@ struct RsStoreBf16Epilogue {
         const float v = acc[4 * i + c] * Cfg::kAccScale * scale[c / 2];
         ep.out[static_cast<int64_t>(t.row_begin + col) * op.n + f.row + 8 * (c / 2)] =
             __bfloat16_as_ushort(__float2bfloat16_rn(v));
+      }
+  }
+};
+
+// nvfp4 (the accumulator in the products' units, Cfg::kAccScale = 1): token column `col` of the
+// tile scales by the expert's weight_scale_2 over its A row's encode factor, as in
+// SwigluF32Epilogue and StoreBf16Epilogue<true>.
+__device__ __forceinline__ float rs_nvfp4_alpha(const GroupedGemmOperands& op, const TileCoord& t, int col) {
+  return __fdiv_rn(op.w_global[t.expert], op.a_global[a_source_row(op, t.row_begin + col)]);
+}
+
+// GEMM 1 of the nvfp4 recipe: rows f.row (gate) and f.row + 8 (up) give h column 8b + g as fp32
+// (its NVFP4 quantization is a separate pass over whole rows).
+struct RsSwigluF32Epilogue {
+  template <class Cfg, class Smem>
+  static __device__ __forceinline__ void apply(const SwigluEpilogueParams& ep, const GroupedGemmOperands& op,
+                                               const TileCoord& t, const RsFragment& f, const Smem&,
+                                               float (&acc)[Cfg::kAcc]) {
+    static_assert(Cfg::kAccScale == 1.0f, "nvfp4 accumulators need no scale");
+    const int h_col = (f.row / 16) * 8 + f.row % 8;
+#pragma unroll
+    for (int i = 0; i < Cfg::kAcc / 4; ++i)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = 8 * i + 2 * f.t + c;
+        if (col >= t.num_rows) continue;
+        const int64_t row = t.row_begin + col;
+        const float alpha = rs_nvfp4_alpha(op, t, col);
+        const float gate = round_to_bf16_device(acc[4 * i + c] * alpha);
+        const float up = round_to_bf16_device(acc[4 * i + 2 + c] * alpha);
+        ep.h_f32[row * ep.intermediate + h_col] =
+            clamped_swiglu_device(gate, up, ep.clamp, ep.row_weight[row], ep.fast_math);
+      }
+  }
+};
+
+// GEMM 2 of the nvfp4 recipe: o[token, row] = bf16(acc * alpha of the token).
+struct RsNvfp4StoreBf16Epilogue {
+  template <class Cfg, class Smem>
+  static __device__ __forceinline__ void apply(const StoreEpilogueParams& ep, const GroupedGemmOperands& op,
+                                               const TileCoord& t, const RsFragment& f, const Smem&,
+                                               float (&acc)[Cfg::kAcc]) {
+    static_assert(Cfg::kAccScale == 1.0f, "nvfp4 accumulators need no scale");
+#pragma unroll
+    for (int i = 0; i < Cfg::kAcc / 4; ++i)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = 8 * i + 2 * f.t + c;
+        if (col >= t.num_rows) continue;
+        const float alpha = rs_nvfp4_alpha(op, t, col);
+        uint16_t* out = ep.out + static_cast<int64_t>(t.row_begin + col) * op.n + f.row;
+        out[0] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * i + c] * alpha));
+        out[8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * i + 2 + c] * alpha));
       }
   }
 };

@@ -82,23 +82,36 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3_zero_d(float (&d)[64], uin
       : "l"(desc_a), "l"(desc_b), "n"(0));
 }
 
-// D(64x128 fp32) += A(64x16 bf16) * B(128x16 bf16)^T with A in registers: per warp w of the
-// warpgroup, rows 16w..16w+15 as the A fragment of mma.sync m16n8k16 (a[0] = row g, k 2t..2t+1;
-// a[1] = row g + 8; a[2] = row g, k 2t+8..2t+9; a[3] = row g + 8; lane = 4g + t); B K-major in
-// shared memory (the layout above: rows of 128 bytes = 64 bf16, one k16 slice = 32 bytes).
-// The wgmma reads a[] after this returns: keep them unchanged (fence_operands) until a
-// wgmma_wait_group has retired it.
-__device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      MOE_EP_WGMMA_D64_REGS
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"
-      "}\n"
-      : MOE_EP_WGMMA_D64_OPERANDS(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+// D(64x128 fp32) += A(64x16) * B(128x16)^T, both bf16 (kF16 false) or f16 (true), with A in
+// registers: per warp w of the warpgroup, rows 16w..16w+15 as the A fragment of mma.sync m16n8k16
+// (a[0] = row g, k 2t..2t+1; a[1] = row g + 8; a[2] = row g, k 2t+8..2t+9; a[3] = row g + 8;
+// lane = 4g + t); B K-major in shared memory (the layout above: rows of 128 bytes = 64 16-bit
+// values, one k16 slice = 32 bytes). The wgmma reads a[] after this returns: keep them unchanged
+// (fence_operands) until a wgmma_wait_group has retired it.
+template <bool kF16>
+__device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+  if constexpr (kF16)
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        MOE_EP_WGMMA_D64_REGS
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"
+        "}\n"
+        : MOE_EP_WGMMA_D64_OPERANDS(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+  else
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        MOE_EP_WGMMA_D64_REGS
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"
+        "}\n"
+        : MOE_EP_WGMMA_D64_OPERANDS(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
 }
 
 // D(64xN fp32) = A(64x32 e4m3) * B(Nx32 e4m3)^T with A in registers and D not accumulated

@@ -1,11 +1,16 @@
-// MXFP4 x bf16 grouped GEMM on bf16 wgmma with the weights as the register operand (sm_90a),
-// for folded mxfp4 weights (w_scale = shifts, w_col_scale = the fold's column factors):
+// FP4 x 16-bit grouped GEMM on 16-bit wgmma with the weights as the register operand (sm_90a):
 //   D^T[n, m] = sum_k W[n, k] * A[m, k]   (weight rows n on the wgmma M side, tokens m on N)
-// The consumers decode the FP4 weights straight from global memory into bf16 A fragments
-// (tile/fp4_bf16_codec.h: e2m1 * 2^(d - 14), exact); the activations are bf16 rows in the rs
-// order along k (launch_sm90_q8_to_rs_bf16 writes them from Q8), also exact, so every product is
-// exact and the fp32 sum runs over all of K without promotion. Epilogues multiply by the column
-// factor times 2^kRsFoldBias.
+// for two weight formats (the Weights policy below):
+//   Mxfp4Bf16RsWeights  folded mxfp4 weights (w_scale = shifts, w_col_scale = the fold's column
+//                       factors) decoded into bf16 A fragments (tile/fp4_bf16_codec.h: e2m1 *
+//                       2^(d - 14), exact); A = bf16 rows in the rs order along k
+//                       (launch_sm90_q8_to_rs_bf16 writes them from Q8), bf16 wgmma.
+//   Nvfp4F16RsWeights   nvfp4 weights (w_scale = e4m3 block scales of 16) decoded into f16 A
+//                       fragments (tile/nvfp4_f16_codec.h: e2m1 * e4m3, exact); A = f16 rows in
+//                       that file's order (launch_sm90_nvfp4_to_rs_f16), f16 wgmma.
+// The consumers decode the FP4 weights straight from global memory; every product is exact and
+// the fp32 sum runs over all of K without promotion. The epilogues apply the weights' remaining
+// factors (column factor times 2^kRsFoldBias, or the nvfp4 global scales).
 //
 // Block of 3 warpgroups (384 threads), one block per SM, persistent over the (m tile, n tile)
 // list of the routing kernel (m tiles of kBlockM = 128 token rows, n tiles of 128 weight rows):
@@ -37,16 +42,75 @@
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/tile/fp4_bf16_codec.h"
+#include "cuda/tile/fp4_codec.h"
+#include "cuda/tile/nvfp4_f16_codec.h"
 
 namespace moe_ep::cuda {
 
+// The weight words and scale words of one k step for a consumer thread: its rows g and g + 8.
+template <class ScaleWord>
+struct RsWeightStep {
+  uint4 w_g, w_g8;
+  ScaleWord d_g, d_g8;
+};
+
+// Folded mxfp4: the shifts of the 4 k32 blocks of a row's k step, bf16 fragments.
+struct Mxfp4Bf16RsWeights {
+  using ScaleWord = uint32_t;
+  static constexpr bool kF16 = false;
+  // The accumulator in the fold's units: the rs decode is e2m1 * 2^(d - 8 - kRsFoldBias).
+  static constexpr float kAccScale = static_cast<float>(1 << kRsFoldBias);
+  static bool operands_ok(const GroupedGemmOperands& op) { return op.w_col_scale != nullptr; }
+
+  // The 8 k16 A fragments of a k step (k16 step 2j + s from word j).
+  static __device__ __forceinline__ void decode(const RsWeightStep<ScaleWord>& w, uint32_t (&out)[8][4]) {
+    const uint32_t words_g[4] = {w.w_g.x, w.w_g.y, w.w_g.z, w.w_g.w};
+    const uint32_t words_g8[4] = {w.w_g8.x, w.w_g8.y, w.w_g8.z, w.w_g8.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t fg = rs_fold_factor((w.d_g >> (8 * j)) & 0xF);
+      const uint32_t fg8 = rs_fold_factor((w.d_g8 >> (8 * j)) & 0xF);
+      rs_a_fragment<0>(words_g[j], words_g8[j], fg, fg8, out[2 * j]);
+      rs_a_fragment<1>(words_g[j], words_g8[j], fg, fg8, out[2 * j + 1]);
+    }
+  }
+};
+
+// nvfp4: the e4m3 scales of the 8 k16 blocks of a row's k step, f16 fragments (the global
+// scales are the epilogue's).
+struct Nvfp4F16RsWeights {
+  using ScaleWord = uint2;
+  static constexpr bool kF16 = true;
+  static constexpr float kAccScale = 1.0f;
+  static bool operands_ok(const GroupedGemmOperands& op) { return op.w_global && op.a_global; }
+
+  // The 8 k16 A fragments of a k step: word kb holds k16 blocks 2kb (lo) and 2kb + 1 (hi);
+  // a0 / a2 = row g pairs 0 / 1, a1 / a3 = row g + 8 (tile/nvfp4_f16_codec.h).
+  static __device__ __forceinline__ void decode(const RsWeightStep<ScaleWord>& w, uint32_t (&out)[8][4]) {
+    const uint32_t words_g[4] = {w.w_g.x, w.w_g.y, w.w_g.z, w.w_g.w};
+    const uint32_t words_g8[4] = {w.w_g8.x, w.w_g8.y, w.w_g8.z, w.w_g8.w};
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      uint32_t e4[2][2];  // [row g, g + 8][block 2kb, 2kb + 1]
+      decode_fp4_word(words_g[kb], e4[0][0], e4[0][1]);
+      decode_fp4_word(words_g8[kb], e4[1][0], e4[1][1]);
+      const uint32_t s_g = nvfp4_scale_pair(w.d_g, kb), s_g8 = nvfp4_scale_pair(w.d_g8, kb);
+      nvfp4_scaled_pairs<false>(e4[0][0], s_g, out[2 * kb][0], out[2 * kb][2]);
+      nvfp4_scaled_pairs<false>(e4[1][0], s_g8, out[2 * kb][1], out[2 * kb][3]);
+      nvfp4_scaled_pairs<true>(e4[0][1], s_g, out[2 * kb + 1][0], out[2 * kb + 1][2]);
+      nvfp4_scaled_pairs<true>(e4[1][1], s_g8, out[2 * kb + 1][1], out[2 * kb + 1][3]);
+    }
+  }
+};
+
+template <class Weights_>
 struct RsTileConfig {
+  using Weights = Weights_;
   static constexpr int kBlockM = kRsBlockM;  // token rows (the wgmma N side)
   static constexpr int kBlockN = 128;        // weight rows (2 consumers x 64)
   static constexpr int kBlockK = 128;
   static constexpr int kAcc = 64;  // fp32 accumulators per consumer thread (m64n128)
-  // The accumulator in the fold's units: the rs decode is e2m1 * 2^(d - 8 - kRsFoldBias).
-  static constexpr float kAccScale = static_cast<float>(1 << kRsFoldBias);
+  static constexpr float kAccScale = Weights::kAccScale;
   static constexpr int kStages = 4;
   static constexpr int kLookahead = 2;
   static constexpr int kConsumers = 2;
@@ -81,12 +145,6 @@ struct RsSmem {
     return reinterpret_cast<uint64_t*>(base + Cfg::kOffBarriers) + s;
   }
   __device__ __forceinline__ uint64_t* empty(int s) const { return full(Cfg::kStages) + s; }
-};
-
-// The weight words and shift words of one k step for a consumer thread: its rows g and g + 8.
-struct RsWeightStep {
-  uint4 w_g, w_g8;
-  uint32_t d_g, d_g8;
 };
 
 template <class Cfg, class Epilogue, class Params>
@@ -141,14 +199,22 @@ __device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* sm
     const int64_t micro = static_cast<int64_t>(t.expert) * (op.n / 8) + f.row / 8;
     const uint8_t* w_g = op.w + micro * k_steps * kWeightMicroTileBytes + lane * 16;
     const uint8_t* w_g8 = w_g + static_cast<int64_t>(k_steps) * kWeightMicroTileBytes;
-    const uint8_t* d_g = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + f.row) * 4;
-    const int64_t d_step = static_cast<int64_t>(op.n) * 4;
+    using ScaleWord = typename Cfg::Weights::ScaleWord;
+    constexpr int kScaleBytes = sizeof(ScaleWord);
+    const uint8_t* d_g = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + f.row) * kScaleBytes;
+    const int64_t d_step = static_cast<int64_t>(op.n) * kScaleBytes;
+    auto load_scale = [](const uint8_t* p) {
+      if constexpr (kScaleBytes == 4)
+        return ptx::ld_stream_u32(p);
+      else
+        return ptx::ld_stream_v2(p);
+    };
     auto load_step = [&](int ks) {
-      RsWeightStep w;
+      RsWeightStep<ScaleWord> w;
       w.w_g = ptx::ld_stream_v4(w_g + ks * kWeightMicroTileBytes);
       w.w_g8 = ptx::ld_stream_v4(w_g8 + ks * kWeightMicroTileBytes);
-      w.d_g = ptx::ld_stream_u32(d_g + ks * d_step);
-      w.d_g8 = ptx::ld_stream_u32(d_g + ks * d_step + 8 * 4);
+      w.d_g = load_scale(d_g + ks * d_step);
+      w.d_g8 = load_scale(d_g + ks * d_step + 8 * kScaleBytes);
       return w;
     };
 
@@ -159,18 +225,8 @@ __device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* sm
     // while set (ks + 1) % 2 is decoded for the next one, so no wgmma's inputs are written while
     // the k step it belongs to is in flight.
     uint32_t frag[2][8][4] = {};
-    auto decode = [&](const RsWeightStep& w, uint32_t (&out)[8][4]) {
-      const uint32_t words_g[4] = {w.w_g.x, w.w_g.y, w.w_g.z, w.w_g.w};
-      const uint32_t words_g8[4] = {w.w_g8.x, w.w_g8.y, w.w_g8.z, w.w_g8.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t fg = rs_fold_factor((w.d_g >> (8 * j)) & 0xF);
-        const uint32_t fg8 = rs_fold_factor((w.d_g8 >> (8 * j)) & 0xF);
-        rs_a_fragment<0>(words_g[j], words_g8[j], fg, fg8, out[2 * j]);
-        rs_a_fragment<1>(words_g[j], words_g8[j], fg, fg8, out[2 * j + 1]);
-      }
-    };
-    RsWeightStep next = load_step(0);
+    auto decode = [](const RsWeightStep<ScaleWord>& w, uint32_t(&out)[8][4]) { Cfg::Weights::decode(w, out); };
+    RsWeightStep<ScaleWord> next = load_step(0);
     decode(next, frag[0]);
     if (k_steps > 1) next = load_step(1);
     // K step ks with fragment set kSet: issue its 8 wgmmas, retire step ks - 1 (release its
@@ -183,8 +239,8 @@ __device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* sm
       ptx::wgmma_fence();
 #pragma unroll
       for (int step = 0; step < 8; ++step)  // column block step / 4, k16 slice step % 4 (32 bytes)
-        ptx::wgmma_m64n128k16_bf16_rs(acc, frag[kSet][step],
-                                      desc + (step / 4) * (Cfg::kColBytes >> 4) + 2 * (step % 4));
+        ptx::wgmma_m64n128k16_rs<Cfg::Weights::kF16>(acc, frag[kSet][step],
+                                                     desc + (step / 4) * (Cfg::kColBytes >> 4) + 2 * (step % 4));
       ptx::wgmma_commit_group();
       ptx::wgmma_wait_group<1>();
 #pragma unroll
