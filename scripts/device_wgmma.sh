@@ -5,8 +5,9 @@
 #
 #   scripts/device_pack.sh build-wgmma .device-bin-wgmma   (here, then on the device:)
 #   MOE_EP_DEVICE_BIN=.device-bin-wgmma scripts/device_wgmma.sh
-#   MOE_EP_WGMMA_STEPS="sass tests timing split bench sanitizer flash ncu ncu-source"
-#                              (default: all but split, ncu and ncu-source)
+#   MOE_EP_WGMMA_STEPS="sass tests timing split bench nvfp4 sanitizer flash ncu ncu-source"
+#                              (default: all but split, nvfp4, ncu and ncu-source)
+#   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
 #   split: the rs fp8 kernels' time split by work (Sm90WgmmaTiming.RsFp8WorkSplit)
 #   ncu-source: per-instruction stall samples (scripts/ncu_stall_ledger.py) of the kernels matching
 #     MOE_EP_NCU_KERNEL (default rs_fp8_kernel), MOE_EP_NCU_SKIP launches skipped, 2 profiled
@@ -74,7 +75,7 @@ fi
 # 2. Tests: host checks, the device decode / conversion probes of wgmma-bf16, kernel-level
 # comparisons with mma.sync, the tiny layer forced onto each warpgroup family.
 if has tests; then
-  run_limited 85 "$TESTS" --gtest_filter='Sm90Fp4Codec*:Sm90RsCodec*:Sm90Config*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.Tiny*' \
+  run_limited 85 "$TESTS" --gtest_filter='Sm90Fp4Codec*:Sm90RsCodec*:Sm90Config*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.*' \
     > "$WORK/tests.log" 2>&1
   rc=$?
   note "tests (host, kernels, tiny layer): rc=$rc $(gtest_counts "$WORK/tests.log")  ($(elapsed) s)"
@@ -108,6 +109,15 @@ if has bench && (( FAILED == 0 )); then
     --bandwidth-gbps 4240 --csv "$OUT/bench.csv" > "$WORK/bench.log" 2>&1
   note "bench (--kernel ${MOE_EP_BENCH_GEMM:-auto}): rc=$?  ($(elapsed) s)"
   grep -vE "^#|^$" "$WORK/bench.log" | tail -8 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+# 4b. nvfp4: auto (decode / mma.sync) against nvfp4-wgmma, the same graph-replay bench.
+if has nvfp4 && (( FAILED == 0 )); then
+  run_limited 90 "$CLI" bench --device cuda --preset deepseek-v4-flash --backend nvfp4 --variants auto,wgmma \
+    --tokens "${MOE_EP_NVFP4_TOKENS:-512,2048,8192}" --iters 20 --warmup 3 --compute-tflops 1457 \
+    --bandwidth-gbps 4240 --csv "$OUT/bench_nvfp4.csv" > "$WORK/bench_nvfp4.log" 2>&1
+  note "bench nvfp4 (auto, wgmma): rc=$?  ($(elapsed) s)"
+  grep -vE "^#|^$" "$WORK/bench_nvfp4.log" | tail -10 | sed 's/^/  /' >> "$SUMMARY"
 fi
 
 # 5. compute-sanitizer racecheck (and memcheck) on the small case.

@@ -15,6 +15,7 @@
 #include "cuda/kernels/sm90_grouped_gemm.h"
 #include "cuda/tile/fp4_bf16_codec.h"
 #include "cuda/tile/fp4_codec.h"
+#include "cuda/tile/nvfp4_f16_codec.h"
 #include "cuda/weight_layout.h"
 #include "cuda_test_util.h"
 #include "moe_ep/quant.h"
@@ -47,6 +48,66 @@ TEST(Sm90RsCodec, TheOrderAlongKIsAPermutationOfEach128WideStep) {
   // Steps 2j and 2j + 1 read k32 block j only: the fold's shift of block j serves both.
   for (int step = 0; step < 8; ++step)
     for (int slot = 0; slot < 16; ++slot) EXPECT_EQ(rs_source_k(step, slot) / 32, step / 2);
+}
+
+// nvfp4-wgmma's order (tile/nvfp4_f16_codec.h): a permutation of each k16 block (one e4m3 block
+// scale per block), the inverse of the position function, and the mma fragment rule it encodes:
+// slot 2t + e <- element 4t + e, slot 2t + 8 + e <- element 4t + 2 + e.
+TEST(Sm90RsCodec, TheNvfp4OrderAlongKPermutesEachK16Block) {
+  std::set<int> seen;
+  for (int block = 0; block < 8; ++block)
+    for (int slot = 0; slot < 16; ++slot) {
+      const int k = nvfp4_f16_source_k(block, slot);
+      ASSERT_EQ(k / 16, block) << "slot " << slot;
+      seen.insert(k);
+      EXPECT_EQ(nvfp4_f16_position_of_k(k), 16 * block + slot) << "block " << block << " slot " << slot;
+      const int t = (slot % 8) / 2, e = slot % 2;
+      EXPECT_EQ(k % 16, slot < 8 ? 4 * t + e : 4 * t + 2 + e) << "slot " << slot;
+    }
+  EXPECT_EQ(seen.size(), 128u);
+}
+
+// f16 bits -> float, written out from the IEEE binary16 layout (the device side uses the CUDA
+// conversions).
+float f16_bits_to_float(uint16_t h) {
+  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  const float mag = e == 0 ? std::ldexp(static_cast<float>(m), -24)
+                   : e == 31 ? (m ? NAN : INFINITY)
+                             : std::ldexp(static_cast<float>(m | 0x400), e - 25);
+  return h & 0x8000 ? -mag : mag;
+}
+
+// Random NVFP4 rows (the library's quantizer, over 30 binades so every block scale exponent
+// occurs) -> f16 rows on the GPU, against the host: position nvfp4_f16_position_of_k(k) of each
+// 128-wide step holds e2m1 * e4m3 block scale, exactly.
+TEST(Sm90RsCodecDevice, Nvfp4ToF16WritesEachValueExactlyAtItsPosition) {
+  MOE_EP_REQUIRE_CUDA();
+  const int64_t rows = 29, k = 384;
+  std::mt19937 rng(37);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(rows * k);
+  for (int64_t i = 0; i < rows * k; ++i) x[i] = normal(rng) * std::ldexp(1.0f, static_cast<int>(i % 97) % 30 - 15);
+  std::vector<uint8_t> packed(rows * k / 2), sc(rows * k / 16);
+  std::vector<float> global(rows);
+  quantize_nvfp4_rows(x.data(), rows, k, packed.data(), sc.data(), global.data());
+  const DeviceBuffer dp = DeviceBuffer::upload(packed), dsc = DeviceBuffer::upload(sc);
+  DeviceBuffer out(static_cast<size_t>(rows * k) * 2);
+  MOE_EP_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));  // f16 NaN
+  MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(dp.get(), dsc.get(), rows, static_cast<int>(k), out.get<uint16_t>(), nullptr));
+  MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> got(rows * k);
+  MOE_EP_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
+  int64_t nonzero = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const float v = e2m1_to_float(unpack_e2m1(packed[(r * k + kk) / 2], kk)) * e4m3_to_float(sc[(r * k + kk) / 16]);
+      const int64_t at = r * k + kk / 128 * 128 + nvfp4_f16_position_of_k(static_cast<int>(kk % 128));
+      ASSERT_EQ(f16_bits_to_float(got[at]), v) << "row " << r << " k " << kk;
+      nonzero += v != 0.0f;
+    }
+  EXPECT_GT(nonzero, rows * k / 2);  // the check is not over zeros
+  EXPECT_EQ(launch_sm90_nvfp4_to_rs_f16(dp.get(), dsc.get(), rows, 96, out.get<uint16_t>(), nullptr),
+            cudaErrorInvalidValue);
 }
 
 TEST(Sm90RsCodec, FactorsArePowersOfTwoInsideTheBf16Range) {

@@ -1030,15 +1030,76 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
   }
 }
 
-class Sm90WgmmaFlashLayer : public ::testing::TestWithParam<GemmKernel> {};
+// nvfp4's f16 wgmma kernels (overrides.gemm = wgmma) on the tiny preset against the CPU layer:
+// its exact f16 products summed in fp32 in another order meet the nvfp4 threshold. Routings as
+// above, plus 3 k steps per GEMM (H = I = 384: an odd count for the two fragment sets) and
+// activations quantized by the caller (GEMM 1 then reads the caller's global factors).
+TEST(Sm90WgmmaLayer, Nvfp4TinyMatchesCpuWithStructuredRoutings) {
+  MOE_EP_REQUIRE_CUDA();
+  auto problem = [](int64_t hidden, int64_t intermediate, bool quantize_input) {
+    Problem p = testsupport::tiny_problem("nvfp4");
+    p.max_tokens = 4096;
+    p.exact_accumulation = false;
+    p.overrides.gemm = GemmKernel::kWgmma;
+    p.hidden = hidden;
+    p.intermediate = intermediate;
+    p.quantize_input = quantize_input;
+    return p;
+  };
+  auto check = [](const Problem& p, const testsupport::WeightSet& w, const Inputs& in, const std::string& what) {
+    const std::vector<double> ref = cpu_reference(p, w.pack(), in);
+    auto layer = make_gpu_layer(p, w.pack());
+    const std::vector<uint16_t> y = run_on_gpu(*layer, to_device(p, in));
+    EXPECT_EQ(layer->read_error_flags(), 0u) << what;
+    int64_t nan = 0;
+    for (uint16_t v : y) nan += std::isnan(bf16_to_float(v));
+    EXPECT_EQ(nan, 0) << what << ": unwritten (NaN-poisoned) outputs";
+    const double err = relative_error_rows(y, ref, p.hidden);
+    EXPECT_LE(err, same_recipe_tolerance(Recipe::kNvfp4)) << what << ": " << p.str();
+    fmt::print("[ wgmma   ] layer tiny nvfp4-wgmma {:<36} T={:<5} rel_err={:.3e}\n", what, in.tokens, err);
+  };
+  const Problem p = problem(256, 128, true);
+  const testsupport::WeightSet w = testsupport::random_weights(p, WeightFormat::kNVFP4, 14);
+  for (int64_t T : {1, 7, 300, 4096})
+    check(p, w, testsupport::random_inputs(p, T, 210 + T, {.skip_fraction = 0.1}), "random, 10% holes");
+  Inputs in = testsupport::random_inputs(p, 300, 19);
+  for (int64_t t = 0; t < in.tokens; ++t)
+    for (int64_t k = 0; k < p.top_k; ++k)
+      if (in.id(t, k) == 3) in.set_id(t, k, -1);
+  check(p, w, in, "expert 3 idle");
+  for (int64_t t = 0; t < in.tokens; ++t)
+    for (int64_t k = 0; k < p.top_k; ++k) in.set_id(t, k, k == 0 ? 5 : -1);
+  check(p, w, in, "one expert, all rows");
+  const Problem odd = problem(384, 384, true);
+  const testsupport::WeightSet wo = testsupport::random_weights(odd, WeightFormat::kNVFP4, 15);
+  check(odd, wo, testsupport::random_inputs(odd, 200, 23, {.skip_fraction = 0.1}), "H = I = 384 (3 k steps)");
+  const Problem caller = problem(256, 128, false);
+  const testsupport::WeightSet wc = testsupport::random_weights(caller, WeightFormat::kNVFP4, 16);
+  Inputs ci = testsupport::random_inputs(caller, 150, 29, {.skip_fraction = 0.1});
+  testsupport::quantize_inputs_for_caller(caller, ci);
+  check(caller, wc, ci, "quantize_input = false");
+}
+
+// A warpgroup family forced on the deepseek-v4-flash layer of one recipe.
+struct FlashKernel {
+  const char* name;
+  GemmKernel gemm;
+  Recipe recipe;
+};
+
+class Sm90WgmmaFlashLayer : public ::testing::TestWithParam<FlashKernel> {};
 
 TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
   MOE_EP_REQUIRE_CUDA();
+  const FlashKernel& fk = GetParam();
   const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
-  Problem p = preset_problem("deepseek-v4-flash", "mxfp4", 4096);
+  Problem p = preset_problem("deepseek-v4-flash", std::string(recipe_name(fk.recipe)), 4096);
   p.exact_accumulation = false;
-  p.overrides.gemm = GetParam();
-  const testing::HostWeights weights = preset_weights(p, WeightFormat::kMXFP4, 2027);
+  p.overrides.gemm = fk.gemm;
+  const bool mxfp4 = fk.recipe == Recipe::kMxfp4;
+  const testing::HostWeights weights = preset_weights(p, mxfp4 ? WeightFormat::kMXFP4 : WeightFormat::kNVFP4, 2027);
+  // The FP8 products have their own threshold; nvfp4's f16 ones are exact (the recipe's).
+  const double tolerance = mxfp4 ? wgmma_recipe_tolerance() : same_recipe_tolerance(fk.recipe);
 
   struct Case {
     std::string name;
@@ -1067,10 +1128,9 @@ TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
     int64_t nan = 0;
     for (uint16_t v : y) nan += std::isnan(bf16_to_float(v));
     EXPECT_EQ(nan, 0) << c.name << ": unwritten (NaN-poisoned) outputs";
-    EXPECT_LE(err, wgmma_recipe_tolerance()) << c.name << ": " << p.str();
-    fmt::print("[ wgmma   ] layer flash {:<10} {:<24} rows checked={:<5} rel_err={:.3e}\n",
-               gemm_kernel_name(GetParam()), c.name, c.rows.empty() ? c.in.tokens : static_cast<int64_t>(c.rows.size()),
-               err);
+    EXPECT_LE(err, tolerance) << c.name << ": " << p.str();
+    fmt::print("[ wgmma   ] layer flash {:<12} {:<24} rows checked={:<5} rel_err={:.3e}\n", fk.name, c.name,
+               c.rows.empty() ? c.in.tokens : static_cast<int64_t>(c.rows.size()), err);
   }
   EXPECT_EQ(layer->read_error_flags(), 0u);
   const DeviceInputs d = to_device(p, cases[3].in);  // T = 4096
@@ -1079,12 +1139,11 @@ TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, Sm90WgmmaFlashLayer,
-                         ::testing::Values(GemmKernel::kWgmma, GemmKernel::kWgmmaBf16, GemmKernel::kWgmmaRs),
-                         [](const ::testing::TestParamInfo<GemmKernel>& info) {
-                           return info.param == GemmKernel::kWgmma       ? std::string("wgmma")
-                                  : info.param == GemmKernel::kWgmmaBf16 ? std::string("wgmma_bf16")
-                                                                         : std::string("wgmma_rs");
-                         });
+                         ::testing::Values(FlashKernel{"wgmma", GemmKernel::kWgmma, Recipe::kMxfp4},
+                                           FlashKernel{"wgmma_bf16", GemmKernel::kWgmmaBf16, Recipe::kMxfp4},
+                                           FlashKernel{"wgmma_rs", GemmKernel::kWgmmaRs, Recipe::kMxfp4},
+                                           FlashKernel{"nvfp4_wgmma", GemmKernel::kWgmma, Recipe::kNvfp4}),
+                         [](const ::testing::TestParamInfo<FlashKernel>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace moe_ep::cudatest
