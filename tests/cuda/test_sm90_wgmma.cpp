@@ -1087,6 +1087,8 @@ struct FlashKernel {
   Recipe recipe;
 };
 
+void PrintTo(const FlashKernel& k, std::ostream* os) { *os << k.name; }
+
 class Sm90WgmmaFlashLayer : public ::testing::TestWithParam<FlashKernel> {};
 
 TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
