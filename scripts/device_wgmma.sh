@@ -5,8 +5,9 @@
 #
 #   scripts/device_pack.sh build-wgmma .device-bin-wgmma   (here, then on the device:)
 #   MOE_EP_DEVICE_BIN=.device-bin-wgmma scripts/device_wgmma.sh
-#   MOE_EP_WGMMA_STEPS="sass tests timing split bench nvfp4 sanitizer flash ncu ncu-source"
-#                              (default: all but split, nvfp4, ncu and ncu-source)
+#   MOE_EP_WGMMA_STEPS="sass tests timing split decode bench nvfp4 sanitizer flash ncu ncu-source"
+#                              (default: all but split, decode, nvfp4, ncu and ncu-source)
+#   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
 #   split: the rs fp8 kernels' time split by work (Sm90WgmmaTiming.RsFp8WorkSplit)
 #   ncu-source: per-instruction stall samples (scripts/ncu_stall_ledger.py) of the kernels matching
@@ -89,7 +90,7 @@ fi
 
 # 3. Kernel times at the full flash size (random bytes, checked against mma.sync).
 if has timing; then
-  MOE_EP_WGMMA_TIMING=1 run_limited 60 "$TESTS" --gtest_filter='Sm90WgmmaTiming.*' > "$WORK/timing.log" 2>&1
+  MOE_EP_WGMMA_TIMING=1 run_limited 60 "$TESTS" --gtest_filter='Sm90WgmmaTiming.FlashSize*' > "$WORK/timing.log" 2>&1
   note "timing: rc=$? $(gtest_counts "$WORK/timing.log")  ($(elapsed) s)"
   grep -E "^\[ wgmma|Failure|Expected|Which is" "$WORK/timing.log" | head -30 | sed 's/^/  /' >> "$SUMMARY"
 fi
@@ -100,6 +101,14 @@ if has split; then
     run_limited 120 "$TESTS" --gtest_filter='Sm90WgmmaTiming.RsFp8WorkSplit' > "$WORK/split.log" 2>&1
   note "split: rc=$? $(gtest_counts "$WORK/split.log")  ($(elapsed) s)"
   grep -E "^\[ rs-split|Failure|Expected|Which is" "$WORK/split.log" | head -40 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+# 3c. The decode kernels at small T: weight prefetch depth 2 against kDecodeDeepPrefetch.
+if has decode; then
+  MOE_EP_WGMMA_TIMING=1 run_limited 60 "$TESTS" --gtest_filter='Sm90WgmmaTiming.DecodePrefetchDepthAtSmallT' \
+    > "$WORK/decode.log" 2>&1
+  note "decode: rc=$? $(gtest_counts "$WORK/decode.log")  ($(elapsed) s)"
+  grep -E "^\[ decode|Failure|Expected|Which is" "$WORK/decode.log" | head -20 | sed 's/^/  /' >> "$SUMMARY"
 fi
 
 # 4. The layer bench (CUDA graph replays), wgmma forced and auto.

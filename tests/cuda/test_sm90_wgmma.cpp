@@ -137,6 +137,7 @@ DeviceProblem make_problem(const Shape& s, const testing::HostInputs& in) {
 struct DeviceRouting {
   DeviceBuffer offsets, num_tiles, tile_expert, tile_row_begin, row_token, row_weight, slot_row, flags;
   int64_t rows = 0;
+  int64_t max_tiles = 0;  // the m-tile bound of the routing (the decode kernels' grid)
   GroupedGemmSchedule schedule() const {
     return {num_tiles.get<int32_t>(), tile_expert.get<int32_t>(), tile_row_begin.get<int32_t>(),
             offsets.get<int32_t>()};
@@ -146,6 +147,7 @@ struct DeviceRouting {
 DeviceRouting route(const Shape& s, const DeviceProblem& p, int block_m) {
   const int64_t n = p.T * s.K, max_tiles = n / block_m + std::min(n, s.E) + 1;
   DeviceRouting r;
+  r.max_tiles = max_tiles;
   r.offsets = DeviceBuffer((s.E + 1) * 4);
   r.num_tiles = DeviceBuffer(4);
   r.tile_expert = DeviceBuffer(max_tiles * 4);
@@ -202,10 +204,12 @@ struct Kernels {
   // parts of the mainloop's work left out (timing only: the outputs are not the GEMM's).
   bool rs_fp8_bulk = false;
   int rs_fp8_work = kRsFp8All;
-  bool folded() const { return wgmma || rs || rs_fp8_block_m > 0; }
+  int decode_prefetch = 0;  // > 0: the mxfp4 decode kernels (folded) with 2 or kDecodeDeepPrefetch k steps in flight
+  bool folded() const { return wgmma || rs || rs_fp8_block_m > 0 || decode_prefetch > 0; }
   bool rs_fp8_probe() const { return rs_fp8_block_m > 0 && (rs_fp8_bulk || rs_fp8_work != kRsFp8All); }
   test::RsFp8Variant rs_fp8_variant() const { return {rs_fp8_block_m, rs_fp8_bulk, rs_fp8_work}; }
   std::string name() const {
+    if (decode_prefetch > 0) return fmt::format("decode, {} steps ahead", decode_prefetch);
     if (rs) return "rs bf16";
     if (rs_fp8_block_m > 0)
       return fmt::format("rs fp8 {}{}{}{}", rs_fp8_block_m, rs_fp8_bulk ? " bulk" : "",
@@ -235,7 +239,8 @@ class GemmRun {
  public:
   GemmRun(const Shape& s, const DeviceProblem& p, const DeviceWeights& w, const Kernels& k)
       : s_(s), p_(p), w_(w), k_(k) {
-    const int block_m = k.rs                  ? kRsBlockM
+    const int block_m = k.decode_prefetch > 0 ? kDecodeBlockM
+                        : k.rs                ? kRsBlockM
                         : k.rs_fp8_block_m > 0 ? k.rs_fp8_block_m
                         : k.wgmma             ? wgmma_tile_shape(*k.wgmma).block_m
                                               : kGemmBlockM;
@@ -251,7 +256,13 @@ class GemmRun {
     poison();
     int sms = 0, per_sm1 = 0, per_sm2 = 0;
     MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    if (k.rs) {
+    if (k.decode_prefetch > 0) {
+      const bool deep = k.decode_prefetch == kDecodeDeepPrefetch;
+      MOE_EP_CUDA_CHECK((deep ? configure_sm90_mxfp4_decode_deep_gemm1 : configure_sm90_mxfp4_decode_gemm1)(
+          static_cast<int>(s.H), &per_sm1));
+      MOE_EP_CUDA_CHECK((deep ? configure_sm90_mxfp4_decode_deep_gemm2 : configure_sm90_mxfp4_decode_gemm2)(
+          static_cast<int>(s.I), &per_sm2));
+    } else if (k.rs) {
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_grouped_gemm1(&per_sm1));
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_grouped_gemm2(&per_sm2));
     } else if (k.rs_fp8_probe()) {
@@ -299,7 +310,11 @@ class GemmRun {
     g1.epilogue.intermediate = static_cast<int32_t>(s_.I);
     g1.epilogue.h_q = h_.get();
     g1.epilogue.h_scale = h_scale_.get();
-    if (k_.rs) {
+    if (k_.decode_prefetch > 0) {
+      const bool deep = k_.decode_prefetch == kDecodeDeepPrefetch;
+      MOE_EP_CUDA_CHECK((deep ? launch_sm90_mxfp4_decode_deep_gemm1 : launch_sm90_mxfp4_decode_gemm1)(
+          g1, static_cast<int>(r_.max_tiles), nullptr));
+    } else if (k_.rs) {
       use_bf16_activations(g1.op, p_.a, p_.a_scale, p_.T, x_rs_);
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_grouped_gemm1(g1, grid1_, nullptr));
     } else if (k_.rs_fp8_probe()) {
@@ -326,7 +341,11 @@ class GemmRun {
     g2.op.w_scale = k_.folded() ? w_.w2.shifts.get() : w_.w2.e8m0_scales.get();
     g2.op.w_col_scale = k_.folded() ? w_.w2.col_scale.get<float>() : nullptr;
     g2.epilogue.out = o_.get<uint16_t>();
-    if (k_.rs) {
+    if (k_.decode_prefetch > 0) {
+      const bool deep = k_.decode_prefetch == kDecodeDeepPrefetch;
+      MOE_EP_CUDA_CHECK((deep ? launch_sm90_mxfp4_decode_deep_gemm2 : launch_sm90_mxfp4_decode_gemm2)(
+          g2, static_cast<int>(r_.max_tiles), nullptr));
+    } else if (k_.rs) {
       use_bf16_activations(g2.op, in.h_, in.h_scale_, r_.rows, h_rs_);
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_grouped_gemm2(g2, grid2_, nullptr));
     } else if (k_.rs_fp8_probe()) {
@@ -774,6 +793,36 @@ TEST_F(Sm90WgmmaKernels, BitwiseDeterministicOver20Reruns) {
   }
 }
 
+// The decode kernels with kDecodeDeepPrefetch k steps of weights in flight compute what the
+// regular ones do, in the same order: bitwise the same h, h scales and o (flash/E32 shape,
+// holes, an idle expert, one expert taking every row; outputs NaN-poisoned before each run).
+TEST_F(Sm90WgmmaKernels, DeepDecodeIsBitwiseTheDecodeKernels) {
+  const Shape s{"flash/E32", 32, 4096, 2048, 6};
+  const DeviceWeights& w = cached_device_weights(s, 47);
+  Kernels regular, deep;
+  regular.decode_prefetch = 2;
+  deep.decode_prefetch = kDecodeDeepPrefetch;
+  for (const RoutingCase& c : std::vector<RoutingCase>{{"random", 1, 0.0},
+                                                       {"random, 10% holes", 7, 0.1},
+                                                       {"expert 3 idle", 64, 0.0, 3},
+                                                       {"one expert, all rows", 40, 0.0, -1, 9},
+                                                       {"random", 300, 0.05}}) {
+    SCOPED_TRACE(fmt::format("{} T={}", c.name, c.T));
+    const DeviceProblem p = make_problem(s, make_inputs(s, c, 61 + static_cast<uint64_t>(c.T)));
+    GemmRun a(s, p, w, regular), b(s, p, w, deep);
+    a.gemm1();
+    a.gemm2();
+    b.gemm1();
+    b.gemm2();
+    const GemmOutputs ra = a.outputs(), rb = b.outputs();
+    ASSERT_FALSE(ra.o.empty());
+    EXPECT_TRUE(ra.h == rb.h && ra.h_scale == rb.h_scale && ra.o == rb.o) << "the deep decode kernels differ";
+    int64_t nan = 0;
+    for (uint16_t v : rb.o) nan += std::isnan(bf16_to_float(v));
+    EXPECT_EQ(nan, 0) << "unwritten (NaN-poisoned) outputs";
+  }
+}
+
 // Small case for compute-sanitizer (racecheck / memcheck / synccheck): both tiles, a few tiles.
 TEST_F(Sm90WgmmaKernels, SmallCaseForSanitizers) {
   const Shape s{"tiny", 16, 256, 128, 4};
@@ -918,6 +967,39 @@ TEST(Sm90WgmmaTiming, FlashSizeRandomBytesMatchMmaAndKernelTimes) {
                  "{:.4f}), o err {:.2e} (equal {:.4f})\n",
                  T, tile, t1, t2, flop1 / t1 * 1e-6, flop2 / t2 * 1e-6, err_h,
                  equal_share(got.h, ref.h), err_o, equal_share(got.o, ref.o));
+    }
+  }
+}
+
+// The decode kernels at small T, 2 against kDecodeDeepPrefetch k steps of weights in flight per
+// warp, at the flash size (random bytes, outputs checked bitwise against each other). Weight TB/s
+// = the active experts' FP4 weights and shift words over the time; the floor is the copy rate.
+TEST(Sm90WgmmaTiming, DecodePrefetchDepthAtSmallT) {
+  MOE_EP_REQUIRE_CUDA();
+  if (!std::getenv("MOE_EP_WGMMA_TIMING"))
+    GTEST_SKIP() << "set MOE_EP_WGMMA_TIMING=1 to run (deepseek-v4-flash size: 3.2 GB of weights, timed)";
+  const Shape s{"flash", 256, 4096, 2048, 6};
+  DeviceWeights w;
+  w.w13 = random_gemm_weights(s.E, 2 * s.I, s.H, 3);
+  w.w2 = random_gemm_weights(s.E, s.H, s.I, 4);
+  fmt::print("[ decode  ] {:>5} {:<24} {:>10} {:>10} {:>8} {:>8}\n", "T", "kernels", "gemm1 us", "gemm2 us", "TB/s 1",
+             "TB/s 2");
+  for (int64_t T : {1, 2, 4, 8, 32, 128}) {
+    const DeviceProblem p = random_problem(s, T, 300 + T);
+    std::optional<GemmOutputs> first;
+    for (int prefetch : {2, kDecodeDeepPrefetch}) {
+      Kernels k;
+      k.decode_prefetch = prefetch;
+      GemmRun run(s, p, w, k);
+      const double t1 = median_us([&] { run.gemm1(); });
+      const double t2 = median_us([&] { run.gemm2(); });
+      const GemmOutputs got = run.outputs();
+      if (!first) first = got;
+      else EXPECT_TRUE(got.h == first->h && got.o == first->o) << "T=" << T << ": the deep decode kernels differ";
+      const double experts = static_cast<double>(run.active_experts());
+      const double bytes1 = experts * 2 * s.I * s.H * (0.5 + 1.0 / 32), bytes2 = experts * s.H * s.I * (0.5 + 1.0 / 32);
+      fmt::print("[ decode  ] {:>5} {:<24} {:>10.1f} {:>10.1f} {:>8.2f} {:>8.2f}\n", T, k.name(), t1, t2,
+                 bytes1 / t1 * 1e-6, bytes2 / t2 * 1e-6);
     }
   }
 }

@@ -10,9 +10,14 @@ namespace moe_ep::cuda {
 namespace {
 
 // Three blocks of 8 warps per SM (<= 80 registers; shared memory is the 24 KB A ring plus 2 * K
-// bytes of fp32 scales). The epilogue gets the shared memory after the activation scales.
-template <bool kFolded, class Epilogue, class Params>
-__global__ void __launch_bounds__(kDecodeThreads, 3) sm90_mxfp4_decode_kernel(const __grid_constant__ Params p) {
+// bytes of fp32 scales) with 2 k steps of weights in flight per warp; two blocks with 4 (deep).
+// The epilogue gets the shared memory after the activation scales.
+template <int kPrefetch>
+inline constexpr int kDecodeMinBlocks = kPrefetch == 2 ? 3 : 2;
+
+template <bool kFolded, class Epilogue, class Params, int kPrefetch>
+__global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
+    sm90_mxfp4_decode_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ DecodeTables tables;
   // The schedule, A and (GEMM 2) the rows written by GEMM 1. No early launch of the next grid:
@@ -22,25 +27,27 @@ __global__ void __launch_bounds__(kDecodeThreads, 3) sm90_mxfp4_decode_kernel(co
   DecodeTile t;
   if (!decode_tile(p.schedule, p.op.n, t)) return;
   DecodeAccumulators acc;
-  Mxfp4DecodeMainloop<kFolded>::run(p.op, t, smem, tables, acc);
+  Mxfp4DecodeMainloop<kFolded, kPrefetch>::run(p.op, t, smem, tables, acc);
   Epilogue::apply(p.epilogue, p.op, t, acc, smem + decode_epilogue_offset(p.op.k));
 }
 
-template <class Epilogue, class Params>
+template <class Epilogue, class Params, int kPrefetch = 2>
 cudaError_t configure_decode(int k, int* blocks_per_sm) {
-  return configure_persistent_kernels(sm90_mxfp4_decode_kernel<true, Epilogue, Params>, decode_shared_bytes(k),
-                                      sm90_mxfp4_decode_kernel<false, Epilogue, Params>, decode_shared_bytes(k),
-                                      kDecodeThreads, blocks_per_sm);
+  return configure_persistent_kernels(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kPrefetch>, decode_shared_bytes(k),
+                                      sm90_mxfp4_decode_kernel<false, Epilogue, Params, kPrefetch>,
+                                      decode_shared_bytes(k), kDecodeThreads, blocks_per_sm);
 }
 
-template <class Epilogue, class Params>
+template <class Epilogue, int kPrefetch = 2, class Params>
 cudaError_t launch_decode(const Params& p, int m_tile_bound, cudaStream_t stream) {
   const int blocks = m_tile_bound * (p.op.n / kDecodeBlockN);
   if (blocks <= 0) return cudaSuccess;
   const int smem = decode_shared_bytes(p.op.k);
   if (p.op.w_col_scale)
-    return launch_dependent(sm90_mxfp4_decode_kernel<true, Epilogue, Params>, blocks, kDecodeThreads, smem, stream, p);
-  return launch_dependent(sm90_mxfp4_decode_kernel<false, Epilogue, Params>, blocks, kDecodeThreads, smem, stream, p);
+    return launch_dependent(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kPrefetch>, blocks, kDecodeThreads, smem,
+                            stream, p);
+  return launch_dependent(sm90_mxfp4_decode_kernel<false, Epilogue, Params, kPrefetch>, blocks, kDecodeThreads, smem,
+                          stream, p);
 }
 
 }  // namespace
@@ -59,6 +66,22 @@ cudaError_t launch_sm90_mxfp4_decode_gemm1(const Gemm1Params& p, int m_tile_boun
 
 cudaError_t launch_sm90_mxfp4_decode_gemm2(const Gemm2Params& p, int m_tile_bound, cudaStream_t stream) {
   return launch_decode<DecodeStoreBf16<false>>(p, m_tile_bound, stream);
+}
+
+cudaError_t configure_sm90_mxfp4_decode_deep_gemm1(int k, int* blocks_per_sm) {
+  return configure_decode<DecodeSwigluQ8, Gemm1Params, kDecodeDeepPrefetch>(k, blocks_per_sm);
+}
+
+cudaError_t configure_sm90_mxfp4_decode_deep_gemm2(int k, int* blocks_per_sm) {
+  return configure_decode<DecodeStoreBf16<false>, Gemm2Params, kDecodeDeepPrefetch>(k, blocks_per_sm);
+}
+
+cudaError_t launch_sm90_mxfp4_decode_deep_gemm1(const Gemm1Params& p, int m_tile_bound, cudaStream_t stream) {
+  return launch_decode<DecodeSwigluQ8, kDecodeDeepPrefetch>(p, m_tile_bound, stream);
+}
+
+cudaError_t launch_sm90_mxfp4_decode_deep_gemm2(const Gemm2Params& p, int m_tile_bound, cudaStream_t stream) {
+  return launch_decode<DecodeStoreBf16<false>, kDecodeDeepPrefetch>(p, m_tile_bound, stream);
 }
 
 }  // namespace moe_ep::cuda

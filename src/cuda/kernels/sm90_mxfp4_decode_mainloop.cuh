@@ -79,9 +79,9 @@ __device__ __forceinline__ void decode_copy_a_chunk(const GroupedGemmOperands& o
   }
 }
 
-template <bool kFolded>
+template <bool kFolded, int kPrefetch_ = 2>
 struct Mxfp4DecodeMainloop {
-  static constexpr int kPrefetch = 2;  // k steps of weights in registers ahead of the MMAs
+  static constexpr int kPrefetch = kPrefetch_;  // k steps of weights in registers ahead of the MMAs
   static_assert(kAChunkSteps % kPrefetch == 0, "a chunk holds whole rounds of the weight ring");
 
   // Source rows, the first kAAhead chunks of A, and the scales as fp32 (plain loads, converted
