@@ -924,23 +924,41 @@ double median_us(F&& f) {
   return t[t.size() / 2];
 }
 
-TEST(Sm90WgmmaTiming, FlashSizeRandomBytesMatchMmaAndKernelTimes) {
-  MOE_EP_REQUIRE_CUDA();
-  if (!std::getenv("MOE_EP_WGMMA_TIMING"))
-    GTEST_SKIP() << "set MOE_EP_WGMMA_TIMING=1 to run (deepseek-v4-flash size: 3.2 GB of weights, timed)";
-  const Shape s{"flash", 256, 4096, 2048, 6};
+// The timing tests are opt-in: they stream the flash size's 3.2 GB of weights many times.
+#define MOE_EP_REQUIRE_WGMMA_TIMING()                                                                     \
+  do {                                                                                                   \
+    MOE_EP_REQUIRE_CUDA();                                                                               \
+    if (!std::getenv("MOE_EP_WGMMA_TIMING"))                                                             \
+      GTEST_SKIP() << "set MOE_EP_WGMMA_TIMING=1 to run (deepseek-v4-flash size: 3.2 GB of weights, timed)"; \
+  } while (0)
+
+const Shape kFlashShape{"flash", 256, 4096, 2048, 6};
+
+// The token counts of a timing test: MOE_EP_WGMMA_TIMING_TOKENS ("2048,8192") or `defaults`.
+std::vector<int64_t> timing_tokens(std::vector<int64_t> defaults) {
+  const char* v = std::getenv("MOE_EP_WGMMA_TIMING_TOKENS");
+  if (!v) return defaults;
+  std::vector<int64_t> tokens;
+  for (const char* c = v; *c;) {
+    tokens.push_back(std::strtoll(c, const_cast<char**>(&c), 10));
+    if (*c == ',') ++c;
+  }
+  return tokens;
+}
+
+DeviceWeights random_device_weights(const Shape& s) {
   DeviceWeights w;
   w.w13 = random_gemm_weights(s.E, 2 * s.I, s.H, 3);
   w.w2 = random_gemm_weights(s.E, s.H, s.I, 4);
+  return w;
+}
+
+TEST(Sm90WgmmaTiming, FlashSizeRandomBytesMatchMmaAndKernelTimes) {
+  MOE_EP_REQUIRE_WGMMA_TIMING();
+  const Shape s = kFlashShape;
+  const DeviceWeights w = random_device_weights(s);
   const double tol = cudatest::wgmma_recipe_tolerance();
-  std::vector<int64_t> tokens = {2048, 8192};
-  if (const char* v = std::getenv("MOE_EP_WGMMA_TIMING_TOKENS")) {
-    tokens.clear();
-    for (const char* c = v; *c;) {
-      tokens.push_back(std::strtoll(c, const_cast<char**>(&c), 10));
-      if (*c == ',') ++c;
-    }
-  }
+  const std::vector<int64_t> tokens = timing_tokens({2048, 8192});
   fmt::print("[ wgmma   ] {:>5} {:<14} {:>10} {:>10} {:>9} {:>9}  {}\n", "T", "kernels", "gemm1 us", "gemm2 us",
              "TFLOP/s1", "TFLOP/s2", "vs mma.sync");
   for (int64_t T : tokens) {
@@ -975,16 +993,12 @@ TEST(Sm90WgmmaTiming, FlashSizeRandomBytesMatchMmaAndKernelTimes) {
 // warp, at the flash size (random bytes, outputs checked bitwise against each other). Weight TB/s
 // = the active experts' FP4 weights and shift words over the time; the floor is the copy rate.
 TEST(Sm90WgmmaTiming, DecodePrefetchDepthAtSmallT) {
-  MOE_EP_REQUIRE_CUDA();
-  if (!std::getenv("MOE_EP_WGMMA_TIMING"))
-    GTEST_SKIP() << "set MOE_EP_WGMMA_TIMING=1 to run (deepseek-v4-flash size: 3.2 GB of weights, timed)";
-  const Shape s{"flash", 256, 4096, 2048, 6};
-  DeviceWeights w;
-  w.w13 = random_gemm_weights(s.E, 2 * s.I, s.H, 3);
-  w.w2 = random_gemm_weights(s.E, s.H, s.I, 4);
+  MOE_EP_REQUIRE_WGMMA_TIMING();
+  const Shape s = kFlashShape;
+  const DeviceWeights w = random_device_weights(s);
   fmt::print("[ decode  ] {:>5} {:<24} {:>10} {:>10} {:>8} {:>8}\n", "T", "kernels", "gemm1 us", "gemm2 us", "TB/s 1",
              "TB/s 2");
-  for (int64_t T : {1, 2, 4, 8, 32, 128}) {
+  for (int64_t T : timing_tokens({1, 2, 4, 8, 32, 128})) {
     const DeviceProblem p = random_problem(s, T, 300 + T);
     std::optional<GemmOutputs> first;
     for (int prefetch : {2, kDecodeDeepPrefetch}) {
@@ -1009,22 +1023,11 @@ TEST(Sm90WgmmaTiming, DecodePrefetchDepthAtSmallT) {
 // at the flash size; the whole kernels are checked against mma.sync. Weight TB/s = the active
 // experts' FP4 weights and shift words over the time.
 TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
-  MOE_EP_REQUIRE_CUDA();
-  if (!std::getenv("MOE_EP_WGMMA_TIMING"))
-    GTEST_SKIP() << "set MOE_EP_WGMMA_TIMING=1 to run (deepseek-v4-flash size: 3.2 GB of weights, timed)";
-  const Shape s{"flash", 256, 4096, 2048, 6};
-  DeviceWeights w;
-  w.w13 = random_gemm_weights(s.E, 2 * s.I, s.H, 3);
-  w.w2 = random_gemm_weights(s.E, s.H, s.I, 4);
+  MOE_EP_REQUIRE_WGMMA_TIMING();
+  const Shape s = kFlashShape;
+  const DeviceWeights w = random_device_weights(s);
   const double tol = cudatest::wgmma_recipe_tolerance();
-  std::vector<int64_t> tokens = {2048, 8192};
-  if (const char* v = std::getenv("MOE_EP_WGMMA_TIMING_TOKENS")) {
-    tokens.clear();
-    for (const char* c = v; *c;) {
-      tokens.push_back(std::strtoll(c, const_cast<char**>(&c), 10));
-      if (*c == ',') ++c;
-    }
-  }
+  const std::vector<int64_t> tokens = timing_tokens({2048, 8192});
   fmt::print("[ rs-split] {:>5} {:<34} {:>10} {:>10} {:>8} {:>8}\n", "T", "variant", "gemm1 us", "gemm2 us", "TB/s 1",
              "TB/s 2");
   for (int64_t T : tokens) {
