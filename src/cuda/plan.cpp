@@ -48,7 +48,9 @@ WorkspaceLayout workspace_layout(const LayerShape& s) {
   w.h_scale = c.take(M * recipe.scale_count(I));
   w.h_global = c.take(nvfp4 ? M * 4 : 0);
   w.h_f32 = c.take(nvfp4 ? M * I * 4 : 0);  // GEMM 1's fp32 h before its NVFP4 pass
-  w.h_16bit = c.take(s.activations_16bit ? M * I * 2 : 0);
+  // 16-bit h: nvfp4 converts it from the NVFP4 h, after the pass that read h_f32, into h_f32's
+  // region; mxfp4 takes its own.
+  w.h_16bit = nvfp4 && s.activations_16bit ? w.h_f32 : c.take(s.activations_16bit ? M * I * 2 : 0);
   w.o = c.take(M * H * 2);
   w.shared_h = c.take(R * s.shared_intermediate * 2);
   w.shared_o = c.take(s.shared_intermediate > 0 ? R * H * 2 : 0);

@@ -16,7 +16,9 @@
 //   h_global     M x 4 B (nvfp4);  h_f32  M x I x 4 B (nvfp4, before its NVFP4 pass)
 //   h_16bit      M x I x 2 B (activations_16bit only)             h as bf16 / f16 for GEMM 2 of
 //                                                                 wgmma-bf16 / nvfp4-wgmma (their
-//                                                                 order along k, grouped_gemm.h)
+//                                                                 order along k, grouped_gemm.h);
+//                                                                 nvfp4: inside h_f32, which is
+//                                                                 read before it is written
 //   o            M x H x 2 B                                      expert outputs, bf16; before
 //                GEMM 2 writes it, those buckets keep x as 16-bit there (R x H x 2 B <= it)
 //   shared_h     R x Is x 2 B (shared expert only)                its bf16 SwiGLU output

@@ -30,12 +30,12 @@ cudaError_t quantize_nvfp4_step(const Launch& l, const Sm90Binding& b, cudaStrea
 template <bool kCallerA>
 cudaError_t x_to_16bit_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
   const Sm90Pipeline::To16Bit& c = l.x_16bit;
-  return c.convert(kCallerA ? b.a : c.q, kCallerA ? b.a_scale : c.scales, b.num_tokens, c.k, c.out, s);
+  return c.convert(kCallerA ? b.a : c.q, kCallerA ? b.a_scale : c.scales, b.num_tokens, nullptr, c.k, c.out, s);
 }
 
 cudaError_t h_to_16bit_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
   const Sm90Pipeline::To16Bit& c = l.h_16bit;
-  return c.convert(c.q, c.scales, b.num_tokens * l.plan.shape.top_k, c.k, c.out, s);
+  return c.convert(c.q, c.scales, b.num_tokens * l.plan.shape.top_k, c.row_count, c.k, c.out, s);
 }
 
 cudaError_t permute_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
@@ -256,7 +256,7 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
           recipe.fp4_activations ? &launch_sm90_nvfp4_to_rs_f16 : &launch_sm90_q8_to_rs_bf16;
       l.x_16bit = {convert, ws(w.a), ws(w.a_scale), static_cast<int>(H), reinterpret_cast<uint16_t*>(workspace + w.o)};
       l.h_16bit = {convert, ws(w.h), ws(w.h_scale), static_cast<int>(I),
-                   reinterpret_cast<uint16_t*>(workspace + w.h_16bit)};
+                   reinterpret_cast<uint16_t*>(workspace + w.h_16bit), r.expert_offsets + s.num_experts};
       set_16bit_activations(g1.op, l.x_16bit.out);
       set_16bit_activations(g2.op, l.h_16bit.out);
     }

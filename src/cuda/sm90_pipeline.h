@@ -65,15 +65,17 @@ class Sm90Pipeline {
   using Gemm1Fn = cudaError_t (*)(const Gemm1Params&, int grid, cudaStream_t);
   using Gemm2Fn = cudaError_t (*)(const Gemm2Params&, int grid, cudaStream_t);
   // A conversion of quantized rows to the 16-bit activations of a register-operand GEMM
-  // (launch_sm90_q8_to_rs_bf16, launch_sm90_nvfp4_to_rs_f16); rows = T (x) or T * K (h).
-  using ConvertFn = cudaError_t (*)(const uint8_t* q, const uint8_t* scales, int64_t rows, int k, uint16_t* out,
-                                    cudaStream_t stream);
+  // (launch_sm90_q8_to_rs_bf16, launch_sm90_nvfp4_to_rs_f16); rows = T (x) or T * K bounded by
+  // the routed rows on the device (h).
+  using ConvertFn = cudaError_t (*)(const uint8_t* q, const uint8_t* scales, int64_t rows, const int32_t* row_count,
+                                    int k, uint16_t* out, cudaStream_t stream);
   struct To16Bit {
     ConvertFn convert = nullptr;
     const uint8_t* q = nullptr;
     const uint8_t* scales = nullptr;
     int k = 0;
     uint16_t* out = nullptr;
+    const int32_t* row_count = nullptr;  // device; null: all rows
   };
   struct Launch {
     Sm90Bucket bucket;

@@ -292,6 +292,14 @@ TEST(Sm90Plan, Bf16ActivationsAddTheirHRegionAndFitXIntoO) {
   EXPECT_EQ(w.h_16bit % 256, 0u);
   EXPECT_LE(w.h_16bit + static_cast<size_t>(M * 2048 * 2), w.o);
   EXPECT_LE(static_cast<size_t>(8192 * 4096 * 2), w.total_bytes - w.o);  // x as bf16 inside o
+  // nvfp4-wgmma's f16 h reuses the fp32 h's region (read by the NVFP4 pass before it is written).
+  LayerShape nv{256, 4096, 2048, 6, 8192, Recipe::kNvfp4};
+  const WorkspaceLayout nv_plain = workspace_layout(nv);
+  nv.activations_16bit = true;
+  const WorkspaceLayout nw = workspace_layout(nv);
+  EXPECT_EQ(nw.h_16bit, nw.h_f32);
+  EXPECT_EQ(nw.total_bytes, nv_plain.total_bytes);
+  EXPECT_LE(static_cast<size_t>(8192 * 4096 * 2), nw.total_bytes - nw.o);  // x as f16 inside o
 }
 
 // A shared expert adds h (R x Is x 2 B) and o (R x H x 2 B) after every routed region, so the

@@ -50,6 +50,21 @@ TEST(Sm90RsCodec, TheOrderAlongKIsAPermutationOfEach128WideStep) {
     for (int slot = 0; slot < 16; ++slot) EXPECT_EQ(rs_source_k(step, slot) / 32, step / 2);
 }
 
+// A converter run again into a poisoned buffer with a device row count below its row bound:
+// the rows below the count are those of the full run (`full`), the rows from it on untouched.
+template <class Launch>
+void expect_rows_from_the_count_untouched(const std::vector<uint16_t>& full, int64_t rows, int64_t k, int32_t count,
+                                          Launch&& launch) {
+  const DeviceBuffer dcount = DeviceBuffer::upload(std::vector<int32_t>{count});
+  DeviceBuffer out(static_cast<size_t>(rows * k) * 2);
+  MOE_EP_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));
+  MOE_EP_CUDA_CHECK(launch(dcount.get<int32_t>(), out.get<uint16_t>()));
+  std::vector<uint16_t> got(rows * k);
+  MOE_EP_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < rows * k; ++i)
+    ASSERT_EQ(got[i], i < count * k ? full[i] : uint16_t{0xFFFF}) << "element " << i << " with a row count of " << count;
+}
+
 // nvfp4-wgmma's order (tile/nvfp4_f16_codec.h): a permutation of each k16 block (one e4m3 block
 // scale per block), the inverse of the position function, and the mma fragment rule it encodes:
 // slot 2t + e <- element 4t + e, slot 2t + 8 + e <- element 4t + 2 + e.
@@ -93,10 +108,14 @@ TEST(Sm90RsCodecDevice, Nvfp4ToF16WritesEachValueExactlyAtItsPosition) {
   const DeviceBuffer dp = DeviceBuffer::upload(packed), dsc = DeviceBuffer::upload(sc);
   DeviceBuffer out(static_cast<size_t>(rows * k) * 2);
   MOE_EP_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));  // f16 NaN
-  MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(dp.get(), dsc.get(), rows, static_cast<int>(k), out.get<uint16_t>(), nullptr));
+  MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(dp.get(), dsc.get(), rows, nullptr, static_cast<int>(k),
+                                                out.get<uint16_t>(), nullptr));
   MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> got(rows * k);
   MOE_EP_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
+  expect_rows_from_the_count_untouched(got, rows, k, static_cast<int32_t>(rows - 5), [&](const int32_t* count, uint16_t* o) {
+    return launch_sm90_nvfp4_to_rs_f16(dp.get(), dsc.get(), rows, count, static_cast<int>(k), o, nullptr);
+  });
   int64_t nonzero = 0;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t kk = 0; kk < k; ++kk) {
@@ -106,7 +125,7 @@ TEST(Sm90RsCodecDevice, Nvfp4ToF16WritesEachValueExactlyAtItsPosition) {
       nonzero += v != 0.0f;
     }
   EXPECT_GT(nonzero, rows * k / 2);  // the check is not over zeros
-  EXPECT_EQ(launch_sm90_nvfp4_to_rs_f16(dp.get(), dsc.get(), rows, 96, out.get<uint16_t>(), nullptr),
+  EXPECT_EQ(launch_sm90_nvfp4_to_rs_f16(dp.get(), dsc.get(), rows, nullptr, 96, out.get<uint16_t>(), nullptr),
             cudaErrorInvalidValue);
 }
 
@@ -249,10 +268,14 @@ TEST(Sm90RsCodecDevice, Q8ToBf16WritesEachValueExactlyAtItsRsPosition) {
   const DeviceBuffer dq = DeviceBuffer::upload(q), dsc = DeviceBuffer::upload(sc);
   DeviceBuffer out(static_cast<size_t>(rows * k) * 2);
   MOE_EP_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));  // bf16 NaN
-  MOE_EP_CUDA_CHECK(launch_sm90_q8_to_rs_bf16(dq.get(), dsc.get(), rows, static_cast<int>(k), out.get<uint16_t>(), nullptr));
+  MOE_EP_CUDA_CHECK(launch_sm90_q8_to_rs_bf16(dq.get(), dsc.get(), rows, nullptr, static_cast<int>(k),
+                                              out.get<uint16_t>(), nullptr));
   MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> got(rows * k);
   MOE_EP_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
+  expect_rows_from_the_count_untouched(got, rows, k, static_cast<int32_t>(rows - 3), [&](const int32_t* count, uint16_t* o) {
+    return launch_sm90_q8_to_rs_bf16(dq.get(), dsc.get(), rows, count, static_cast<int>(k), o, nullptr);
+  });
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t kk = 0; kk < k; ++kk) {
       const float v = e4m3_to_float(q[r * k + kk]) * std::ldexp(1.0f, sc[r * k / 32 + kk / 32] - 127);
@@ -260,7 +283,8 @@ TEST(Sm90RsCodecDevice, Q8ToBf16WritesEachValueExactlyAtItsRsPosition) {
       ASSERT_EQ(got[at], float_to_bf16(v)) << "row " << r << " k " << kk;
       ASSERT_EQ(bf16_to_float(got[at]), v) << "row " << r << " k " << kk << ": not exact";
     }
-  EXPECT_EQ(launch_sm90_q8_to_rs_bf16(dq.get(), dsc.get(), rows, 96, out.get<uint16_t>(), nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_sm90_q8_to_rs_bf16(dq.get(), dsc.get(), rows, nullptr, 96, out.get<uint16_t>(), nullptr),
+            cudaErrorInvalidValue);
 }
 
 }  // namespace

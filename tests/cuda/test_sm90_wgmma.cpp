@@ -384,7 +384,7 @@ class GemmRun {
   // which becomes the GEMM's A.
   static void use_bf16_activations(GroupedGemmOperands& op, const DeviceBuffer& q, const DeviceBuffer& scales,
                                    int64_t rows, DeviceBuffer& out) {
-    MOE_EP_CUDA_CHECK(launch_sm90_q8_to_rs_bf16(q.get(), scales.get(), rows, op.k, out.get<uint16_t>(), nullptr));
+    MOE_EP_CUDA_CHECK(launch_sm90_q8_to_rs_bf16(q.get(), scales.get(), rows, nullptr, op.k, out.get<uint16_t>(), nullptr));
     set_16bit_activations(op, out.get<uint16_t>());
   }
 

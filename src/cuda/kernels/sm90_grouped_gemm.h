@@ -142,8 +142,10 @@ inline void set_16bit_activations(GroupedGemmOperands& op, const uint16_t* a) {
 }
 // Q8 rows (e4m3 [rows, k] + E8M0 [rows, k / 32]) -> bf16 [rows, k]: element k' of each 128-wide
 // k step at position rs_position_of_k(k') of that step, value e4m3 * 2^(E8M0 - 127) (exact).
-cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows, int k,
-                                      uint16_t* out, cudaStream_t stream);
+// rows bounds the grid; row_count (device, may be null) the rows converted, when it is smaller
+// (the routed rows of h: rows past them are neither read nor written).
+cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows,
+                                      const int32_t* row_count, int k, uint16_t* out, cudaStream_t stream);
 
 // f16-wgmma nvfp4 grouped GEMMs with the weights as the register operand
 // (sm90_rs16_mainloop.cuh, Nvfp4F16RsWeights): A is f16 [rows, k] in the order of
@@ -156,9 +158,10 @@ cudaError_t launch_sm90_nvfp4_rs_grouped_gemm1(const Gemm1Params& params, int gr
 cudaError_t launch_sm90_nvfp4_rs_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
 // NVFP4 rows (packed e2m1 [rows, k / 2] in standard order + e4m3 [rows, k / 16]) -> f16 [rows, k]:
 // element k' of each 128-wide k step at position nvfp4_f16_position_of_k(k') of that step, value
-// e2m1 * e4m3 block scale (exact; the row's global factor stays with the GEMM's epilogue).
-cudaError_t launch_sm90_nvfp4_to_rs_f16(const uint8_t* packed, const uint8_t* scales, int64_t rows, int k,
-                                        uint16_t* out, cudaStream_t stream);
+// e2m1 * e4m3 block scale (exact; the row's global factor stays with the GEMM's epilogue). rows
+// and row_count as for launch_sm90_q8_to_rs_bf16.
+cudaError_t launch_sm90_nvfp4_to_rs_f16(const uint8_t* packed, const uint8_t* scales, int64_t rows,
+                                        const int32_t* row_count, int k, uint16_t* out, cudaStream_t stream);
 
 // FP8-wgmma mxfp4 grouped GEMMs with the weights as the register operand
 // (sm90_mxfp4_rs_fp8_mainloop.cuh), FOLDED weights only: A and its scales are the Q8 rows as for

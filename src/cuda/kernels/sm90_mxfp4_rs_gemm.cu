@@ -12,12 +12,13 @@ using Mxfp4RsConfig = RsTileConfig<Mxfp4Bf16RsWeights>;
 
 // One thread per (row, k32 block): 32 e4m3 bytes times the block's E8M0 scale, as bf16 (exact),
 // stored at positions rs_position_of_k(l) of the block's 64 output bytes (the block's 32
-// positions of the rs order are its own, permuted).
+// positions of the rs order are its own, permuted). Rows from *row_count on are skipped.
 __global__ void __launch_bounds__(256) sm90_q8_to_rs_bf16_kernel(const uint8_t* __restrict__ a,
                                                                   const uint8_t* __restrict__ a_scale,
-                                                                  int64_t blocks, uint16_t* __restrict__ out) {
+                                                                  int64_t blocks, const int32_t* row_count,
+                                                                  int blocks_per_row, uint16_t* __restrict__ out) {
   const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b >= blocks) return;
+  if (b >= blocks || (row_count && b / blocks_per_row >= *row_count)) return;
   const uint4* src = reinterpret_cast<const uint4*>(a + b * 32);
   const uint4 lo = src[0], hi = src[1];
   const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
@@ -56,12 +57,13 @@ cudaError_t launch_sm90_mxfp4_rs_grouped_gemm2(const Gemm2Params& p, int grid, c
   return launch_rs16_kernel<Mxfp4RsConfig, RsStoreBf16Epilogue>(p, grid, stream);
 }
 
-cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows, int k,
-                                      uint16_t* out, cudaStream_t stream) {
+cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows,
+                                      const int32_t* row_count, int k, uint16_t* out, cudaStream_t stream) {
   if (k % 128 != 0) return cudaErrorInvalidValue;
   const int64_t blocks = rows * (k / 32);
   if (blocks == 0) return cudaSuccess;
-  sm90_q8_to_rs_bf16_kernel<<<static_cast<unsigned>((blocks + 255) / 256), 256, 0, stream>>>(a, a_scale, blocks, out);
+  sm90_q8_to_rs_bf16_kernel<<<static_cast<unsigned>((blocks + 255) / 256), 256, 0, stream>>>(a, a_scale, blocks,
+                                                                                              row_count, k / 32, out);
   return cudaGetLastError();
 }
 

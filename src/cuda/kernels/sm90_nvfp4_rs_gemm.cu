@@ -13,12 +13,14 @@ using Nvfp4RsConfig = RsTileConfig<Nvfp4F16RsWeights>;
 
 // One thread per (row, k16 block): 16 e2m1 codes (8 bytes, standard nibble order) times the
 // block's e4m3 scale, as f16 (exact), stored at positions nvfp4_f16_position_of_k(l) of the
-// block's 32 output bytes (a k16 block's 16 positions are its own, permuted).
+// block's 32 output bytes (a k16 block's 16 positions are its own, permuted). Rows from
+// *row_count on are skipped.
 __global__ void __launch_bounds__(256) sm90_nvfp4_to_rs_f16_kernel(const uint8_t* __restrict__ packed,
                                                                     const uint8_t* __restrict__ scales,
-                                                                    int64_t blocks, uint16_t* __restrict__ out) {
+                                                                    int64_t blocks, const int32_t* row_count,
+                                                                    int blocks_per_row, uint16_t* __restrict__ out) {
   const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b >= blocks) return;
+  if (b >= blocks || (row_count && b / blocks_per_row >= *row_count)) return;
   const uint2 codes = *reinterpret_cast<const uint2*>(packed + b * 8);
   const float scale = e4m3_to_float_device(scales[b]);
   constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
@@ -57,13 +59,13 @@ cudaError_t launch_sm90_nvfp4_rs_grouped_gemm2(const Gemm2Params& p, int grid, c
   return launch_rs16_kernel<Nvfp4RsConfig, RsNvfp4StoreBf16Epilogue>(p, grid, stream);
 }
 
-cudaError_t launch_sm90_nvfp4_to_rs_f16(const uint8_t* packed, const uint8_t* scales, int64_t rows, int k,
-                                        uint16_t* out, cudaStream_t stream) {
+cudaError_t launch_sm90_nvfp4_to_rs_f16(const uint8_t* packed, const uint8_t* scales, int64_t rows,
+                                        const int32_t* row_count, int k, uint16_t* out, cudaStream_t stream) {
   if (k % 128 != 0) return cudaErrorInvalidValue;
   const int64_t blocks = rows * (k / 16);
   if (blocks == 0) return cudaSuccess;
-  sm90_nvfp4_to_rs_f16_kernel<<<static_cast<unsigned>((blocks + 255) / 256), 256, 0, stream>>>(packed, scales,
-                                                                                                blocks, out);
+  sm90_nvfp4_to_rs_f16_kernel<<<static_cast<unsigned>((blocks + 255) / 256), 256, 0, stream>>>(
+      packed, scales, blocks, row_count, k / 16, out);
   return cudaGetLastError();
 }
 

@@ -97,21 +97,32 @@ struct RsStoreBf16Epilogue {
   }
 };
 
-// nvfp4 (the accumulator in the products' units, Cfg::kAccScale = 1): token column `col` of the
-// tile scales by the expert's weight_scale_2 over its A row's encode factor, as in
-// SwigluF32Epilogue and StoreBf16Epilogue<true>.
-__device__ __forceinline__ float rs_nvfp4_alpha(const GroupedGemmOperands& op, const TileCoord& t, int col) {
-  return __fdiv_rn(op.w_global[t.expert], op.a_global[a_source_row(op, t.row_begin + col)]);
+// nvfp4 (the accumulator in the products' units, Cfg::kAccScale = 1): token column c of the tile
+// scales by the expert's weight_scale_2 over its A row's encode factor, as in SwigluF32Epilogue and
+// StoreBf16Epilogue<true>. Each consumer warpgroup computes the tile's factors once (a thread per
+// column) into its amax area, which the nvfp4 epilogues do not otherwise use; the caller syncs
+// the warpgroup again (rs_nvfp4_alphas_done) before the next tile rewrites them.
+template <class Cfg, class Smem>
+__device__ __forceinline__ const float* rs_nvfp4_alphas(const GroupedGemmOperands& op, const TileCoord& t,
+                                                        const RsFragment& f, const Smem& sm) {
+  static_assert(Cfg::kAccScale == 1.0f, "nvfp4 accumulators need no scale");
+  float* alpha = sm.amax(f.wg);
+  for (int c = static_cast<int>(threadIdx.x % 128); c < t.num_rows; c += 128)
+    alpha[c] = __fdiv_rn(op.w_global[t.expert], op.a_global[a_source_row(op, t.row_begin + c)]);
+  ptx::named_barrier_sync(1 + f.wg, 128);
+  return alpha;
 }
+
+__device__ __forceinline__ void rs_nvfp4_alphas_done(const RsFragment& f) { ptx::named_barrier_sync(1 + f.wg, 128); }
 
 // GEMM 1 of the nvfp4 recipe: rows f.row (gate) and f.row + 8 (up) give h column 8b + g as fp32
 // (its NVFP4 quantization is a separate pass over whole rows).
 struct RsSwigluF32Epilogue {
   template <class Cfg, class Smem>
   static __device__ __forceinline__ void apply(const SwigluEpilogueParams& ep, const GroupedGemmOperands& op,
-                                               const TileCoord& t, const RsFragment& f, const Smem&,
+                                               const TileCoord& t, const RsFragment& f, const Smem& sm,
                                                float (&acc)[Cfg::kAcc]) {
-    static_assert(Cfg::kAccScale == 1.0f, "nvfp4 accumulators need no scale");
+    const float* alpha = rs_nvfp4_alphas<Cfg>(op, t, f, sm);
     const int h_col = (f.row / 16) * 8 + f.row % 8;
 #pragma unroll
     for (int i = 0; i < Cfg::kAcc / 4; ++i)
@@ -120,12 +131,12 @@ struct RsSwigluF32Epilogue {
         const int col = 8 * i + 2 * f.t + c;
         if (col >= t.num_rows) continue;
         const int64_t row = t.row_begin + col;
-        const float alpha = rs_nvfp4_alpha(op, t, col);
-        const float gate = round_to_bf16_device(acc[4 * i + c] * alpha);
-        const float up = round_to_bf16_device(acc[4 * i + 2 + c] * alpha);
+        const float gate = round_to_bf16_device(acc[4 * i + c] * alpha[col]);
+        const float up = round_to_bf16_device(acc[4 * i + 2 + c] * alpha[col]);
         ep.h_f32[row * ep.intermediate + h_col] =
             clamped_swiglu_device(gate, up, ep.clamp, ep.row_weight[row], ep.fast_math);
       }
+    rs_nvfp4_alphas_done(f);
   }
 };
 
@@ -133,20 +144,20 @@ struct RsSwigluF32Epilogue {
 struct RsNvfp4StoreBf16Epilogue {
   template <class Cfg, class Smem>
   static __device__ __forceinline__ void apply(const StoreEpilogueParams& ep, const GroupedGemmOperands& op,
-                                               const TileCoord& t, const RsFragment& f, const Smem&,
+                                               const TileCoord& t, const RsFragment& f, const Smem& sm,
                                                float (&acc)[Cfg::kAcc]) {
-    static_assert(Cfg::kAccScale == 1.0f, "nvfp4 accumulators need no scale");
+    const float* alpha = rs_nvfp4_alphas<Cfg>(op, t, f, sm);
 #pragma unroll
     for (int i = 0; i < Cfg::kAcc / 4; ++i)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int col = 8 * i + 2 * f.t + c;
         if (col >= t.num_rows) continue;
-        const float alpha = rs_nvfp4_alpha(op, t, col);
         uint16_t* out = ep.out + static_cast<int64_t>(t.row_begin + col) * op.n + f.row;
-        out[0] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * i + c] * alpha));
-        out[8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * i + 2 + c] * alpha));
+        out[0] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * i + c] * alpha[col]));
+        out[8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * i + 2 + c] * alpha[col]));
       }
+    rs_nvfp4_alphas_done(f);
   }
 };
 
