@@ -11,7 +11,7 @@
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
 #   split: the rs fp8 kernels' time split by work (Sm90WgmmaTiming.RsFp8WorkSplit)
 #   ncu-source: per-instruction stall samples (scripts/ncu_stall_ledger.py) of the kernels matching
-#     MOE_EP_NCU_KERNEL (default rs_fp8_kernel), MOE_EP_NCU_SKIP launches skipped, 2 profiled
+#     MOE_EP_NCU_KERNEL (default RsFp8TileConfig: the wgmma-rs kernels), MOE_EP_NCU_SKIP launches skipped, 2 profiled
 #   MOE_EP_WGMMA_BUDGET=280    seconds for all steps
 #
 # Outputs ($OUT, default ./device-out): wgmma_summary.txt, wgmma_logs.tar.gz, bench.csv.
@@ -162,7 +162,7 @@ fi
 # MOE_EP_NCU_KERNEL at T = MOE_EP_NCU_TOKENS, from the kernel-time test (one run per variant).
 if has ncu-source; then
   MOE_EP_WGMMA_TIMING=1 MOE_EP_WGMMA_TIMING_TOKENS=${MOE_EP_NCU_TOKENS:-2048} MOE_EP_WGMMA_TIMING_ITERS=1 \
-    run_limited 150 ncu --clock-control none --kernel-name regex:"${MOE_EP_NCU_KERNEL:-rs_fp8_kernel}" \
+    run_limited 150 ncu --clock-control none --kernel-name regex:"${MOE_EP_NCU_KERNEL:-RsFp8TileConfig}" \
     --launch-skip "${MOE_EP_NCU_SKIP:-0}" --launch-count 2 --section SourceCounters --section WarpStateStats \
     -f -o "$WORK/source" "$TESTS" --gtest_filter='Sm90WgmmaTiming.FlashSize*' > "$WORK/ncu_source.log" 2>&1
   note "ncu-source: rc=$?  ($(elapsed) s)"

@@ -1,6 +1,6 @@
 #include "rs_fp8_variant_probe.h"
 
-#include "cuda/kernels/sm90_mxfp4_rs_fp8_kernel.cuh"
+#include "cuda/kernels/sm90_rs_kernel.cuh"
 
 namespace moe_ep::cuda::test {
 namespace {
@@ -31,17 +31,17 @@ cudaError_t with_variant(const RsFp8Variant& v, F&& f) {
 cudaError_t configure_rs_fp8_variant(const RsFp8Variant& v, int* blocks_per_sm1, int* blocks_per_sm2) {
   return with_variant(v, [&](auto cfg) {
     using Cfg = decltype(cfg);
-    cudaError_t err = configure_rs_fp8_kernel<Cfg, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm1);
-    return err == cudaSuccess ? configure_rs_fp8_kernel<Cfg, RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm2) : err;
+    cudaError_t err = configure_rs_kernel<Cfg, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm1);
+    return err == cudaSuccess ? configure_rs_kernel<Cfg, RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm2) : err;
   });
 }
 
 cudaError_t launch_rs_fp8_variant_gemm1(const RsFp8Variant& v, const Gemm1Params& p, int grid, cudaStream_t stream) {
-  return with_variant(v, [&](auto cfg) { return launch_rs_fp8_kernel<decltype(cfg), RsSwigluQ8Epilogue>(p, grid, stream); });
+  return with_variant(v, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsSwigluQ8Epilogue>(p, grid, stream); });
 }
 
 cudaError_t launch_rs_fp8_variant_gemm2(const RsFp8Variant& v, const Gemm2Params& p, int grid, cudaStream_t stream) {
-  return with_variant(v, [&](auto cfg) { return launch_rs_fp8_kernel<decltype(cfg), RsStoreBf16Epilogue>(p, grid, stream); });
+  return with_variant(v, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsStoreBf16Epilogue>(p, grid, stream); });
 }
 
 }  // namespace moe_ep::cuda::test

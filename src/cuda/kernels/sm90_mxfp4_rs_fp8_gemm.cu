@@ -1,7 +1,7 @@
 // mxfp4 grouped GEMMs 1 and 2 on FP8 wgmma with the weights as the register operand
 // (sm90_mxfp4_rs_fp8_mainloop.cuh), m tiles of 64 or 96 tokens (128 would need
 // 3 x 64 accumulator registers per consumer thread: it spills).
-#include "cuda/kernels/sm90_mxfp4_rs_fp8_kernel.cuh"
+#include "cuda/kernels/sm90_rs_kernel.cuh"
 
 namespace moe_ep::cuda {
 namespace {
@@ -22,25 +22,25 @@ cudaError_t with_rs_fp8_config(int block_m, F&& f) {
 
 cudaError_t configure_sm90_mxfp4_rs_fp8_grouped_gemm1(int block_m, int* blocks_per_sm) {
   return with_rs_fp8_config(block_m, [&](auto cfg) {
-    return configure_rs_fp8_kernel<decltype(cfg), RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm);
+    return configure_rs_kernel<decltype(cfg), RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm);
   });
 }
 
 cudaError_t configure_sm90_mxfp4_rs_fp8_grouped_gemm2(int block_m, int* blocks_per_sm) {
   return with_rs_fp8_config(block_m, [&](auto cfg) {
-    return configure_rs_fp8_kernel<decltype(cfg), RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
+    return configure_rs_kernel<decltype(cfg), RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
   });
 }
 
 cudaError_t launch_sm90_mxfp4_rs_fp8_grouped_gemm1(int block_m, const Gemm1Params& p, int grid, cudaStream_t stream) {
   return with_rs_fp8_config(block_m, [&](auto cfg) {
-    return launch_rs_fp8_kernel<decltype(cfg), RsSwigluQ8Epilogue>(p, grid, stream);
+    return launch_rs_kernel<decltype(cfg), RsSwigluQ8Epilogue>(p, grid, stream);
   });
 }
 
 cudaError_t launch_sm90_mxfp4_rs_fp8_grouped_gemm2(int block_m, const Gemm2Params& p, int grid, cudaStream_t stream) {
   return with_rs_fp8_config(block_m, [&](auto cfg) {
-    return launch_rs_fp8_kernel<decltype(cfg), RsStoreBf16Epilogue>(p, grid, stream);
+    return launch_rs_kernel<decltype(cfg), RsStoreBf16Epilogue>(p, grid, stream);
   });
 }
 

@@ -61,8 +61,17 @@ enum RsFp8Work : int { kRsFp8CopyA = 1, kRsFp8CopyW = 2, kRsFp8Math = 4, kRsFp8A
 // kBulkWeights: the producer copies each k step's weight micro-tiles and shift words with bulk
 // copies (one 512-byte copy each, 17 per step, on the full barrier's transaction count) instead
 // of 16-byte cp.async by all its threads.
+template <class Cfg, class Epilogue, class Params>
+__device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t* smem_raw);
+
 template <int kBlockM_, bool kBulkWeights_ = false, int kWork_ = kRsFp8AllWork>
 struct RsFp8TileConfig {
+  // The kernel body (sm90_rs_kernel.cuh) and its launch check: folded weights only.
+  template <class Epilogue, class Params>
+  static __device__ __forceinline__ void run(const Params& p, uint8_t* smem) {
+    run_rs_fp8_grouped_gemm<RsFp8TileConfig, Epilogue>(p, smem);
+  }
+  static bool operands_ok(const GroupedGemmOperands& op) { return op.w_col_scale != nullptr; }
   static constexpr bool kBulkWeights = kBulkWeights_;
   static constexpr int kWork = kWork_;
   static constexpr int kBlockM = kBlockM_;  // token rows (the wgmma N side)

@@ -3,7 +3,7 @@
 // activations into the rs order along k (tile/fp4_bf16_codec.h).
 #include <cuda_bf16.h>
 
-#include "cuda/kernels/sm90_rs16_kernel.cuh"
+#include "cuda/kernels/sm90_rs_kernel.cuh"
 
 namespace moe_ep::cuda {
 namespace {
@@ -42,19 +42,19 @@ __global__ void __launch_bounds__(256) sm90_q8_to_rs_bf16_kernel(const uint8_t* 
 }  // namespace
 
 cudaError_t configure_sm90_mxfp4_rs_grouped_gemm1(int* blocks_per_sm) {
-  return configure_rs16_kernel<Mxfp4RsConfig, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm);
+  return configure_rs_kernel<Mxfp4RsConfig, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm);
 }
 
 cudaError_t configure_sm90_mxfp4_rs_grouped_gemm2(int* blocks_per_sm) {
-  return configure_rs16_kernel<Mxfp4RsConfig, RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
+  return configure_rs_kernel<Mxfp4RsConfig, RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
 }
 
 cudaError_t launch_sm90_mxfp4_rs_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
-  return launch_rs16_kernel<Mxfp4RsConfig, RsSwigluQ8Epilogue>(p, grid, stream);
+  return launch_rs_kernel<Mxfp4RsConfig, RsSwigluQ8Epilogue>(p, grid, stream);
 }
 
 cudaError_t launch_sm90_mxfp4_rs_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream) {
-  return launch_rs16_kernel<Mxfp4RsConfig, RsStoreBf16Epilogue>(p, grid, stream);
+  return launch_rs_kernel<Mxfp4RsConfig, RsStoreBf16Epilogue>(p, grid, stream);
 }
 
 cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows,

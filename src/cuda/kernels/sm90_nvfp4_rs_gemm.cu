@@ -3,7 +3,7 @@
 // activations into the order of tile/nvfp4_f16_codec.h.
 #include <cuda_fp16.h>
 
-#include "cuda/kernels/sm90_rs16_kernel.cuh"
+#include "cuda/kernels/sm90_rs_kernel.cuh"
 #include "cuda/tile/quant_device.cuh"
 
 namespace moe_ep::cuda {
@@ -44,19 +44,19 @@ __global__ void __launch_bounds__(256) sm90_nvfp4_to_rs_f16_kernel(const uint8_t
 }  // namespace
 
 cudaError_t configure_sm90_nvfp4_rs_grouped_gemm1(int* blocks_per_sm) {
-  return configure_rs16_kernel<Nvfp4RsConfig, RsSwigluF32Epilogue, Gemm1Params>(blocks_per_sm);
+  return configure_rs_kernel<Nvfp4RsConfig, RsSwigluF32Epilogue, Gemm1Params>(blocks_per_sm);
 }
 
 cudaError_t configure_sm90_nvfp4_rs_grouped_gemm2(int* blocks_per_sm) {
-  return configure_rs16_kernel<Nvfp4RsConfig, RsNvfp4StoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
+  return configure_rs_kernel<Nvfp4RsConfig, RsNvfp4StoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
 }
 
 cudaError_t launch_sm90_nvfp4_rs_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
-  return launch_rs16_kernel<Nvfp4RsConfig, RsSwigluF32Epilogue>(p, grid, stream);
+  return launch_rs_kernel<Nvfp4RsConfig, RsSwigluF32Epilogue>(p, grid, stream);
 }
 
 cudaError_t launch_sm90_nvfp4_rs_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream) {
-  return launch_rs16_kernel<Nvfp4RsConfig, RsNvfp4StoreBf16Epilogue>(p, grid, stream);
+  return launch_rs_kernel<Nvfp4RsConfig, RsNvfp4StoreBf16Epilogue>(p, grid, stream);
 }
 
 cudaError_t launch_sm90_nvfp4_to_rs_f16(const uint8_t* packed, const uint8_t* scales, int64_t rows,

@@ -103,9 +103,18 @@ struct Nvfp4F16RsWeights {
   }
 };
 
+template <class Cfg, class Epilogue, class Params>
+__device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* smem_raw);
+
 template <class Weights_>
 struct RsTileConfig {
   using Weights = Weights_;
+  // The kernel body (sm90_rs_kernel.cuh) and its launch check.
+  template <class Epilogue, class Params>
+  static __device__ __forceinline__ void run(const Params& p, uint8_t* smem) {
+    run_rs_grouped_gemm<RsTileConfig, Epilogue>(p, smem);
+  }
+  static bool operands_ok(const GroupedGemmOperands& op) { return Weights::operands_ok(op); }
   static constexpr int kBlockM = kRsBlockM;  // token rows (the wgmma N side)
   static constexpr int kBlockN = 128;        // weight rows (2 consumers x 64)
   static constexpr int kBlockK = 128;
