@@ -162,7 +162,7 @@ fi
 # MOE_EP_NCU_KERNEL at T = MOE_EP_NCU_TOKENS, from the kernel-time test (one run per variant).
 if has ncu-source; then
   MOE_EP_WGMMA_TIMING=1 MOE_EP_WGMMA_TIMING_TOKENS=${MOE_EP_NCU_TOKENS:-2048} MOE_EP_WGMMA_TIMING_ITERS=1 \
-    run_limited 150 ncu --clock-control none --kernel-name regex:"${MOE_EP_NCU_KERNEL:-RsFp8TileConfig}" \
+    run_limited 150 ncu --clock-control none --kernel-name-base demangled --kernel-name regex:"${MOE_EP_NCU_KERNEL:-RsFp8TileConfig}" \
     --launch-skip "${MOE_EP_NCU_SKIP:-0}" --launch-count 2 --section SourceCounters --section WarpStateStats \
     -f -o "$WORK/source" "$TESTS" --gtest_filter='Sm90WgmmaTiming.FlashSize*' > "$WORK/ncu_source.log" 2>&1
   note "ncu-source: rc=$?  ($(elapsed) s)"
