@@ -46,7 +46,7 @@ FAILED=0
 
 # 1. SASS of the wgmma kernels: QGMMA count, local memory (LDL/STL), instructions per function.
 if has sass; then
-  for o in "$BIN"/sm90_mxfp4_*grouped_gemm*.cu.o "$BIN"/sm90_mxfp4_rs_gemm.cu.o; do
+  for o in "$BIN"/sm90_mxfp4_*grouped_gemm*.cu.o "$BIN"/sm90_*_rs*_gemm.cu.o; do
     [[ -f "$o" ]] || continue
     cuobjdump -sass "$o" > "$WORK/$(basename "$o" .cu.o).sass" 2>&1
     python3 - "$WORK/$(basename "$o" .cu.o).sass" >> "$SUMMARY" <<'PY'
@@ -62,7 +62,8 @@ for line in open(sys.argv[1]):
         stats[fn]["all"] += 1; stats[fn][op] += 1
 for fn, c in stats.items():
     tile = re.search(r"ILi(\d+)ELi(\d+)ELi(\d+)ELb([01])", fn)
-    family = "wgmma-bf16 " if "rs_kernel" in fn else "wgmma " if "wgmma" in fn else "mma.sync "
+    family = ("wgmma-rs " if "RsFp8TileConfig" in fn else "nvfp4-wgmma " if "Nvfp4F16RsWeights" in fn
+              else "wgmma-bf16 " if "Mxfp4Bf16RsWeights" in fn else "wgmma " if "wgmma" in fn else "mma.sync ")
     if "q8_to_rs" in fn: family = "q8->bf16 "
     name = family + ("gemm1" if "gemm1" in fn or "Gemm1" in fn else "gemm2") + \
         (f" {tile.group(1)}x{tile.group(2)} s{tile.group(3)} {'quad' if tile.group(4) == '1' else 'lane'}" if tile else "")
