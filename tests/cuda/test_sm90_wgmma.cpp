@@ -34,6 +34,7 @@
 #include "cuda/device_buffer.h"
 #include "cuda/errors.h"
 #include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/kernels/sm90_nvfp4_quantize.h"
 #include "cuda/kernels/sm90_permute.h"
 #include "cuda/plan.h"
 #include "cuda/sm90_config.h"
@@ -144,8 +145,9 @@ struct DeviceRouting {
   }
 };
 
-DeviceRouting route(const Shape& s, const DeviceProblem& p, int block_m) {
-  const int64_t n = p.T * s.K, max_tiles = n / block_m + std::min(n, s.E) + 1;
+// Routes T tokens' ids / weights (device) into m tiles of block_m rows.
+DeviceRouting route(const Shape& s, int64_t T, const DeviceBuffer& ids, const DeviceBuffer& topk_weights, int block_m) {
+  const int64_t n = T * s.K, max_tiles = n / block_m + std::min(n, s.E) + 1;
   DeviceRouting r;
   r.max_tiles = max_tiles;
   r.offsets = DeviceBuffer((s.E + 1) * 4);
@@ -159,9 +161,9 @@ DeviceRouting route(const Shape& s, const DeviceProblem& p, int block_m) {
   MOE_EP_CUDA_CHECK(cudaMemset(r.flags.get(), 0, 4));
   MOE_EP_CUDA_CHECK(configure_sm90_permute(static_cast<int>(s.E)));
   PermuteParams pp;
-  pp.topk_ids = p.ids.get();
-  pp.topk_weights = p.topk_weights.get<float>();
-  pp.num_tokens = static_cast<int32_t>(p.T);
+  pp.topk_ids = ids.get();
+  pp.topk_weights = topk_weights.get<float>();
+  pp.num_tokens = static_cast<int32_t>(T);
   pp.top_k = static_cast<int32_t>(s.K);
   pp.num_experts = static_cast<int32_t>(s.E);
   pp.block_m = block_m;
@@ -244,7 +246,7 @@ class GemmRun {
                         : k.rs_fp8_block_m > 0 ? k.rs_fp8_block_m
                         : k.wgmma             ? wgmma_tile_shape(*k.wgmma).block_m
                                               : kGemmBlockM;
-    r_ = route(s, p, block_m);
+    r_ = route(s, p.T, p.ids, p.topk_weights, block_m);
     const int64_t max_rows = std::max<int64_t>(p.T * s.K, 1);
     h_ = DeviceBuffer(max_rows * s.I);
     h_scale_ = DeviceBuffer(max_rows * s.I / 32);
@@ -820,6 +822,186 @@ TEST_F(Sm90WgmmaKernels, DeepDecodeIsBitwiseTheDecodeKernels) {
     int64_t nan = 0;
     for (uint16_t v : rb.o) nan += std::isnan(bf16_to_float(v));
     EXPECT_EQ(nan, 0) << "unwritten (NaN-poisoned) outputs";
+  }
+}
+
+// ---- nvfp4: the f16 wgmma kernels against the f16 mma.sync ones, kernel by kernel -------------
+// Both compute exact f16 products (e2m1 * e4m3 of each operand) summed in fp32, in different
+// orders: GEMM 1's fp32 h and GEMM 2's o on the same NVFP4 h agree to summation-order noise
+// (an occasional one-ulp flip of a bf16-rounded gate or up), far below the layer's 3e-2, so a
+// systematic error of a fraction of a percent in any block, scale or row shows.
+struct Nvfp4DeviceWeights {
+  DeviceBuffer w13, w13_scales, w13_global, w2, w2_scales, w2_global;
+};
+
+Nvfp4DeviceWeights make_nvfp4_device_weights(const Shape& s, uint64_t seed) {
+  testing::WeightSpec spec;
+  spec.hidden_size = s.H;
+  spec.intermediate_size = s.I;
+  spec.format = WeightFormat::kNVFP4;
+  spec.seed = seed;
+  spec.num_slots = s.E;
+  const testing::HostWeights hw = testing::make_weights(spec);
+  auto pool = shared_thread_pool(resolve_num_threads(0));
+  const ParallelFor parallel = parallel_for_of(*pool);
+  const HostExpertWeights canonical = prepare_host_weights(Recipe::kNvfp4, hw.pack(), {s.E, s.H, s.I}, parallel);
+  const KernelWeights kw = make_kernel_weights(canonical, parallel, Fp8Fold::kNever);
+  return {DeviceBuffer::upload(kw.w13.tiles), DeviceBuffer::upload(kw.w13.scales), DeviceBuffer::upload(kw.w13_global),
+          DeviceBuffer::upload(kw.w2.tiles),  DeviceBuffer::upload(kw.w2.scales),  DeviceBuffer::upload(kw.w2_global)};
+}
+
+// x quantized per token as the layer does (NVFP4 rows with their encode factors), ids, weights.
+struct Nvfp4DeviceProblem {
+  int64_t T = 0;
+  DeviceBuffer a, a_scale, a_global, ids, topk_weights;
+};
+
+Nvfp4DeviceProblem make_nvfp4_problem(const Shape& s, const testing::HostInputs& in) {
+  std::vector<float> x(in.num_tokens * s.H);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_float(in.x[i]);
+  std::vector<uint8_t> packed(x.size() / 2), scales(x.size() / 16);
+  std::vector<float> global(in.num_tokens);
+  quantize_nvfp4_rows(x.data(), in.num_tokens, s.H, packed.data(), scales.data(), global.data());
+  return {in.num_tokens, DeviceBuffer::upload(packed), DeviceBuffer::upload(scales), DeviceBuffer::upload(global),
+          DeviceBuffer::upload(in.topk_ids), DeviceBuffer::upload(in.topk_weights)};
+}
+
+// The nvfp4 GEMMs of one problem with the mma.sync kernels (64-row m tiles) or the f16 wgmma
+// ones (128-row m tiles, activations converted to f16 first); outputs NaN-poisoned at creation.
+class Nvfp4GemmRun {
+ public:
+  Nvfp4GemmRun(const Shape& s, const Nvfp4DeviceProblem& p, const Nvfp4DeviceWeights& w, bool wgmma)
+      : s_(s), p_(p), w_(w), wgmma_(wgmma) {
+    r_ = route(s, p.T, p.ids, p.topk_weights, wgmma ? kRsBlockM : kGemmBlockM);
+    const int64_t rows = std::max<int64_t>(p.T * s.K, 1);
+    h_f32_ = DeviceBuffer(rows * s.I * 4);
+    h_ = DeviceBuffer(rows * s.I / 2);
+    h_scale_ = DeviceBuffer(rows * s.I / 16);
+    h_global_ = DeviceBuffer(rows * 4);
+    o_ = DeviceBuffer(rows * s.H * 2);
+    x16_ = DeviceBuffer(std::max<int64_t>(p.T, 1) * s.H * 2);
+    h16_ = DeviceBuffer(rows * s.I * 2);
+    for (DeviceBuffer* b : {&h_f32_, &o_}) MOE_EP_CUDA_CHECK(cudaMemset(b->get(), 0xFF, b->bytes()));  // NaN
+    int sms = 0, per_sm1 = 0, per_sm2 = 0;
+    MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    MOE_EP_CUDA_CHECK((wgmma ? configure_sm90_nvfp4_rs_grouped_gemm1 : configure_sm90_nvfp4_grouped_gemm1)(&per_sm1));
+    MOE_EP_CUDA_CHECK((wgmma ? configure_sm90_nvfp4_rs_grouped_gemm2 : configure_sm90_nvfp4_grouped_gemm2)(&per_sm2));
+    grid1_ = sms * std::max(per_sm1, 1);
+    grid2_ = sms * std::max(per_sm2, 1);
+  }
+
+  void gemm1() {
+    Gemm1Params g;
+    g.schedule = r_.schedule();
+    g.op.n = static_cast<int32_t>(2 * s_.I);
+    g.op.k = static_cast<int32_t>(s_.H);
+    g.op.a = p_.a.get();
+    g.op.a_row_bytes = s_.H / 2;
+    g.op.a_scale = p_.a_scale.get();
+    g.op.a_scale_row_bytes = s_.H / 16;
+    g.op.a_global = p_.a_global.get<float>();
+    g.op.a_row_index = r_.row_token.get<int32_t>();
+    g.op.w = w_.w13.get();
+    g.op.w_scale = w_.w13_scales.get();
+    g.op.w_global = w_.w13_global.get<float>();
+    g.epilogue.row_weight = r_.row_weight.get<float>();
+    g.epilogue.clamp = 10.0f;
+    g.epilogue.intermediate = static_cast<int32_t>(s_.I);
+    g.epilogue.h_f32 = h_f32_.get<float>();
+    if (wgmma_) {
+      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(p_.a.get(), p_.a_scale.get(), p_.T, nullptr, g.op.k,
+                                                    x16_.get<uint16_t>(), nullptr));
+      set_16bit_activations(g.op, x16_.get<uint16_t>());
+      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_rs_grouped_gemm1(g, grid1_, nullptr));
+    } else {
+      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_grouped_gemm1(g, grid1_, nullptr));
+    }
+    Nvfp4QuantizeParams q;  // h's NVFP4 rows, as the layer's pass writes them
+    q.in = h_f32_.get();
+    q.cols = s_.I;
+    q.max_rows = static_cast<int32_t>(std::max<int64_t>(p_.T * s_.K, 1));
+    q.num_rows = r_.offsets.get<int32_t>() + s_.E;
+    q.packed = h_.get();
+    q.scales = h_scale_.get();
+    q.global = h_global_.get<float>();
+    MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_quantize(q, nullptr));
+  }
+
+  // GEMM 2 on the NVFP4 h of `in` (the same routed rows: the routing's row order does not depend
+  // on the m tile).
+  void gemm2(const Nvfp4GemmRun& in) {
+    Gemm2Params g;
+    g.schedule = r_.schedule();
+    g.op.n = static_cast<int32_t>(s_.H);
+    g.op.k = static_cast<int32_t>(s_.I);
+    g.op.a = in.h_.get();
+    g.op.a_row_bytes = s_.I / 2;
+    g.op.a_scale = in.h_scale_.get();
+    g.op.a_scale_row_bytes = s_.I / 16;
+    g.op.a_global = in.h_global_.get<float>();
+    g.op.w = w_.w2.get();
+    g.op.w_scale = w_.w2_scales.get();
+    g.op.w_global = w_.w2_global.get<float>();
+    g.epilogue.out = o_.get<uint16_t>();
+    if (wgmma_) {
+      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(in.h_.get(), in.h_scale_.get(), p_.T * s_.K,
+                                                    r_.offsets.get<int32_t>() + s_.E, g.op.k, h16_.get<uint16_t>(),
+                                                    nullptr));
+      set_16bit_activations(g.op, h16_.get<uint16_t>());
+      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_rs_grouped_gemm2(g, grid2_, nullptr));
+    } else {
+      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_grouped_gemm2(g, grid2_, nullptr));
+    }
+  }
+
+  std::vector<float> h() const { return sync_download<float>(h_f32_, r_.rows * s_.I); }
+  std::vector<uint16_t> o() const { return sync_download<uint16_t>(o_, r_.rows * s_.H); }
+  std::vector<int32_t> row_token() const { return sync_download<int32_t>(r_.row_token, r_.rows); }
+
+ private:
+  template <class T>
+  static std::vector<T> sync_download(const DeviceBuffer& b, int64_t n) {
+    MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+    MOE_EP_CUDA_CHECK(cudaGetLastError());
+    return download<T>(b, static_cast<size_t>(n));
+  }
+
+  const Shape& s_;
+  const Nvfp4DeviceProblem& p_;
+  const Nvfp4DeviceWeights& w_;
+  bool wgmma_;
+  DeviceRouting r_;
+  DeviceBuffer h_f32_, h_, h_scale_, h_global_, o_, x16_, h16_;
+  int grid1_ = 0, grid2_ = 0;
+};
+
+TEST_F(Sm90WgmmaKernels, Nvfp4WgmmaMatchesTheNvfp4MmaKernels) {
+  for (const Shape& s : {Shape{"tiny", 16, 256, 128, 4}, Shape{"flash/E32", 32, 4096, 2048, 6}}) {
+    const Nvfp4DeviceWeights w = make_nvfp4_device_weights(s, 53);
+    for (const RoutingCase& c : std::vector<RoutingCase>{{"random", 1, 0.0},
+                                                         {"random, 10% holes", 7, 0.1},
+                                                         {"random, 5% holes", 300, 0.05},
+                                                         {"one expert, all rows", 200, 0.0, -1, 9}}) {
+      SCOPED_TRACE(fmt::format("{} {} T={}", s.name, c.name, c.T));
+      const Nvfp4DeviceProblem p = make_nvfp4_problem(s, make_inputs(s, c, 71 + static_cast<uint64_t>(c.T)));
+      Nvfp4GemmRun mma(s, p, w, false), wg(s, p, w, true);
+      mma.gemm1();
+      wg.gemm1();
+      mma.gemm2(mma);
+      wg.gemm2(mma);  // both GEMM 2s on mma.sync's NVFP4 h
+      ASSERT_EQ(wg.row_token(), mma.row_token()) << "the routed row order depends on the m tile";
+      const std::vector<float> h_ref = mma.h(), h_got = wg.h();
+      const std::vector<uint16_t> o_ref = mma.o(), o_got = wg.o();
+      ASSERT_FALSE(h_ref.empty());
+      const double err_h = rel_err_of(h_ref.size(), [&](size_t i) { return double{h_got[i]}; },
+                                      [&](size_t i) { return double{h_ref[i]}; });
+      const double err_o = rel_err_of(o_ref.size(), [&](size_t i) { return double{bf16_to_float(o_got[i])}; },
+                                      [&](size_t i) { return double{bf16_to_float(o_ref[i])}; });
+      EXPECT_LE(err_h, 1e-3) << "GEMM 1 fp32 h";
+      EXPECT_LE(err_o, 1e-3) << "GEMM 2 on the same h";
+      fmt::print("[ wgmma   ] nvfp4 {:<10} {:<22} T={:<5} h err={:.2e} (equal {:.4f})  o err={:.2e} (equal {:.4f})\n",
+                 s.name, c.name, c.T, err_h, equal_share(h_got, h_ref), err_o, equal_share(o_got, o_ref));
+    }
   }
 }
 
