@@ -866,13 +866,19 @@ Nvfp4DeviceProblem make_nvfp4_problem(const Shape& s, const testing::HostInputs&
           DeviceBuffer::upload(in.topk_ids), DeviceBuffer::upload(in.topk_weights)};
 }
 
-// The nvfp4 GEMMs of one problem with the mma.sync kernels (64-row m tiles) or the f16 wgmma
-// ones (128-row m tiles, activations converted to f16 first); outputs NaN-poisoned at creation.
+// nvfp4 GEMM kernels: f16 mma.sync (64-row m tiles), f16 wgmma with the weights in registers
+// (128-row m tiles, activations converted to f16 first), the decode kernels (16-row m tiles) and
+// their deep form.
+enum class Nvfp4Kernels { kMma, kWgmma, kDecode, kDecodeDeep };
+
+// The nvfp4 GEMMs of one problem with one kernel family; outputs NaN-poisoned at creation.
 class Nvfp4GemmRun {
  public:
-  Nvfp4GemmRun(const Shape& s, const Nvfp4DeviceProblem& p, const Nvfp4DeviceWeights& w, bool wgmma)
-      : s_(s), p_(p), w_(w), wgmma_(wgmma) {
-    r_ = route(s, p.T, p.ids, p.topk_weights, wgmma ? kRsBlockM : kGemmBlockM);
+  Nvfp4GemmRun(const Shape& s, const Nvfp4DeviceProblem& p, const Nvfp4DeviceWeights& w, Nvfp4Kernels k)
+      : s_(s), p_(p), w_(w), k_(k) {
+    const bool decode = k == Nvfp4Kernels::kDecode || k == Nvfp4Kernels::kDecodeDeep;
+    r_ = route(s, p.T, p.ids, p.topk_weights,
+               k == Nvfp4Kernels::kWgmma ? kRsBlockM : decode ? kDecodeBlockM : kGemmBlockM);
     const int64_t rows = std::max<int64_t>(p.T * s.K, 1);
     h_f32_ = DeviceBuffer(rows * s.I * 4);
     h_ = DeviceBuffer(rows * s.I / 2);
@@ -884,10 +890,27 @@ class Nvfp4GemmRun {
     for (DeviceBuffer* b : {&h_f32_, &o_}) MOE_EP_CUDA_CHECK(cudaMemset(b->get(), 0xFF, b->bytes()));  // NaN
     int sms = 0, per_sm1 = 0, per_sm2 = 0;
     MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    MOE_EP_CUDA_CHECK((wgmma ? configure_sm90_nvfp4_rs_grouped_gemm1 : configure_sm90_nvfp4_grouped_gemm1)(&per_sm1));
-    MOE_EP_CUDA_CHECK((wgmma ? configure_sm90_nvfp4_rs_grouped_gemm2 : configure_sm90_nvfp4_grouped_gemm2)(&per_sm2));
-    grid1_ = sms * std::max(per_sm1, 1);
-    grid2_ = sms * std::max(per_sm2, 1);
+    switch (k) {
+      case Nvfp4Kernels::kMma:
+        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_grouped_gemm1(&per_sm1));
+        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_grouped_gemm2(&per_sm2));
+        break;
+      case Nvfp4Kernels::kWgmma:
+        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_rs_grouped_gemm1(&per_sm1));
+        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_rs_grouped_gemm2(&per_sm2));
+        break;
+      case Nvfp4Kernels::kDecode:
+        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_gemm1(static_cast<int>(s.H), &per_sm1));
+        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_gemm2(static_cast<int>(s.I), &per_sm2));
+        break;
+      case Nvfp4Kernels::kDecodeDeep:
+        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_deep_gemm1(static_cast<int>(s.H), &per_sm1));
+        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_deep_gemm2(static_cast<int>(s.I), &per_sm2));
+        break;
+    }
+    // Persistent kernels: blocks per SM x SMs; decode kernels: the routing's m-tile bound.
+    grid1_ = decode ? static_cast<int>(r_.max_tiles) : sms * std::max(per_sm1, 1);
+    grid2_ = decode ? static_cast<int>(r_.max_tiles) : sms * std::max(per_sm2, 1);
   }
 
   void gemm1() {
@@ -908,13 +931,16 @@ class Nvfp4GemmRun {
     g.epilogue.clamp = 10.0f;
     g.epilogue.intermediate = static_cast<int32_t>(s_.I);
     g.epilogue.h_f32 = h_f32_.get<float>();
-    if (wgmma_) {
-      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(p_.a.get(), p_.a_scale.get(), p_.T, nullptr, g.op.k,
-                                                    x16_.get<uint16_t>(), nullptr));
-      set_16bit_activations(g.op, x16_.get<uint16_t>());
-      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_rs_grouped_gemm1(g, grid1_, nullptr));
-    } else {
-      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_grouped_gemm1(g, grid1_, nullptr));
+    switch (k_) {
+      case Nvfp4Kernels::kMma: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_grouped_gemm1(g, grid1_, nullptr)); break;
+      case Nvfp4Kernels::kWgmma:
+        MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(p_.a.get(), p_.a_scale.get(), p_.T, nullptr, g.op.k,
+                                                      x16_.get<uint16_t>(), nullptr));
+        set_16bit_activations(g.op, x16_.get<uint16_t>());
+        MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_rs_grouped_gemm1(g, grid1_, nullptr));
+        break;
+      case Nvfp4Kernels::kDecode: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_gemm1(g, grid1_, nullptr)); break;
+      case Nvfp4Kernels::kDecodeDeep: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_deep_gemm1(g, grid1_, nullptr)); break;
     }
     Nvfp4QuantizeParams q;  // h's NVFP4 rows, as the layer's pass writes them
     q.in = h_f32_.get();
@@ -943,14 +969,17 @@ class Nvfp4GemmRun {
     g.op.w_scale = w_.w2_scales.get();
     g.op.w_global = w_.w2_global.get<float>();
     g.epilogue.out = o_.get<uint16_t>();
-    if (wgmma_) {
-      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(in.h_.get(), in.h_scale_.get(), p_.T * s_.K,
-                                                    r_.offsets.get<int32_t>() + s_.E, g.op.k, h16_.get<uint16_t>(),
-                                                    nullptr));
-      set_16bit_activations(g.op, h16_.get<uint16_t>());
-      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_rs_grouped_gemm2(g, grid2_, nullptr));
-    } else {
-      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_grouped_gemm2(g, grid2_, nullptr));
+    switch (k_) {
+      case Nvfp4Kernels::kMma: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_grouped_gemm2(g, grid2_, nullptr)); break;
+      case Nvfp4Kernels::kWgmma:
+        MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(in.h_.get(), in.h_scale_.get(), p_.T * s_.K,
+                                                      r_.offsets.get<int32_t>() + s_.E, g.op.k, h16_.get<uint16_t>(),
+                                                      nullptr));
+        set_16bit_activations(g.op, h16_.get<uint16_t>());
+        MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_rs_grouped_gemm2(g, grid2_, nullptr));
+        break;
+      case Nvfp4Kernels::kDecode: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_gemm2(g, grid2_, nullptr)); break;
+      case Nvfp4Kernels::kDecodeDeep: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_deep_gemm2(g, grid2_, nullptr)); break;
     }
   }
 
@@ -969,7 +998,7 @@ class Nvfp4GemmRun {
   const Shape& s_;
   const Nvfp4DeviceProblem& p_;
   const Nvfp4DeviceWeights& w_;
-  bool wgmma_;
+  Nvfp4Kernels k_;
   DeviceRouting r_;
   DeviceBuffer h_f32_, h_, h_scale_, h_global_, o_, x16_, h16_;
   int grid1_ = 0, grid2_ = 0;
@@ -984,7 +1013,7 @@ TEST_F(Sm90WgmmaKernels, Nvfp4WgmmaMatchesTheNvfp4MmaKernels) {
                                                          {"one expert, all rows", 200, 0.0, -1, 9}}) {
       SCOPED_TRACE(fmt::format("{} {} T={}", s.name, c.name, c.T));
       const Nvfp4DeviceProblem p = make_nvfp4_problem(s, make_inputs(s, c, 71 + static_cast<uint64_t>(c.T)));
-      Nvfp4GemmRun mma(s, p, w, false), wg(s, p, w, true);
+      Nvfp4GemmRun mma(s, p, w, Nvfp4Kernels::kMma), wg(s, p, w, Nvfp4Kernels::kWgmma);
       mma.gemm1();
       wg.gemm1();
       mma.gemm2(mma);
@@ -1001,6 +1030,32 @@ TEST_F(Sm90WgmmaKernels, Nvfp4WgmmaMatchesTheNvfp4MmaKernels) {
       EXPECT_LE(err_o, 1e-3) << "GEMM 2 on the same h";
       fmt::print("[ wgmma   ] nvfp4 {:<10} {:<22} T={:<5} h err={:.2e} (equal {:.4f})  o err={:.2e} (equal {:.4f})\n",
                  s.name, c.name, c.T, err_h, equal_share(h_got, h_ref), err_o, equal_share(o_got, o_ref));
+    }
+  }
+}
+
+// nvfp4's decode kernels and their deep form run mma.sync's products in its k order: fp32 h and
+// o bitwise those of the 64 x 128 mma.sync kernels (o on the same NVFP4 h).
+TEST_F(Sm90WgmmaKernels, Nvfp4DecodeAndDeepDecodeAreBitwiseTheMmaKernels) {
+  const Shape s{"flash/E32", 32, 4096, 2048, 6};
+  const Nvfp4DeviceWeights w = make_nvfp4_device_weights(s, 59);
+  for (const RoutingCase& c : std::vector<RoutingCase>{{"random", 1, 0.0},
+                                                       {"random, 10% holes", 7, 0.1},
+                                                       {"one expert, all rows", 40, 0.0, -1, 9}}) {
+    SCOPED_TRACE(fmt::format("{} T={}", c.name, c.T));
+    const Nvfp4DeviceProblem p = make_nvfp4_problem(s, make_inputs(s, c, 83 + static_cast<uint64_t>(c.T)));
+    Nvfp4GemmRun mma(s, p, w, Nvfp4Kernels::kMma);
+    mma.gemm1();
+    mma.gemm2(mma);
+    const std::vector<float> h_ref = mma.h();
+    const std::vector<uint16_t> o_ref = mma.o();
+    ASSERT_FALSE(h_ref.empty());
+    for (const Nvfp4Kernels k : {Nvfp4Kernels::kDecode, Nvfp4Kernels::kDecodeDeep}) {
+      Nvfp4GemmRun run(s, p, w, k);
+      run.gemm1();
+      run.gemm2(mma);
+      EXPECT_EQ(run.h(), h_ref) << (k == Nvfp4Kernels::kDecode ? "decode" : "deep decode") << ": GEMM 1 fp32 h";
+      EXPECT_EQ(run.o(), o_ref) << (k == Nvfp4Kernels::kDecode ? "decode" : "deep decode") << ": GEMM 2 on the same h";
     }
   }
 }

@@ -191,7 +191,8 @@ cudaError_t launch_sm90_mxfp4_decode_gemm2(const Gemm2Params& params, int m_tile
 // The same mxfp4 decode GEMMs with kDecodeDeepPrefetch k steps of weights in registers ahead of
 // the MMAs instead of 2 (two blocks per SM instead of three): twice the bytes in flight per warp,
 // for T of a few tokens, where fewer blocks than SMs x 2 run. Outputs bitwise those of the
-// kernels above. Not yet selected by the layer (kernel-level tests and timing only).
+// kernels above. Not yet selected by the layer (kernel-level tests and timing only); nvfp4's
+// below.
 inline constexpr int kDecodeDeepPrefetch = 4;
 cudaError_t configure_sm90_mxfp4_decode_deep_gemm1(int k, int* blocks_per_sm);
 cudaError_t configure_sm90_mxfp4_decode_deep_gemm2(int k, int* blocks_per_sm);
@@ -203,5 +204,10 @@ cudaError_t configure_sm90_nvfp4_decode_gemm1(int k, int* blocks_per_sm);
 cudaError_t configure_sm90_nvfp4_decode_gemm2(int k, int* blocks_per_sm);
 cudaError_t launch_sm90_nvfp4_decode_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
 cudaError_t launch_sm90_nvfp4_decode_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
+// Their deep form (kDecodeDeepPrefetch k steps of weights in flight, as the mxfp4 one above).
+cudaError_t configure_sm90_nvfp4_decode_deep_gemm1(int k, int* blocks_per_sm);
+cudaError_t configure_sm90_nvfp4_decode_deep_gemm2(int k, int* blocks_per_sm);
+cudaError_t launch_sm90_nvfp4_decode_deep_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
+cudaError_t launch_sm90_nvfp4_decode_deep_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
 
 }  // namespace moe_ep::cuda

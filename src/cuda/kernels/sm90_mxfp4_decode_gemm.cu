@@ -12,9 +12,6 @@ namespace {
 // Three blocks of 8 warps per SM (<= 80 registers; shared memory is the 24 KB A ring plus 2 * K
 // bytes of fp32 scales) with 2 k steps of weights in flight per warp; two blocks with 4 (deep).
 // The epilogue gets the shared memory after the activation scales.
-template <int kPrefetch>
-inline constexpr int kDecodeMinBlocks = kPrefetch == 2 ? 3 : 2;
-
 template <bool kFolded, class Epilogue, class Params, int kPrefetch>
 __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
     sm90_mxfp4_decode_kernel(const __grid_constant__ Params p) {

@@ -10,9 +10,11 @@ namespace moe_ep::cuda {
 namespace {
 
 // Three blocks of 8 warps per SM (<= 80 registers; shared memory is the tile's A and scales,
-// 16 x (K/2 + K/16) bytes plus padding).
-template <class Epilogue, class Params>
-__global__ void __launch_bounds__(kDecodeThreads, 3) sm90_nvfp4_decode_kernel(const __grid_constant__ Params p) {
+// 16 x (K/2 + K/16) bytes plus padding) with 2 k steps of weights in flight per warp; two with
+// kDecodeDeepPrefetch.
+template <class Epilogue, class Params, int kPrefetch>
+__global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
+    sm90_nvfp4_decode_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
   // The schedule, A and (GEMM 2) the rows written by the pass before. No early launch of the
   // next grid (see sm90_mxfp4_decode_gemm.cu).
@@ -20,21 +22,21 @@ __global__ void __launch_bounds__(kDecodeThreads, 3) sm90_nvfp4_decode_kernel(co
   DecodeTile t;
   if (!decode_tile(p.schedule, p.op.n, t)) return;
   DecodeAccumulators acc;
-  Nvfp4DecodeMainloop::run(p.op, t, smem, acc);
+  Nvfp4DecodeMainloop<kPrefetch>::run(p.op, t, smem, acc);
   Epilogue::apply(p.epilogue, p.op, t, acc, nullptr);
 }
 
-template <class Epilogue, class Params>
+template <class Epilogue, class Params, int kPrefetch = 2>
 cudaError_t configure_decode(int k, int* blocks_per_sm) {
-  return configure_persistent_kernel(sm90_nvfp4_decode_kernel<Epilogue, Params>, kDecodeThreads,
+  return configure_persistent_kernel(sm90_nvfp4_decode_kernel<Epilogue, Params, kPrefetch>, kDecodeThreads,
                                      nvfp4_decode_shared_bytes(k), blocks_per_sm);
 }
 
-template <class Epilogue, class Params>
+template <class Epilogue, int kPrefetch = 2, class Params>
 cudaError_t launch_decode(const Params& p, int m_tile_bound, cudaStream_t stream) {
   const int blocks = m_tile_bound * (p.op.n / kDecodeBlockN);
   if (blocks <= 0) return cudaSuccess;
-  return launch_dependent(sm90_nvfp4_decode_kernel<Epilogue, Params>, blocks, kDecodeThreads,
+  return launch_dependent(sm90_nvfp4_decode_kernel<Epilogue, Params, kPrefetch>, blocks, kDecodeThreads,
                           nvfp4_decode_shared_bytes(p.op.k), stream, p);
 }
 
@@ -54,6 +56,22 @@ cudaError_t launch_sm90_nvfp4_decode_gemm1(const Gemm1Params& p, int m_tile_boun
 
 cudaError_t launch_sm90_nvfp4_decode_gemm2(const Gemm2Params& p, int m_tile_bound, cudaStream_t stream) {
   return launch_decode<DecodeStoreBf16<true>>(p, m_tile_bound, stream);
+}
+
+cudaError_t configure_sm90_nvfp4_decode_deep_gemm1(int k, int* blocks_per_sm) {
+  return configure_decode<DecodeSwigluF32, Gemm1Params, kDecodeDeepPrefetch>(k, blocks_per_sm);
+}
+
+cudaError_t configure_sm90_nvfp4_decode_deep_gemm2(int k, int* blocks_per_sm) {
+  return configure_decode<DecodeStoreBf16<true>, Gemm2Params, kDecodeDeepPrefetch>(k, blocks_per_sm);
+}
+
+cudaError_t launch_sm90_nvfp4_decode_deep_gemm1(const Gemm1Params& p, int m_tile_bound, cudaStream_t stream) {
+  return launch_decode<DecodeSwigluF32, kDecodeDeepPrefetch>(p, m_tile_bound, stream);
+}
+
+cudaError_t launch_sm90_nvfp4_decode_deep_gemm2(const Gemm2Params& p, int m_tile_bound, cudaStream_t stream) {
+  return launch_decode<DecodeStoreBf16<true>, kDecodeDeepPrefetch>(p, m_tile_bound, stream);
 }
 
 }  // namespace moe_ep::cuda

@@ -51,8 +51,9 @@ constexpr int nvfp4_decode_src_offset(int k) {
 }
 constexpr int nvfp4_decode_shared_bytes(int k) { return nvfp4_decode_src_offset(k) + kDecodeBlockM * 4; }
 
+template <int kPrefetch_ = 2>
 struct Nvfp4DecodeMainloop {
-  static constexpr int kPrefetch = 2;        // k steps of weights in registers ahead of the MMAs
+  static constexpr int kPrefetch = kPrefetch_;  // k steps of weights in registers ahead of the MMAs
   static constexpr int kStepABytes = 64;     // one row's packed FP4 of a 128-wide k step
   static constexpr int kStepScales = 8;      // one row's e4m3 block scales of a k step
 
