@@ -3,6 +3,7 @@
 // activations into the rs order along k (tile/fp4_bf16_codec.h).
 #include <cuda_bf16.h>
 
+#include "cuda/kernels/sm90_rs_convert.cuh"
 #include "cuda/kernels/sm90_rs_kernel.cuh"
 
 namespace moe_ep::cuda {
@@ -10,34 +11,23 @@ namespace {
 
 using Mxfp4RsConfig = RsTileConfig<Mxfp4Bf16RsWeights>;
 
-// One thread per (row, k32 block): 32 e4m3 bytes times the block's E8M0 scale, as bf16 (exact),
-// stored at positions rs_position_of_k(l) of the block's 64 output bytes (the block's 32
-// positions of the rs order are its own, permuted). Rows from *row_count on are skipped.
-__global__ void __launch_bounds__(256) sm90_q8_to_rs_bf16_kernel(const uint8_t* __restrict__ a,
-                                                                  const uint8_t* __restrict__ a_scale,
-                                                                  int64_t blocks, const int32_t* row_count,
-                                                                  int blocks_per_row, uint16_t* __restrict__ out) {
-  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b >= blocks || (row_count && b / blocks_per_row >= *row_count)) return;
-  const uint4* src = reinterpret_cast<const uint4*>(a + b * 32);
-  const uint4 lo = src[0], hi = src[1];
-  const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-  const float scale = e8m0_to_float_device(a_scale[b]);
-  uint16_t v[32];
+// A k32 block of a Q8 row: 32 e4m3 bytes times the block's E8M0 scale, as bf16 (exact), at
+// positions rs_position_of_k(l) of the block's 32.
+struct Q8Bf16Block {
+  static constexpr int kValues = 32;
+  static __device__ __forceinline__ void convert(const uint8_t* a, const uint8_t* a_scale, int64_t b,
+                                                 uint16_t (&v)[kValues]) {
+    const uint4* src = reinterpret_cast<const uint4*>(a + b * 32);
+    const uint4 lo = src[0], hi = src[1];
+    const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    const float scale = e8m0_to_float_device(a_scale[b]);
 #pragma unroll
-  for (int l = 0; l < 32; ++l) {
-    const float x = e4m3_to_float_device((words[l / 4] >> (8 * (l % 4))) & 0xFF) * scale;
-    v[rs_position_of_k(l)] = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    for (int l = 0; l < 32; ++l) {
+      const float x = e4m3_to_float_device((words[l / 4] >> (8 * (l % 4))) & 0xFF) * scale;
+      v[rs_position_of_k(l)] = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    }
   }
-  uint4* dst = reinterpret_cast<uint4*>(out + b * 32);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = static_cast<uint32_t>(v[8 * q + 2 * i]) | (static_cast<uint32_t>(v[8 * q + 2 * i + 1]) << 16);
-    dst[q] = make_uint4(w[0], w[1], w[2], w[3]);
-  }
-}
+};
 
 }  // namespace
 
@@ -59,12 +49,7 @@ cudaError_t launch_sm90_mxfp4_rs_grouped_gemm2(const Gemm2Params& p, int grid, c
 
 cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows,
                                       const int32_t* row_count, int k, uint16_t* out, cudaStream_t stream) {
-  if (k % 128 != 0) return cudaErrorInvalidValue;
-  const int64_t blocks = rows * (k / 32);
-  if (blocks == 0) return cudaSuccess;
-  sm90_q8_to_rs_bf16_kernel<<<static_cast<unsigned>((blocks + 255) / 256), 256, 0, stream>>>(a, a_scale, blocks,
-                                                                                              row_count, k / 32, out);
-  return cudaGetLastError();
+  return launch_rs_convert<Q8Bf16Block>(a, a_scale, rows, row_count, k, out, stream);
 }
 
 }  // namespace moe_ep::cuda
