@@ -17,7 +17,7 @@ enum class GemmKernel : uint8_t {
   kAuto,    // the implementation picks per T bucket
   kDecode,  // small batches: weights on the MMA's m side, streamed into registers
   kMma,     // mma.sync tiles; exact fp32 k-block sums
-  kWgmma,   // warpgroup MMA (FP8), folded weights only
+  kWgmma,   // warpgroup MMA: mxfp4 FP8 (folded weights only); nvfp4 f16, the weights decoded into registers
   kWgmmaBf16,  // warpgroup MMA on bf16, the weights decoded into registers; folded weights only
   kWgmmaRs,    // warpgroup MMA (FP8), the weights decoded into registers; folded weights only
 };

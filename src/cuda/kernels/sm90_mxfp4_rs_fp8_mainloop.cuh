@@ -54,16 +54,16 @@
 namespace moe_ep::cuda {
 
 // The parts of the mainloop a block runs: all of them in the kernel; the probes that split its time
-// (tests/cuda/rs_fp8_work_probe.cu) leave out the activation copies, the weight copies or the math
-// (decode, wgmma, promotion). The barriers, the scale conversion and the epilogue always run.
+// (tests/cuda/rs_fp8_variant_probe.cu) leave out the activation copies, the weight copies or the
+// math (decode, wgmma, promotion). The barriers, the scale conversion and the epilogue always run.
 enum RsFp8Work : int { kRsFp8CopyA = 1, kRsFp8CopyW = 2, kRsFp8Math = 4, kRsFp8AllWork = 7 };
+
+template <class Cfg, class Epilogue, class Params>
+__device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t* smem_raw);
 
 // kBulkWeights: the producer copies each k step's weight micro-tiles and shift words with bulk
 // copies (one 512-byte copy each, 17 per step, on the full barrier's transaction count) instead
 // of 16-byte cp.async by all its threads.
-template <class Cfg, class Epilogue, class Params>
-__device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t* smem_raw);
-
 template <int kBlockM_, bool kBulkWeights_ = false, int kWork_ = kRsFp8AllWork>
 struct RsFp8TileConfig {
   // The kernel body (sm90_rs_kernel.cuh) and its launch check: folded weights only.
