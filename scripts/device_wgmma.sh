@@ -77,7 +77,7 @@ fi
 # 2. Tests: host checks, the device decode / conversion probes of wgmma-bf16, kernel-level
 # comparisons with mma.sync, the tiny layer forced onto each warpgroup family.
 if has tests; then
-  run_limited 85 "$TESTS" --gtest_filter='Sm90Fp4Codec*:Sm90RsCodec*:Sm90Config*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.*' \
+  run_limited 200 "$TESTS" --gtest_filter='Sm90Fp4Codec*:Sm90RsCodec*:Sm90Config*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.*' \
     > "$WORK/tests.log" 2>&1
   rc=$?
   note "tests (host, kernels, tiny layer): rc=$rc $(gtest_counts "$WORK/tests.log")  ($(elapsed) s)"
@@ -141,7 +141,7 @@ fi
 
 # 6. The deepseek-v4-flash layer (E = 256) forced onto wgmma against the CPU layer, 20 reruns.
 if has flash; then
-  run_limited 200 "$TESTS" --gtest_filter='Kernels/Sm90WgmmaFlashLayer.*' > "$WORK/flash.log" 2>&1
+  run_limited 300 "$TESTS" --gtest_filter='Kernels/Sm90WgmmaFlashLayer.*' > "$WORK/flash.log" 2>&1
   rc=$?
   note "flash layer: rc=$rc $(gtest_counts "$WORK/flash.log")  ($(elapsed) s)"
   (( rc != 0 )) && FAILED=1
