@@ -1,5 +1,6 @@
 // Device checks of the small SM90 kernels against host implementations, bit for bit:
-// Q8 and NVFP4 quantization (include/moe_ep/quant.h) and the routing permutation.
+// Q8 and NVFP4 quantization (include/moe_ep/quant.h), the routing permutation, and both in one
+// launch.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -12,6 +13,7 @@
 #include "cuda/kernels/sm90_nvfp4_quantize.h"
 #include "cuda/kernels/sm90_permute.h"
 #include "cuda/kernels/sm90_q8_quantize.h"
+#include "cuda/kernels/sm90_quantize_route.h"
 #include "cuda_test_util.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/quant.h"
@@ -144,6 +146,9 @@ Routing host_routing(const std::vector<int64_t>& ids, const std::vector<float>& 
   return r;
 }
 
+// The routing alone (launch_sm90_permute) and together with Q8 of x in one launch
+// (launch_sm90_quantize_route: the rows also checked against the host quantizer) against the
+// host routing.
 TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
   MOE_EP_REQUIRE_CUDA();
   struct Case {
@@ -154,6 +159,7 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
                         {3000, 4, 16, "one-expert"}, {600, 6, 384, "bad-ids"}, {5, 4, 16, "all-skipped"},
                         {900, 8, 1024, "duplicates"}};
   MOE_EP_CUDA_CHECK(configure_sm90_permute(1024));
+  MOE_EP_CUDA_CHECK(configure_sm90_quantize_route(1024));
   std::mt19937_64 rng(21);
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "T=" << c.T << " K=" << c.K << " E=" << c.E << " " << c.routing);
@@ -170,8 +176,18 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
       if (mode == "duplicates") ids[i] = static_cast<int64_t>(rng() % 5);
     }
     const Routing want = host_routing(ids, w, c.T, c.K, c.E, 64);
-    for (bool i64 : {false, true}) {
-      SCOPED_TRACE(i64 ? "int64 ids" : "int32 ids");
+    // x of the fused launch: T rows of 256 structured bf16 values, and their host Q8.
+    const int64_t cols = 256;
+    const std::vector<float> xv = q8_test_rows(c.T, cols, static_cast<uint64_t>(c.T));
+    std::vector<uint16_t> x(xv.size());
+    for (size_t i = 0; i < xv.size(); ++i) x[i] = float_to_bf16(xv[i]);
+    std::vector<uint8_t> want_q(xv.size()), want_s(xv.size() / 32);
+    for (int64_t r = 0; r < c.T; ++r)
+      quantize_q8(xv.data() + r * cols, cols, want_q.data() + r * cols, want_s.data() + r * cols / 32);
+    const DeviceBuffer dx = DeviceBuffer::upload(x);
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool fused = variant / 2 == 1, i64 = variant % 2 == 1;
+      SCOPED_TRACE(::testing::Message() << (i64 ? "int64 ids" : "int32 ids") << (fused ? ", with Q8 of x" : ""));
       DeviceBuffer dids;
       if (i64) {
         dids = DeviceBuffer::upload(ids);
@@ -200,8 +216,18 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
       p.row_weight = rw.get<float>();
       p.slot_row = sr.get<int32_t>();
       p.error_flags = flags.get<uint32_t>();
-      MOE_EP_CUDA_CHECK(launch_sm90_permute(p, nullptr));
+      DeviceBuffer dq(xv.size()), ds(xv.size() / 32);
+      if (fused) {
+        MOE_EP_CUDA_CHECK(cudaMemset(dq.get(), 0xFF, dq.bytes()));
+        MOE_EP_CUDA_CHECK(launch_sm90_quantize_route({dx.get<uint16_t>(), c.T, cols, dq.get(), ds.get()}, p, nullptr));
+      } else {
+        MOE_EP_CUDA_CHECK(launch_sm90_permute(p, nullptr));
+      }
       MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+      if (fused) {
+        EXPECT_EQ(download<uint8_t>(dq, xv.size()), want_q);
+        EXPECT_EQ(download<uint8_t>(ds, xv.size() / 32), want_s);
+      }
       const int rows = want.offsets[c.E];
       EXPECT_EQ(download<int32_t>(off, c.E + 1), want.offsets);
       ASSERT_EQ(download<int32_t>(nt, 1)[0], want.num_tiles);

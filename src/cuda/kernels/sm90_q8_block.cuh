@@ -1,0 +1,44 @@
+// Q8 of one 32-element block of x (sm90_q8_quantize.h): 64 bytes in (4 x 16 B), 32 bytes + 1
+// scale byte out; the work of one thread of the Q8 kernel and of the quantize-and-route kernel.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/kernels/sm90_q8_quantize.h"
+#include "cuda/ptx/convert.cuh"
+#include "cuda/tile/quant_device.cuh"
+
+namespace moe_ep::cuda {
+
+__device__ __forceinline__ void q8_quantize_block(const Q8QuantizeParams& p, int64_t block) {
+  const uint4* src = reinterpret_cast<const uint4*>(p.x + block * 32);
+  float v[32];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint4 w = src[i];
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[8 * i + 2 * j] = __uint_as_float(words[j] << 16);
+      v[8 * i + 2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
+    }
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  const uint32_t byte = q8_scale_byte_device(amax);
+  const float s = e8m0_to_float_device(byte);
+  uint32_t packed[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t lo = ptx::cvt_e4m3x2(__fdiv_rn(v[4 * i], s), __fdiv_rn(v[4 * i + 1], s));
+    const uint32_t hi = ptx::cvt_e4m3x2(__fdiv_rn(v[4 * i + 2], s), __fdiv_rn(v[4 * i + 3], s));
+    packed[i] = lo | (hi << 16);
+  }
+  uint4* dst = reinterpret_cast<uint4*>(p.q + block * 32);
+  dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+  p.scales[block] = static_cast<uint8_t>(byte);
+}
+
+}  // namespace moe_ep::cuda

@@ -1,0 +1,44 @@
+#include "cuda/kernels/sm90_quantize_route.h"
+
+#include "cuda/kernels/sm90_permute_block.cuh"
+#include "cuda/kernels/sm90_q8_block.cuh"
+
+namespace moe_ep::cuda {
+namespace {
+
+// Block 0: the routing; block b > 0: Q8 of 32-element blocks (b - 1) * kPermuteThreads + tid.
+template <class Id>
+__global__ void __launch_bounds__(kPermuteThreads) sm90_quantize_route_kernel(const __grid_constant__ Q8QuantizeParams q8,
+                                                                             const __grid_constant__ PermuteParams route) {
+  extern __shared__ int32_t smem[];
+  if (blockIdx.x == 0) {
+    permute_block<Id>(route, smem);
+    return;
+  }
+  ptx::grid_dependency_wait();
+  ptx::launch_dependents();
+  const int64_t block = static_cast<int64_t>(blockIdx.x - 1) * kPermuteThreads + threadIdx.x;
+  if (block < q8.rows * (q8.cols / 32)) q8_quantize_block(q8, block);
+}
+
+}  // namespace
+
+cudaError_t configure_sm90_quantize_route(int num_experts) {
+  const int bytes = static_cast<int>(sm90_permute_shared_bytes(num_experts));
+  cudaError_t err = cudaFuncSetAttribute(sm90_quantize_route_kernel<int32_t>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err != cudaSuccess) return err;
+  return cudaFuncSetAttribute(sm90_quantize_route_kernel<int64_t>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              bytes);
+}
+
+cudaError_t launch_sm90_quantize_route(const Q8QuantizeParams& q8, const PermuteParams& route, cudaStream_t stream) {
+  const int64_t blocks = q8.rows * (q8.cols / 32);
+  const unsigned grid = 1 + static_cast<unsigned>((blocks + kPermuteThreads - 1) / kPermuteThreads);
+  const size_t bytes = sm90_permute_shared_bytes(route.num_experts);
+  if (route.ids_are_int64)
+    return launch_dependent(sm90_quantize_route_kernel<int64_t>, grid, kPermuteThreads, bytes, stream, q8, route);
+  return launch_dependent(sm90_quantize_route_kernel<int32_t>, grid, kPermuteThreads, bytes, stream, q8, route);
+}
+
+}  // namespace moe_ep::cuda
