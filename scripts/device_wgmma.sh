@@ -77,7 +77,7 @@ fi
 # 2. Tests: host checks, the device decode / conversion probes of wgmma-bf16, kernel-level
 # comparisons with mma.sync, the tiny layer forced onto each warpgroup family.
 if has tests; then
-  run_limited 200 "$TESTS" --gtest_filter='Sm90Fp4Codec*:Sm90RsCodec*:Sm90Config*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.*' \
+  run_limited 200 "$TESTS" --gtest_filter='Sm90Kernels.Permute*:Sm90Fp4Codec*:Sm90RsCodec*:Sm90Config*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.*' \
     > "$WORK/tests.log" 2>&1
   rc=$?
   note "tests (host, kernels, tiny layer): rc=$rc $(gtest_counts "$WORK/tests.log")  ($(elapsed) s)"
