@@ -5,15 +5,35 @@
 namespace moe_ep::cuda::test {
 namespace {
 
-template <int kBlockM, bool kBulk, class F>
+template <int kBlockM, RsFp8Weights kWeights, class F>
 cudaError_t with_work(int work, F&& f) {
   switch (work) {
-    case 7: return f(RsFp8TileConfig<kBlockM, kBulk, 7>{});
-    case 3: return f(RsFp8TileConfig<kBlockM, kBulk, 3>{});
-    case 2: return f(RsFp8TileConfig<kBlockM, kBulk, 2>{});
-    case 1: return f(RsFp8TileConfig<kBlockM, kBulk, 1>{});
-    case 4: return f(RsFp8TileConfig<kBlockM, kBulk, 4>{});
-    case 0: return f(RsFp8TileConfig<kBlockM, kBulk, 0>{});
+    case 7: return f(RsFp8TileConfig<kBlockM, kWeights, 7>{});
+    case 3: return f(RsFp8TileConfig<kBlockM, kWeights, 3>{});
+    case 2: return f(RsFp8TileConfig<kBlockM, kWeights, 2>{});
+    case 1: return f(RsFp8TileConfig<kBlockM, kWeights, 1>{});
+    case 4: return f(RsFp8TileConfig<kBlockM, kWeights, 4>{});
+    case 0: return f(RsFp8TileConfig<kBlockM, kWeights, 0>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <int kBlockM, class F>
+cudaError_t with_weights(const RsFp8Variant& v, F&& f) {
+  switch (v.weights) {
+    case RsFp8WeightPath::kCpAsync: return with_work<kBlockM, RsFp8Weights::kCpAsync>(v.work, f);
+    case RsFp8WeightPath::kBulk:  // with the weight copies (without them it is the cp.async kernel)
+      if (v.work == 7) return f(RsFp8TileConfig<kBlockM, RsFp8Weights::kBulk, 7>{});
+      if (v.work == 3) return f(RsFp8TileConfig<kBlockM, RsFp8Weights::kBulk, 3>{});
+      if (v.work == 2) return f(RsFp8TileConfig<kBlockM, RsFp8Weights::kBulk, 2>{});
+      return cudaErrorInvalidValue;
+    case RsFp8WeightPath::kRegisters:  // the whole kernel, or without the activation copies; 64-token
+                                       // tiles only (at 96 the two register slots spill)
+      if constexpr (kBlockM == 64) {
+        if (v.work == 7) return f(RsFp8TileConfig<kBlockM, RsFp8Weights::kRegisters, 7>{});
+        if (v.work == 4) return f(RsFp8TileConfig<kBlockM, RsFp8Weights::kRegisters, 4>{});
+      }
+      return cudaErrorInvalidValue;
   }
   return cudaErrorInvalidValue;
 }
@@ -21,8 +41,8 @@ cudaError_t with_work(int work, F&& f) {
 // Calls f(Cfg{}) with the configuration of v; cudaErrorInvalidValue for none.
 template <class F>
 cudaError_t with_variant(const RsFp8Variant& v, F&& f) {
-  if (v.block_m == 64) return v.bulk_weights ? with_work<64, true>(v.work, f) : with_work<64, false>(v.work, f);
-  if (v.block_m == 96) return v.bulk_weights ? with_work<96, true>(v.work, f) : with_work<96, false>(v.work, f);
+  if (v.block_m == 64) return with_weights<64>(v, f);
+  if (v.block_m == 96) return with_weights<96>(v, f);
   return cudaErrorInvalidValue;
 }
 

@@ -1,7 +1,7 @@
 // rs fp8 grouped GEMMs (kernels/sm90_mxfp4_rs_fp8_mainloop.cuh) in configurations the library
-// does not launch (tests/cuda/rs_fp8_variant_probe.cu): the weights by bulk copies, and the
-// mainloop with parts of its work left out, which splits a kernel's time between the activation
-// copies, the weight copies and the math.
+// does not launch (tests/cuda/rs_fp8_variant_probe.cu): the weights by bulk copies or straight
+// into the consumers' registers, and the mainloop with parts of its work left out, which splits
+// a kernel's time between the activation copies, the weight copies and the math.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,10 +10,14 @@
 
 namespace moe_ep::cuda::test {
 
+// How the weights reach the consumers (RsFp8Weights): 16-byte cp.async, bulk copies, registers
+// (64-token tiles only).
+enum class RsFp8WeightPath { kCpAsync, kBulk, kRegisters };
+
 struct RsFp8Variant {
-  int block_m = 64;           // 64 or 96 tokens per m tile
-  bool bulk_weights = false;  // RsFp8TileConfig::kBulkWeights
-  int work = 7;               // RsFp8Work bits: 1 activation copies, 2 weight copies, 4 math
+  int block_m = 64;  // 64 or 96 tokens per m tile
+  RsFp8WeightPath weights = RsFp8WeightPath::kCpAsync;
+  int work = 7;      // RsFp8Work bits: 1 activation copies, 2 weight copies, 4 math
 };
 
 // Plan-time configuration of both GEMMs' kernels (blocks per SM of each).

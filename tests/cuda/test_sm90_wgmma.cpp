@@ -202,19 +202,25 @@ struct Kernels {
   WgmmaDecode decode = WgmmaDecode::kQuad;
   bool rs = false;
   int rs_fp8_block_m = 0;  // > 0: rs fp8
-  // rs fp8 variants the library does not launch (rs_fp8_variant_probe.h): weights by bulk copies,
-  // parts of the mainloop's work left out (timing only: the outputs are not the GEMM's).
-  bool rs_fp8_bulk = false;
+  // rs fp8 variants the library does not launch (rs_fp8_variant_probe.h): weights by bulk copies
+  // or into registers, parts of the mainloop's work left out (timing only: the outputs are not
+  // the GEMM's).
+  test::RsFp8WeightPath rs_fp8_weights = test::RsFp8WeightPath::kCpAsync;
   int rs_fp8_work = kRsFp8All;
   int decode_prefetch = 0;  // > 0: the mxfp4 decode kernels (folded) with 2 or kDecodeDeepPrefetch k steps in flight
   bool folded() const { return wgmma || rs || rs_fp8_block_m > 0 || decode_prefetch > 0; }
-  bool rs_fp8_probe() const { return rs_fp8_block_m > 0 && (rs_fp8_bulk || rs_fp8_work != kRsFp8All); }
-  test::RsFp8Variant rs_fp8_variant() const { return {rs_fp8_block_m, rs_fp8_bulk, rs_fp8_work}; }
+  bool rs_fp8_probe() const {
+    return rs_fp8_block_m > 0 && (rs_fp8_weights != test::RsFp8WeightPath::kCpAsync || rs_fp8_work != kRsFp8All);
+  }
+  test::RsFp8Variant rs_fp8_variant() const { return {rs_fp8_block_m, rs_fp8_weights, rs_fp8_work}; }
   std::string name() const {
     if (decode_prefetch > 0) return fmt::format("decode, {} steps ahead", decode_prefetch);
     if (rs) return "rs bf16";
     if (rs_fp8_block_m > 0)
-      return fmt::format("rs fp8 {}{}{}{}", rs_fp8_block_m, rs_fp8_bulk ? " bulk" : "",
+      return fmt::format("rs fp8 {}{}{}{}", rs_fp8_block_m,
+                         rs_fp8_weights == test::RsFp8WeightPath::kBulk        ? " bulk"
+                         : rs_fp8_weights == test::RsFp8WeightPath::kRegisters ? " registers"
+                                                                               : "",
                          rs_fp8_work == kRsFp8All ? "" : " ", rs_fp8_work == kRsFp8All ? "" : work_name(rs_fp8_work));
     if (!wgmma) return "mma.sync";
     return fmt::format("{} {}", tile_name(*wgmma), decode == WgmmaDecode::kQuad ? "quad" : "lane");
@@ -230,8 +236,9 @@ const std::vector<Kernels>& wgmma_variants() {
                                          {std::nullopt, WgmmaDecode::kQuad, true},
                                          {std::nullopt, WgmmaDecode::kQuad, false, 64},
                                          {std::nullopt, WgmmaDecode::kQuad, false, 96},
-                                         {std::nullopt, WgmmaDecode::kQuad, false, 64, true},
-                                         {std::nullopt, WgmmaDecode::kQuad, false, 96, true}};
+                                         {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kBulk},
+                                         {std::nullopt, WgmmaDecode::kQuad, false, 96, test::RsFp8WeightPath::kBulk},
+                                         {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kRegisters}};
   return v;
 }
 
@@ -490,11 +497,13 @@ void compare_kernels(const Shape& s, const std::vector<RoutingCase>& cases, uint
       EXPECT_LE(err_o2, tol) << "GEMM 2 on the same h";
       EXPECT_LE(err_chain, tol) << "GEMM 1 + GEMM 2";
       EXPECT_EQ(chain.h.size(), ref.h.size());
-      if (k.rs_fp8_block_m > 0 && !k.rs_fp8_bulk) rs_fp8_chain[k.rs_fp8_block_m] = chain;
-      if (k.rs_fp8_bulk) {  // the same bytes in shared memory, the same products: the same outputs
+      // Every weight path gives the rs fp8 kernel the same words, so the same products and sums.
+      if (k.rs_fp8_block_m > 0 && k.rs_fp8_weights == test::RsFp8WeightPath::kCpAsync)
+        rs_fp8_chain[k.rs_fp8_block_m] = chain;
+      else if (k.rs_fp8_block_m > 0) {
         const GemmOutputs& plain = rs_fp8_chain.at(k.rs_fp8_block_m);
         EXPECT_TRUE(chain.h == plain.h && chain.h_scale == plain.h_scale && chain.o == plain.o)
-            << "bulk weight copies changed the outputs";
+            << "the weight path changed the outputs";
       }
       fmt::print("[ wgmma   ] {:<10} {:<22} T={:<5} {:<12} rows={:<6} h err={:.2e} (bytes equal {:.4f}, scales "
                  "{:.4f})  o err={:.2e} (equal {:.4f})  chain err={:.2e}\n",
@@ -1276,12 +1285,16 @@ TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
     const int block_m = T < kWgmmaRsWideMinTokens ? 64 : 96;
     const double experts = static_cast<double>(mma.active_experts());
     const double bytes1 = experts * 2 * s.I * s.H * (0.5 + 1.0 / 32), bytes2 = experts * s.H * s.I * (0.5 + 1.0 / 32);
-    for (bool bulk : {false, true})
+    using W = test::RsFp8WeightPath;
+    for (const W weights : {W::kCpAsync, W::kBulk, W::kRegisters})
       for (int work : {kRsFp8All, 3, 2, 1, 4, 0}) {
-        if (bulk && !(work & 2)) continue;  // without weight copies both forms are one kernel
+        // Without weight copies the bulk form is the cp.async kernel; the registers form copies
+        // no weights (its weight loads are part of the math).
+        if (weights == W::kBulk && !(work & 2)) continue;
+        if (weights == W::kRegisters && (block_m != 64 || (work != kRsFp8All && work != 4))) continue;
         Kernels k;
         k.rs_fp8_block_m = block_m;
-        k.rs_fp8_bulk = bulk;
+        k.rs_fp8_weights = weights;
         k.rs_fp8_work = work;
         GemmRun run(s, p, w, k);
         const double t1 = median_us([&] { run.gemm1(); });

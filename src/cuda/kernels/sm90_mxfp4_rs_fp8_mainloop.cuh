@@ -29,7 +29,7 @@
 //   stage s < kStages, kStageBytes (a multiple of 1024) apart:
 //     A   kBlockM token rows x 128 B, K-major with the 128-byte swizzle of ptx/wgmma.cuh
 //     W   16 micro-tiles x 512 B: weight rows 8u .. 8u + 7 of the n tile, this k step
-//     D   128 shift words (the 4 k32 blocks of one weight row)
+//     D   128 shift words (the 4 k32 blocks of one weight row)   (W, D unused with kRegisters)
 //     SA  kBlockM E8M0 words (the 4 k32 blocks of one token), as copied
 //     SF  4 x kBlockM fp32: 2^(sa - 127) of k32 block kb at [kb][rs_fp8_scale_slot(token)]
 //   amax   [2 consumers][4 warps][kBlockM] fp32 (GEMM 1 epilogue: Q8 amax per token)
@@ -46,6 +46,7 @@
 #include "cuda/kernels/sm90_rs_fragment.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/cp_async_bulk.cuh"
+#include "cuda/ptx/ld_global.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/tile/fp4_codec.h"
@@ -61,10 +62,16 @@ enum RsFp8Work : int { kRsFp8CopyA = 1, kRsFp8CopyW = 2, kRsFp8Math = 4, kRsFp8A
 template <class Cfg, class Epilogue, class Params>
 __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t* smem_raw);
 
-// kBulkWeights: the producer copies each k step's weight micro-tiles and shift words with bulk
-// copies (one 512-byte copy each, 17 per step, on the full barrier's transaction count) instead
-// of 16-byte cp.async by all its threads.
-template <int kBlockM_, bool kBulkWeights_ = false, int kWork_ = kRsFp8AllWork>
+// How a k step's weight micro-tiles and shift words reach the consumers:
+//   kCpAsync    the producer's threads copy them into the stage with 16-byte cp.async;
+//   kBulk       the producer copies them as 17 bulk copies of 512 bytes on the full barrier's
+//               transaction count;
+//   kRegisters  each consumer thread loads its own 2 x 16 bytes and 2 shift words from global
+//               memory into registers, two k steps ahead (the decode kernels' way); the stage
+//               holds only the activations. 64-token tiles: at 96 the two register slots spill.
+enum class RsFp8Weights { kCpAsync, kBulk, kRegisters };
+
+template <int kBlockM_, RsFp8Weights kWeights_ = RsFp8Weights::kCpAsync, int kWork_ = kRsFp8AllWork>
 struct RsFp8TileConfig {
   // The kernel body (sm90_rs_kernel.cuh) and its launch check: folded weights only.
   template <class Epilogue, class Params>
@@ -72,7 +79,9 @@ struct RsFp8TileConfig {
     run_rs_fp8_grouped_gemm<RsFp8TileConfig, Epilogue>(p, smem);
   }
   static bool operands_ok(const GroupedGemmOperands& op) { return op.w_col_scale != nullptr; }
-  static constexpr bool kBulkWeights = kBulkWeights_;
+  static constexpr RsFp8Weights kWeights = kWeights_;
+  static constexpr bool kBulkWeights = kWeights == RsFp8Weights::kBulk;
+  static constexpr bool kProducerWeights = kWeights != RsFp8Weights::kRegisters;
   static constexpr int kWork = kWork_;
   static constexpr int kBlockM = kBlockM_;  // token rows (the wgmma N side)
   static constexpr int kBlockN = 128;       // weight rows (2 consumers x 64)
@@ -86,6 +95,7 @@ struct RsFp8TileConfig {
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = 224;
   static_assert(kBlockM == 64 || kBlockM == 96, "m64n64k32 or m64n96k32 (n128 spills)");
+  static_assert(kWeights_ != RsFp8Weights::kRegisters || kBlockM == 64, "the register slots spill at n96");
   // setmaxnreg moves registers within the block's allocation: 384 threads x 168 at launch.
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register file");
   // The producer signals full(i) after issuing step i + kLookahead, which needs step
@@ -195,7 +205,7 @@ struct RsFp8Producer {
                          a_src[j] ? 16 : 0);
       }
     }
-    if constexpr ((Cfg::kWork & kRsFp8CopyW) != 0 && Cfg::kBulkWeights) {
+    if constexpr ((Cfg::kWork & kRsFp8CopyW) != 0 && Cfg::kProducerWeights && Cfg::kBulkWeights) {
       // The full barrier's phase of this step cannot complete before the producer's 128
       // arrivals, kLookahead steps later, so the count may go below zero in between: the
       // expectation need not precede the copies.
@@ -204,7 +214,7 @@ struct RsFp8Producer {
         ptx::cp_async_bulk_g2s(ptx::smem_addr(sm.w(s)) + tid * kWeightMicroTileBytes, bulk_src + ks * bulk_step,
                                kWeightMicroTileBytes, sm.full(s), l2_policy);
     }
-    if constexpr ((Cfg::kWork & kRsFp8CopyW) != 0 && !Cfg::kBulkWeights) {
+    if constexpr ((Cfg::kWork & kRsFp8CopyW) != 0 && Cfg::kProducerWeights && !Cfg::kBulkWeights) {
       const uint32_t w_dst = ptx::smem_addr(sm.w(s));
       const int64_t micro_stride = static_cast<int64_t>(4) * k_steps * kWeightMicroTileBytes;  // 4 micro-tiles on
 #pragma unroll
@@ -312,11 +322,12 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
     // step): decode the next block into the other fragment set, retire this one, issue the next
     // into the other partial set and promote this one while it runs. The tile's last block
     // (kFinal) only retires and promotes.
-    auto block = [&](auto final_constant, auto kb_constant, int ks, int s) {
+    // load_next (block 3 only): takes the next step's weight words.
+    auto block = [&](auto final_constant, auto kb_constant, int ks, int s, auto&& load_next) {
       constexpr bool kFinal = decltype(final_constant)::value;
       constexpr int kb = decltype(kb_constant)::value, kb_next = (kb + 1) % 4, set = kb % 2, next = 1 - set;
       if constexpr (!kFinal) {
-        if constexpr (kb == 3) load_step(ks + 1);
+        if constexpr (kb == 3) load_next();
         decode(kb_next, frag[next]);
       }
       ptx::wgmma_wait_group<0>();
@@ -331,24 +342,85 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
       if (lane == 0) ptx::mbarrier_arrive(sm.empty(s));
     };
 
-    if constexpr ((Cfg::kWork & kRsFp8Math) != 0) {
+    using B0 = std::integral_constant<int, 0>;
+    using B1 = std::integral_constant<int, 1>;
+    using B2 = std::integral_constant<int, 2>;
+    using B3 = std::integral_constant<int, 3>;
+    if constexpr ((Cfg::kWork & kRsFp8Math) != 0 && Cfg::kProducerWeights) {
       load_step(0);
       decode(0, frag[0]);
       issue(part[0], frag[0], item % S, 0);
       for (int ks = 0; ks + 1 < k_steps; ++ks) {
         const int s = (item + ks) % S;
-        block(Next{}, std::integral_constant<int, 0>{}, ks, s);
-        block(Next{}, std::integral_constant<int, 1>{}, ks, s);
-        block(Next{}, std::integral_constant<int, 2>{}, ks, s);
-        block(Next{}, std::integral_constant<int, 3>{}, ks, s);
+        block(Next{}, B0{}, ks, s, nullptr);
+        block(Next{}, B1{}, ks, s, nullptr);
+        block(Next{}, B2{}, ks, s, nullptr);
+        block(Next{}, B3{}, ks, s, [&] { load_step(ks + 1); });
         release(s);
       }
       const int ks = k_steps - 1, s = (item + ks) % S;
-      block(Next{}, std::integral_constant<int, 0>{}, ks, s);
-      block(Next{}, std::integral_constant<int, 1>{}, ks, s);
-      block(Next{}, std::integral_constant<int, 2>{}, ks, s);
-      block(Final{}, std::integral_constant<int, 3>{}, ks, s);
+      block(Next{}, B0{}, ks, s, nullptr);
+      block(Next{}, B1{}, ks, s, nullptr);
+      block(Next{}, B2{}, ks, s, nullptr);
+      block(Final{}, B3{}, ks, s, nullptr);
       release(s);
+    } else if constexpr ((Cfg::kWork & kRsFp8Math) != 0) {
+      // kRegisters: the words of k step j in register slot j % 2, loaded two steps ahead (the
+      // loop runs the steps in pairs so every slot is a fixed register set).
+      const int64_t micro_g = static_cast<int64_t>(tc.expert) * (op.n / 8) + tc.n_tile * (Cfg::kBlockN / 8) + micro;
+      const uint8_t* gw = op.w + micro_g * k_steps * kWeightMicroTileBytes + lane * 16;
+      const int64_t gw8 = static_cast<int64_t>(k_steps) * kWeightMicroTileBytes;  // rows g + 8: the next micro-tile
+      const uint8_t* gd = op.w_scale + (static_cast<int64_t>(tc.expert) * k_steps * op.n + f.row) * 4;
+      const int64_t gd_step = static_cast<int64_t>(op.n) * 4;
+      uint4 rw[2][2];
+      uint32_t rd[2][2];
+      auto fetch = [&](auto slot_constant, int ks) {
+        constexpr int j = decltype(slot_constant)::value;
+        rw[j][0] = ptx::ld_stream_v4(gw + ks * kWeightMicroTileBytes);
+        rw[j][1] = ptx::ld_stream_v4(gw + gw8 + ks * kWeightMicroTileBytes);
+        rd[j][0] = ptx::ld_stream_u32(gd + ks * gd_step);
+        rd[j][1] = ptx::ld_stream_u32(gd + ks * gd_step + 8 * 4);
+      };
+      // Waits for k step ks's activations and takes its words from slot ks % 2, refilled with ks + 2.
+      auto take = [&](auto slot_constant, int ks) {
+        constexpr int j = decltype(slot_constant)::value;
+        const int s = (item + ks) % S;
+        ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
+        w_g = rw[j][0];
+        w_g8 = rw[j][1];
+        d_g = rd[j][0];
+        d_g8 = rd[j][1];
+        if (ks + 2 < k_steps) fetch(slot_constant, ks + 2);
+      };
+      // Step ks (ks % 2 == slot); kFinal: the tile's last (no next step to take).
+      auto step = [&](auto final_constant, auto slot_constant, int ks) {
+        constexpr int j = decltype(slot_constant)::value;
+        const int s = (item + ks) % S;
+        block(Next{}, B0{}, ks, s, nullptr);
+        block(Next{}, B1{}, ks, s, nullptr);
+        block(Next{}, B2{}, ks, s, nullptr);
+        if constexpr (decltype(final_constant)::value)
+          block(Final{}, B3{}, ks, s, nullptr);
+        else
+          block(Next{}, B3{}, ks, s, [&] { take(std::integral_constant<int, 1 - j>{}, ks + 1); });
+        release(s);
+      };
+      fetch(B0{}, 0);
+      if (k_steps > 1) fetch(B1{}, 1);
+      take(B0{}, 0);
+      decode(0, frag[0]);
+      issue(part[0], frag[0], item % S, 0);
+      int ks = 0;
+      for (; ks + 2 < k_steps; ks += 2) {
+        step(Next{}, B0{}, ks);
+        step(Next{}, B1{}, ks + 1);
+      }
+      if (ks + 1 < k_steps) {  // two steps left (ks is even)
+        step(Next{}, B0{}, ks);
+        step(Final{}, B1{}, ks + 1);
+      } else {
+        step(Final{}, B0{}, ks);
+      }
     } else {
       for (int ks = 0; ks < k_steps; ++ks) {
         const int s = (item + ks) % S;
