@@ -5,9 +5,10 @@
 #
 #   scripts/device_pack.sh build-wgmma .device-bin-wgmma   (here, then on the device:)
 #   MOE_EP_DEVICE_BIN=.device-bin-wgmma scripts/device_wgmma.sh
-#   MOE_EP_WGMMA_STEPS="sass tests timing split decode bench nvfp4 sanitizer flash ncu ncu-source"
-#                              (default: all but split, decode, nvfp4, ncu and ncu-source)
+#   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench nvfp4 sanitizer flash ncu ncu-source"
+#                              (default: all but split, decode, shared, nvfp4, ncu and ncu-source)
 #   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight
+#   shared: the shared expert's dot-product kernels at T = 1, 4, row-major against tiled weights
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
 #   split: the rs fp8 kernels' time split by work (Sm90WgmmaTiming.RsFp8WorkSplit)
 #   ncu-source: per-instruction stall samples (scripts/ncu_stall_ledger.py) of the kernels matching
@@ -77,7 +78,7 @@ fi
 # 2. Tests: host checks, the device decode / conversion probes of wgmma-bf16, kernel-level
 # comparisons with mma.sync, the tiny layer forced onto each warpgroup family.
 if has tests; then
-  run_limited 200 "$TESTS" --gtest_filter='Sm90Kernels.Permute*:Sm90Fp4Codec*:Sm90RsCodec*:Sm90Config*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.*' \
+  run_limited 200 "$TESTS" --gtest_filter='Sm90Kernels.Permute*:Sm90SharedExpert.Tiled*:Sm90Fp4Codec*:Sm90RsCodec*:Sm90Config*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.*' \
     > "$WORK/tests.log" 2>&1
   rc=$?
   note "tests (host, kernels, tiny layer): rc=$rc $(gtest_counts "$WORK/tests.log")  ($(elapsed) s)"
@@ -110,6 +111,13 @@ if has decode; then
     > "$WORK/decode.log" 2>&1
   note "decode: rc=$? $(gtest_counts "$WORK/decode.log")  ($(elapsed) s)"
   grep -E "^\[ decode|Failure|Expected|Which is" "$WORK/decode.log" | head -20 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+# 3d. The shared expert's decode kernels: row-major against tiled weights.
+if has shared; then
+  MOE_EP_WGMMA_TIMING=1 run_limited 60 "$TESTS" --gtest_filter='Sm90SharedExpertTiming.*' > "$WORK/shared.log" 2>&1
+  note "shared: rc=$? $(gtest_counts "$WORK/shared.log")  ($(elapsed) s)"
+  grep -E "^\[ shared|Failure|Expected|Which is" "$WORK/shared.log" | head -12 | sed 's/^/  /' >> "$SUMMARY"
 fi
 
 # 4. The layer bench (CUDA graph replays), wgmma forced and auto.

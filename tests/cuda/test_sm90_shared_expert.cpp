@@ -4,13 +4,16 @@
 // mxfp4 threshold; reruns bitwise equal.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "cuda/device_buffer.h"
 #include "cuda/errors.h"
+#include "cuda/kernels/sm90_shared_expert.h"
 #include "cuda/sm90_shared_expert.h"
 #include "cuda_test_util.h"
 #include "moe_ep/formats.h"
@@ -138,6 +141,125 @@ TEST(Sm90SharedExpert, TensorCoresMatchTheCpuSharedExpert) {
   EXPECT_LE(autom.e_out, threshold);
   const Outcome decode = run_case(Case{256, 128, 63, 10.0f}, cuda::Sm90SharedExpert::Way::kAuto);
   EXPECT_FALSE(decode.tensor_cores) << describe(Case{256, 128, 63, 10.0f}, decode);
+}
+
+// ---- the tiled weight layout (SharedExpertParams::tiled_weights), kernel level ---------------
+// The dot-product kernels on row-major weights and on the same weights in the tiled layout read
+// the same terms in the same order: y bitwise equal. Opt-in timing of both at small T
+// (MOE_EP_WGMMA_TIMING=1, the device runner's timing switch), flash and pro shapes.
+struct SharedKernelRun {
+  int64_t H, I, T;
+  cuda::DeviceBuffer x, w13, w2, w13_tiled, w2_tiled, h, y;
+
+  SharedKernelRun(int64_t H_, int64_t I_, int64_t T_, uint64_t seed) : H(H_), I(I_), T(T_) {
+    const std::vector<uint16_t> w13h = gaussian_bf16(2 * I * H, 4.0f / std::sqrt(float(H)), seed);
+    const std::vector<uint16_t> w2h = gaussian_bf16(H * I, 1.0f / std::sqrt(float(I)), seed + 1);
+    std::vector<uint16_t> t13(w13h.size()), t2(w2h.size());
+    for (int64_t r = 0; r < 2 * I; ++r)
+      for (int64_t k = 0; k < H; ++k) t13[cuda::shared_expert_tiled_index(r, k, H, I)] = w13h[r * H + k];
+    for (int64_t r = 0; r < H; ++r)
+      for (int64_t k = 0; k < I; ++k) t2[cuda::shared_expert_tiled_index(r, k, I, 0)] = w2h[r * I + k];
+    x = cuda::DeviceBuffer::upload(gaussian_bf16(T * H, 1.0f, seed + 2));
+    w13 = cuda::DeviceBuffer::upload(w13h);
+    w2 = cuda::DeviceBuffer::upload(w2h);
+    w13_tiled = cuda::DeviceBuffer::upload(t13);
+    w2_tiled = cuda::DeviceBuffer::upload(t2);
+    h = cuda::DeviceBuffer(T * I * 2);
+    y = cuda::DeviceBuffer(T * H * 2);
+  }
+
+  cuda::SharedExpertParams params(bool tiled) {
+    cuda::SharedExpertParams p;
+    p.x = x.get<uint16_t>();
+    p.w13 = (tiled ? w13_tiled : w13).get<uint16_t>();
+    p.w2 = (tiled ? w2_tiled : w2).get<uint16_t>();
+    p.h = h.get<uint16_t>();
+    p.y = y.get<uint16_t>();
+    p.num_tokens = static_cast<int32_t>(T);
+    p.hidden = static_cast<int32_t>(H);
+    p.intermediate = static_cast<int32_t>(I);
+    p.clamp = 10.0f;
+    p.path = cuda::SharedExpertPath::kDotProducts;
+    p.tiled_weights = tiled ? 1 : 0;
+    return p;
+  }
+
+  std::vector<uint16_t> run(bool tiled) {
+    MOE_EP_CUDA_CHECK(cudaMemset(y.get(), 0xFF, y.bytes()));
+    MOE_EP_CUDA_CHECK(cuda::launch_sm90_shared_expert(params(tiled), nullptr));
+    MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> out(T * H);
+    MOE_EP_CUDA_CHECK(cudaMemcpy(out.data(), y.get(), y.bytes(), cudaMemcpyDeviceToHost));
+    return out;
+  }
+};
+
+// The tiled index is a permutation of each matrix, and a warp's stage (4 rows x 256 terms, the
+// rows each warp of the two kernels reads) is one contiguous 2 KB block.
+TEST(Sm90SharedExpertLayout, TiledIndexPermutesAndGroupsEachWarpsStage) {
+  const int64_t H = 512, I = 256;
+  std::vector<int> seen13(2 * I * H, 0), seen2(H * I, 0);
+  for (int64_t r = 0; r < 2 * I; ++r)
+    for (int64_t k = 0; k < H; ++k) ++seen13[cuda::shared_expert_tiled_index(r, k, H, I)];
+  for (int64_t r = 0; r < H; ++r)
+    for (int64_t k = 0; k < I; ++k) ++seen2[cuda::shared_expert_tiled_index(r, k, I, 0)];
+  EXPECT_EQ(std::count(seen13.begin(), seen13.end(), 1), static_cast<int64_t>(seen13.size()));
+  EXPECT_EQ(std::count(seen2.begin(), seen2.end(), 1), static_cast<int64_t>(seen2.size()));
+  // gate_up warp b = 3 (gate rows 6, 7, up rows I + 6, I + 7), stage 1: one block, in row order.
+  const int64_t base = cuda::shared_expert_tiled_index(6, 256, H, I);
+  EXPECT_EQ(base % 1024, 0);
+  for (int r = 0; r < 4; ++r)
+    for (int64_t k = 256; k < 512; ++k)
+      EXPECT_EQ(cuda::shared_expert_tiled_index(r < 2 ? 6 + r : I + 4 + r, k, H, I), base + r * 256 + k - 256);
+  // down warp b = 5 (rows 20 .. 23), stage 0.
+  for (int r = 0; r < 4; ++r)
+    EXPECT_EQ(cuda::shared_expert_tiled_index(20 + r, 7, I, 0), 5 * 4 * I + r * 256 + 7);
+}
+
+TEST(Sm90SharedExpert, TiledWeightsGiveTheRowMajorResultsBitForBit) {
+  MOE_EP_REQUIRE_CUDA();
+  for (const auto& [H, I, T] : {std::tuple<int64_t, int64_t, int64_t>{256, 256, 1}, {512, 256, 7},
+                                {4096, 2048, 1}, {4096, 2048, 5}}) {
+    SharedKernelRun run(H, I, T, 17 + T);
+    const std::vector<uint16_t> plain = run.run(false), tiled = run.run(true);
+    int64_t nan = 0;
+    for (uint16_t v : tiled) nan += std::isnan(bf16_to_float(v));
+    EXPECT_EQ(nan, 0) << "H=" << H << " I=" << I << " T=" << T << ": unwritten (NaN-poisoned) outputs";
+    EXPECT_EQ(tiled, plain) << "H=" << H << " I=" << I << " T=" << T;
+  }
+  SharedKernelRun odd(384, 256, 1, 5);  // H % 256 != 0: the tiled layout is refused
+  EXPECT_EQ(cuda::launch_sm90_shared_expert(odd.params(true), nullptr), cudaErrorInvalidValue);
+}
+
+TEST(Sm90SharedExpertTiming, TiledWeightsAtSmallT) {
+  MOE_EP_REQUIRE_CUDA();
+  if (!std::getenv("MOE_EP_WGMMA_TIMING")) GTEST_SKIP() << "set MOE_EP_WGMMA_TIMING=1 to run (timed)";
+  cudaEvent_t a, b;
+  MOE_EP_CUDA_CHECK(cudaEventCreate(&a));
+  MOE_EP_CUDA_CHECK(cudaEventCreate(&b));
+  for (const auto& [name, H, I] : {std::tuple<const char*, int64_t, int64_t>{"flash", 4096, 2048}, {"pro", 7168, 3072}})
+    for (int64_t T : {1, 4}) {
+      SharedKernelRun run(H, I, T, 29);
+      for (bool tiled : {false, true}) {
+        const cuda::SharedExpertParams p = run.params(tiled);
+        std::vector<double> us;
+        for (int i = 0; i < 23; ++i) {
+          MOE_EP_CUDA_CHECK(cudaEventRecord(a));
+          MOE_EP_CUDA_CHECK(cuda::launch_sm90_shared_expert(p, nullptr));
+          MOE_EP_CUDA_CHECK(cudaEventRecord(b));
+          MOE_EP_CUDA_CHECK(cudaEventSynchronize(b));
+          float ms = 0.0f;
+          MOE_EP_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+          if (i >= 3) us.push_back(ms * 1e3);
+        }
+        std::sort(us.begin(), us.end());
+        const double bytes = 3.0 * H * I * 2;
+        fmt::print("[ shared   ] {:<5} T={} {:<10} {:8.2f} us  {:5.2f} TB/s of weights\n", name, T,
+                   tiled ? "tiled" : "row-major", us[us.size() / 2], bytes / us[us.size() / 2] * 1e-6);
+      }
+    }
+  MOE_EP_CUDA_CHECK(cudaEventDestroy(a));
+  MOE_EP_CUDA_CHECK(cudaEventDestroy(b));
 }
 
 }  // namespace

@@ -143,7 +143,10 @@ __device__ __forceinline__ void dot_stage(uint32_t w_ldsm, const uint8_t* w_lane
 // cp.async groups: W_0 .. W_{kSlots-1}, then (kAligned) A_0 .. A_{kSlots-1}, then one per
 // iteration k with stage k + kSlots's copies; so wait_group<kSlots - 1> at iteration k leaves
 // stage k landed on either path.
-template <int kTokens, bool kAligned, int kSlots>
+// kStageStride: the distance between two stages of a row, kStageTerms in the row-major layout,
+// kRows * kStageTerms in the tiled one (rows_lo = the warp's tile, rows_hi = + 2 rows' stage,
+// row_stride = kStageTerms).
+template <int kTokens, bool kAligned, int kSlots, int kStageStride = kStageTerms>
 __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, const uint16_t* __restrict__ rows_hi,
                                          int64_t row_stride, Activations<kTokens, kAligned, kSlots> act, int n,
                                          WarpSmem<kTokens, kSlots>& sm, float (&sum)[kTokens]) {
@@ -153,7 +156,7 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
   const uint32_t w_dst = ptx::smem_addr(&sm.w[0][r][16 * q]);
   auto copy_weights = [&](int stage, int slot) {
     const int left = n - stage * kStageTerms - 8 * q;  // n % 16 == 0: whole 8-term pieces
-    const uint16_t* src = w_src + stage * kStageTerms;
+    const uint16_t* src = w_src + stage * kStageStride;
     const uint32_t dst = w_dst + slot * kSlotBytes;
 #pragma unroll
     for (int j = 0; j < kStageTerms / 64; ++j)
@@ -211,8 +214,20 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
   }
 }
 
+// The tiled layout (shared_expert_tiled_index): warp b's rows start in its tile of kRows rows
+// of k terms, rows 2 and 3 two stage pieces on, a stage of all four kRows * kStageTerms terms.
+constexpr int kTiledStageStride = kRows * kStageTerms;
+
+template <int kTokens, bool kAligned, int kSlots>
+__device__ __forceinline__ void dot_tiled_rows(const uint16_t* w, int64_t k, Activations<kTokens, kAligned, kSlots> act,
+                                               WarpSmem<kTokens, kSlots>& sm, float (&sum)[kTokens]) {
+  const uint16_t* tile = w + static_cast<int64_t>(blockIdx.x) * kRows * k;
+  dot_rows<kTokens, kAligned, kSlots, kTiledStageStride>(tile, tile + 2 * kStageTerms, kStageTerms, act,
+                                                        static_cast<int>(k), sm, sum);
+}
+
 // Warp: h columns i0, i0 + 1 (i0 = 2 blockIdx.x); rows 0-1 their gate rows, 2-3 their up rows.
-template <int kTokens, bool kAligned>
+template <int kTokens, bool kAligned, bool kTiled>
 __global__ void __launch_bounds__(32) sm90_shared_gate_up_kernel(const __grid_constant__ SharedExpertParams p) {
   constexpr int kSlots = kGateUpSlots;
   __shared__ __align__(16) WarpSmem<kTokens, kSlots> sm;
@@ -221,8 +236,11 @@ __global__ void __launch_bounds__(32) sm90_shared_gate_up_kernel(const __grid_co
   const int tok0 = static_cast<int>(blockIdx.y) * kTokens;
   const int tokens = min(kTokens, p.num_tokens - tok0);
   float acc[kTokens];
-  dot_rows<kTokens, kAligned, kSlots>(p.w13 + i0 * H, p.w13 + (p.intermediate + i0) * H, H,
-                              {p.x + tok0 * H + 8 * lane, H, p.hidden - 8 * lane, tokens, {}}, p.hidden, sm, acc);
+  const Activations<kTokens, kAligned, kSlots> act{p.x + tok0 * H + 8 * lane, H, p.hidden - 8 * lane, tokens, {}};
+  if constexpr (kTiled)
+    dot_tiled_rows(p.w13, H, act, sm, acc);
+  else
+    dot_rows<kTokens, kAligned, kSlots>(p.w13 + i0 * H, p.w13 + (p.intermediate + i0) * H, H, act, p.hidden, sm, acc);
 #pragma unroll
   for (int tt = 0; tt < kTokens; ++tt) {
     const float up_sum = __shfl_down_sync(0xffffffffu, acc[tt], 16);
@@ -232,7 +250,7 @@ __global__ void __launch_bounds__(32) sm90_shared_gate_up_kernel(const __grid_co
 }
 
 // Warp: output features n0 .. n0 + 3 (n0 = 4 blockIdx.x), one W2 row each.
-template <int kTokens>
+template <int kTokens, bool kTiled>
 __global__ void __launch_bounds__(32) sm90_shared_down_kernel(const __grid_constant__ SharedExpertParams p) {
   constexpr int kSlots = kDownSlots;
   __shared__ __align__(16) WarpSmem<kTokens, kSlots> sm;
@@ -241,8 +259,11 @@ __global__ void __launch_bounds__(32) sm90_shared_down_kernel(const __grid_const
   const int tok0 = static_cast<int>(blockIdx.y) * kTokens;
   const int tokens = min(kTokens, p.num_tokens - tok0);
   float acc[kTokens];
-  dot_rows<kTokens, true, kSlots>(p.w2 + n0 * I, p.w2 + (n0 + 2) * I, I, {p.h + tok0 * I + 8 * lane, I, p.intermediate - 8 * lane, tokens, {}},
-                          p.intermediate, sm, acc);
+  const Activations<kTokens, true, kSlots> act{p.h + tok0 * I + 8 * lane, I, p.intermediate - 8 * lane, tokens, {}};
+  if constexpr (kTiled)
+    dot_tiled_rows(p.w2, I, act, sm, acc);
+  else
+    dot_rows<kTokens, true, kSlots>(p.w2 + n0 * I, p.w2 + (n0 + 2) * I, I, act, p.intermediate, sm, acc);
   if (lane % 8 != 0) return;
 #pragma unroll
   for (int tt = 0; tt < kTokens; ++tt) {
@@ -253,17 +274,23 @@ __global__ void __launch_bounds__(32) sm90_shared_down_kernel(const __grid_const
 }
 
 // Both kernels are programmatic dependents of the grid before them (ptx/griddep.cuh).
-template <int kTokens>
+template <int kTokens, bool kTiled>
 cudaError_t launch_dot_products(const SharedExpertParams& p, cudaStream_t stream) {
   const unsigned token_blocks = static_cast<unsigned>((p.num_tokens + kTokens - 1) / kTokens);
   const dim3 grid1(static_cast<unsigned>(p.intermediate / 2), token_blocks);
   // x rows are copied 16 bytes at a time when x allows (H % 16 == 0 keeps every row aligned alike).
-  const cudaError_t e = reinterpret_cast<uintptr_t>(p.x) % 16 == 0
-                            ? launch_dependent(sm90_shared_gate_up_kernel<kTokens, true>, grid1, 32, 0, stream, p)
-                            : launch_dependent(sm90_shared_gate_up_kernel<kTokens, false>, grid1, 32, 0, stream, p);
+  const cudaError_t e =
+      reinterpret_cast<uintptr_t>(p.x) % 16 == 0
+          ? launch_dependent(sm90_shared_gate_up_kernel<kTokens, true, kTiled>, grid1, 32, 0, stream, p)
+          : launch_dependent(sm90_shared_gate_up_kernel<kTokens, false, kTiled>, grid1, 32, 0, stream, p);
   if (e != cudaSuccess) return e;
   const dim3 grid2(static_cast<unsigned>(p.hidden / kRows), token_blocks);
-  return launch_dependent(sm90_shared_down_kernel<kTokens>, grid2, 32, 0, stream, p);
+  return launch_dependent(sm90_shared_down_kernel<kTokens, kTiled>, grid2, 32, 0, stream, p);
+}
+
+template <bool kTiled>
+cudaError_t launch_dot_products(const SharedExpertParams& p, cudaStream_t stream) {
+  return p.num_tokens == 1 ? launch_dot_products<1, kTiled>(p, stream) : launch_dot_products<kTok, kTiled>(p, stream);
 }
 
 }  // namespace
@@ -280,8 +307,14 @@ bool shared_expert_uses_tensor_cores(const SharedExpertParams& p) {
 
 cudaError_t launch_sm90_shared_expert(const SharedExpertParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return cudaSuccess;
+  if (p.tiled_weights) {  // the dot-product kernels only, whole stages only
+    if (shared_expert_uses_tensor_cores(p) || p.hidden % kStageTerms != 0 || p.intermediate % kStageTerms != 0)
+      return cudaErrorInvalidValue;
+    const cudaError_t e = launch_dot_products<true>(p, stream);
+    return e != cudaSuccess ? e : cudaGetLastError();
+  }
   if (shared_expert_uses_tensor_cores(p)) return launch_sm90_shared_expert_mma(p, stream);
-  const cudaError_t e = p.num_tokens == 1 ? launch_dot_products<1>(p, stream) : launch_dot_products<kTok>(p, stream);
+  const cudaError_t e = launch_dot_products<false>(p, stream);
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 

@@ -50,7 +50,21 @@ struct SharedExpertParams {
   float clamp = 0.0f;             // +inf when absent
   int32_t accumulate = 0;
   SharedExpertPath path = SharedExpertPath::kAuto;  // kTensorCores falls back when H, I do not fit
+  // w13 / w2 in the tiled layout (shared_expert_tiled_index): the dot-product kernels only, H and
+  // I multiples of 256; not yet used by the layer (kernel-level tests and timing).
+  int32_t tiled_weights = 0;
 };
+
+// The tiled layout of the dot-product kernels' weights: the 4 rows one warp reads (W13: gate rows
+// 2b, 2b + 1 and up rows I + 2b, I + 2b + 1; W2: rows 4b .. 4b + 3) stage by stage, 256 terms of
+// each per stage, [b][k / 256][4][256], so a warp's stage is one contiguous 2 KB block. Element
+// (row, k) of a [rows, K] matrix (w13: rows = 2I and `intermediate` = I; w2: intermediate = 0).
+constexpr int64_t shared_expert_tiled_index(int64_t row, int64_t k, int64_t K, int64_t intermediate) {
+  const int64_t j = intermediate > 0 && row >= intermediate ? row - intermediate : row;
+  const int64_t b = intermediate > 0 ? j / 2 : row / 4;
+  const int64_t r = intermediate > 0 ? (row >= intermediate ? 2 : 0) + j % 2 : row % 4;
+  return b * 4 * K + (k / 256) * 1024 + r * 256 + k % 256;
+}
 
 // Whether launch_sm90_shared_expert takes the tensor-core way for these parameters.
 bool shared_expert_uses_tensor_cores(const SharedExpertParams& params);
