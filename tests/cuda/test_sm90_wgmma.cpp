@@ -995,6 +995,12 @@ class Nvfp4GemmRun {
   std::vector<float> h() const { return sync_download<float>(h_f32_, r_.rows * s_.I); }
   std::vector<uint16_t> o() const { return sync_download<uint16_t>(o_, r_.rows * s_.H); }
   std::vector<int32_t> row_token() const { return sync_download<int32_t>(r_.row_token, r_.rows); }
+  int64_t active_experts() const {
+    const std::vector<int32_t> off = sync_download<int32_t>(r_.offsets, s_.E + 1);
+    int64_t n = 0;
+    for (int64_t e = 0; e < s_.E; ++e) n += off[e + 1] > off[e];
+    return n;
+  }
 
  private:
   template <class T>
@@ -1170,6 +1176,34 @@ double median_us(F&& f) {
   return t[t.size() / 2];
 }
 
+// nvfp4 at the flash size from random bytes: every nibble is a valid e2m1 code; block scales
+// e4m3 in [2^-3, 2^3) (no NaN), global factors 1.
+Nvfp4DeviceWeights random_nvfp4_weights(const Shape& s) {
+  auto gemm = [&](int64_t N, int64_t K, uint64_t seed, DeviceBuffer& tiles, DeviceBuffer& scales, DeviceBuffer& global) {
+    std::vector<uint8_t> t(s.E * N * K / 2), sc(s.E * N * K / 16);
+    fill_random(t, seed);
+    std::mt19937_64 rng(seed);
+    for (uint8_t& b : sc) b = static_cast<uint8_t>(0x20 + rng() % 0x30);  // exponents 4 .. 9 of e4m3
+    tiles = DeviceBuffer::upload(t);
+    scales = DeviceBuffer::upload(sc);
+    global = DeviceBuffer::upload(std::vector<float>(s.E, 1.0f));
+  };
+  Nvfp4DeviceWeights w;
+  gemm(2 * s.I, s.H, 5, w.w13, w.w13_scales, w.w13_global);
+  gemm(s.H, s.I, 6, w.w2, w.w2_scales, w.w2_global);
+  return w;
+}
+
+Nvfp4DeviceProblem random_nvfp4_problem(const Shape& s, int64_t T, uint64_t seed) {
+  const testing::HostInputs in = testing::make_inputs({T, s.H, s.E, s.K, 0.0, 1.0f, seed, 0});
+  std::vector<uint8_t> a(T * s.H / 2), sc(T * s.H / 16);
+  fill_random(a, seed + 1);
+  std::mt19937_64 rng(seed);
+  for (uint8_t& b : sc) b = static_cast<uint8_t>(0x20 + rng() % 0x30);
+  return {T, DeviceBuffer::upload(a), DeviceBuffer::upload(sc), DeviceBuffer::upload(std::vector<float>(T, 1.0f)),
+          DeviceBuffer::upload(in.topk_ids), DeviceBuffer::upload(in.topk_weights)};
+}
+
 // The timing tests are opt-in: they stream the flash size's 3.2 GB of weights many times.
 #define MOE_EP_REQUIRE_WGMMA_TIMING()                                                                     \
   do {                                                                                                   \
@@ -1259,6 +1293,25 @@ TEST(Sm90WgmmaTiming, DecodePrefetchDepthAtSmallT) {
       const double experts = static_cast<double>(run.active_experts());
       const double bytes1 = experts * 2 * s.I * s.H * (0.5 + 1.0 / 32), bytes2 = experts * s.H * s.I * (0.5 + 1.0 / 32);
       fmt::print("[ decode  ] {:>5} {:<24} {:>10.1f} {:>10.1f} {:>8.2f} {:>8.2f}\n", T, k.name(), t1, t2,
+                 bytes1 / t1 * 1e-6, bytes2 / t2 * 1e-6);
+    }
+  }
+  // nvfp4's decode kernels, the same comparison (weights 0.5 + 1/16 bytes per element).
+  const Nvfp4DeviceWeights nw = random_nvfp4_weights(s);
+  for (int64_t T : timing_tokens({1, 2, 4, 8, 32, 128})) {
+    const Nvfp4DeviceProblem p = random_nvfp4_problem(s, T, 500 + T);
+    std::optional<std::vector<uint16_t>> first;
+    for (const Nvfp4Kernels k : {Nvfp4Kernels::kDecode, Nvfp4Kernels::kDecodeDeep}) {
+      Nvfp4GemmRun run(s, p, nw, k);
+      const double t1 = median_us([&] { run.gemm1(); });
+      const double t2 = median_us([&] { run.gemm2(run); });
+      const std::vector<uint16_t> o = run.o();
+      if (!first) first = o;
+      else EXPECT_EQ(o, *first) << "T=" << T << ": the nvfp4 deep decode kernels differ";
+      const double experts = static_cast<double>(run.active_experts());
+      const double bytes1 = experts * 2 * s.I * s.H * (0.5 + 1.0 / 16), bytes2 = experts * s.H * s.I * (0.5 + 1.0 / 16);
+      fmt::print("[ decode  ] {:>5} {:<24} {:>10.1f} {:>10.1f} {:>8.2f} {:>8.2f}\n", T,
+                 k == Nvfp4Kernels::kDecode ? "nvfp4 decode, 2 ahead" : "nvfp4 decode, 4 ahead", t1, t2,
                  bytes1 / t1 * 1e-6, bytes2 / t2 * 1e-6);
     }
   }
