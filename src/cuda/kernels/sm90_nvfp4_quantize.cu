@@ -14,18 +14,7 @@ constexpr int kThreads = 128;
 __device__ __forceinline__ void load16(const Nvfp4QuantizeParams& p, int64_t row, int64_t blk,
                                        float (&v)[16]) {
   if (p.in_is_bf16) {
-    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.in) +
-                                                      row * p.cols + blk * 16);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const uint4 w = src[i];
-      const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[8 * i + 2 * j] = __uint_as_float(words[j] << 16);
-        v[8 * i + 2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
-      }
-    }
+    load_bf16_as_float<2>(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.in) + row * p.cols + blk * 16), v);
   } else {
     const float4* src = reinterpret_cast<const float4*>(static_cast<const float*>(p.in) +
                                                         row * p.cols + blk * 16);

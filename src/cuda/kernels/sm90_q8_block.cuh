@@ -11,18 +11,8 @@
 namespace moe_ep::cuda {
 
 __device__ __forceinline__ void q8_quantize_block(const Q8QuantizeParams& p, int64_t block) {
-  const uint4* src = reinterpret_cast<const uint4*>(p.x + block * 32);
   float v[32];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint4 w = src[i];
-    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      v[8 * i + 2 * j] = __uint_as_float(words[j] << 16);
-      v[8 * i + 2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
-    }
-  }
+  load_bf16_as_float<4>(reinterpret_cast<const uint4*>(p.x + block * 32), v);
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));

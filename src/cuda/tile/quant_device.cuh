@@ -14,6 +14,21 @@ inline constexpr float kQ8AmaxFloorDevice = 1e-4f;
 inline constexpr float kE4M3MaxDevice = 448.0f;
 inline constexpr float kE2M1MaxDevice = 6.0f;
 
+// The kWords 16-byte words of bf16 values at src, widened to fp32 (exact) in order.
+template <int kWords>
+__device__ __forceinline__ void load_bf16_as_float(const uint4* src, float (&v)[8 * kWords]) {
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) {
+    const uint4 w = src[i];
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[8 * i + 2 * j] = __uint_as_float(words[j] << 16);
+      v[8 * i + 2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
+    }
+  }
+}
+
 // ceil(log2(v)) for finite v > 0, from the bits (formats.cpp: ceil_log2).
 __device__ __forceinline__ int ceil_log2_device(float v) {
   const uint32_t bits = __float_as_uint(v);
