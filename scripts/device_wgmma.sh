@@ -82,7 +82,7 @@ fi
 if has tests; then
   group=0
   for filter in 'Sm90Kernels.Permute*:Sm90SharedExpert.Tiled*:Sm90Fp4Codec*:Sm90RsCodec*:Sm90Config*' \
-                'Sm90WgmmaKernels.*' 'Sm90WgmmaLayer.*'; do
+                'Sm90WgmmaKernels.*:Sm90Nvfp4Kernels.*' 'Sm90WgmmaLayer.*'; do
     group=$((group + 1))
     run_limited 150 "$TESTS" --gtest_filter="$filter" > "$WORK/tests$group.log" 2>&1
     rc=$?

@@ -1,0 +1,82 @@
+// The nvfp4 grouped-GEMM kernels against each other on the device (gemm_harness.h): the f16
+// wgmma kernels with the weights in registers (nvfp4-wgmma) and the decode kernels, regular and
+// deep, against the 64 x 128 f16 mma.sync kernels on the same routed rows: GEMM 1's fp32 h and
+// GEMM 2's o on the same NVFP4 h, outputs NaN-poisoned before each run.
+#include <cstdint>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cuda_test_util.h"
+#include "gemm_harness.h"
+#include "moe_ep/formats.h"
+
+namespace moe_ep::cuda {
+namespace {
+
+using namespace gemmtest;
+
+class Sm90Nvfp4Kernels : public ::testing::Test {
+ protected:
+  void SetUp() override { MOE_EP_REQUIRE_CUDA(); }
+};
+
+TEST_F(Sm90Nvfp4Kernels, WgmmaMatchesTheMmaKernels) {
+  for (const Shape& s : {Shape{"tiny", 16, 256, 128, 4}, Shape{"flash/E32", 32, 4096, 2048, 6}}) {
+    const Nvfp4DeviceWeights w = make_nvfp4_device_weights(s, 53);
+    for (const RoutingCase& c : std::vector<RoutingCase>{{"random", 1, 0.0},
+                                                         {"random, 10% holes", 7, 0.1},
+                                                         {"random, 5% holes", 300, 0.05},
+                                                         {"one expert, all rows", 200, 0.0, -1, 9}}) {
+      SCOPED_TRACE(fmt::format("{} {} T={}", s.name, c.name, c.T));
+      const Nvfp4DeviceProblem p = make_nvfp4_problem(s, make_inputs(s, c, 71 + static_cast<uint64_t>(c.T)));
+      Nvfp4GemmRun mma(s, p, w, Nvfp4Kernels::kMma), wg(s, p, w, Nvfp4Kernels::kWgmma);
+      mma.gemm1();
+      wg.gemm1();
+      mma.gemm2(mma);
+      wg.gemm2(mma);  // both GEMM 2s on mma.sync's NVFP4 h
+      ASSERT_EQ(wg.row_token(), mma.row_token()) << "the routed row order depends on the m tile";
+      const std::vector<float> h_ref = mma.h(), h_got = wg.h();
+      const std::vector<uint16_t> o_ref = mma.o(), o_got = wg.o();
+      ASSERT_FALSE(h_ref.empty());
+      const double err_h = rel_err_of(h_ref.size(), [&](size_t i) { return double{h_got[i]}; },
+                                      [&](size_t i) { return double{h_ref[i]}; });
+      const double err_o = rel_err_of(o_ref.size(), [&](size_t i) { return double{bf16_to_float(o_got[i])}; },
+                                      [&](size_t i) { return double{bf16_to_float(o_ref[i])}; });
+      EXPECT_LE(err_h, 1e-3) << "GEMM 1 fp32 h";
+      EXPECT_LE(err_o, 1e-3) << "GEMM 2 on the same h";
+      fmt::print("[ wgmma   ] nvfp4 {:<10} {:<22} T={:<5} h err={:.2e} (equal {:.4f})  o err={:.2e} (equal {:.4f})\n",
+                 s.name, c.name, c.T, err_h, equal_share(h_got, h_ref), err_o, equal_share(o_got, o_ref));
+    }
+  }
+}
+
+// nvfp4's decode kernels and their deep form run mma.sync's products in its k order: fp32 h and
+// o bitwise those of the 64 x 128 mma.sync kernels (o on the same NVFP4 h).
+TEST_F(Sm90Nvfp4Kernels, DecodeAndDeepDecodeAreBitwiseTheMmaKernels) {
+  const Shape s{"flash/E32", 32, 4096, 2048, 6};
+  const Nvfp4DeviceWeights w = make_nvfp4_device_weights(s, 59);
+  for (const RoutingCase& c : std::vector<RoutingCase>{{"random", 1, 0.0},
+                                                       {"random, 10% holes", 7, 0.1},
+                                                       {"one expert, all rows", 40, 0.0, -1, 9}}) {
+    SCOPED_TRACE(fmt::format("{} T={}", c.name, c.T));
+    const Nvfp4DeviceProblem p = make_nvfp4_problem(s, make_inputs(s, c, 83 + static_cast<uint64_t>(c.T)));
+    Nvfp4GemmRun mma(s, p, w, Nvfp4Kernels::kMma);
+    mma.gemm1();
+    mma.gemm2(mma);
+    const std::vector<float> h_ref = mma.h();
+    const std::vector<uint16_t> o_ref = mma.o();
+    ASSERT_FALSE(h_ref.empty());
+    for (const Nvfp4Kernels k : {Nvfp4Kernels::kDecode, Nvfp4Kernels::kDecodeDeep}) {
+      Nvfp4GemmRun run(s, p, w, k);
+      run.gemm1();
+      run.gemm2(mma);
+      EXPECT_EQ(run.h(), h_ref) << (k == Nvfp4Kernels::kDecode ? "decode" : "deep decode") << ": GEMM 1 fp32 h";
+      EXPECT_EQ(run.o(), o_ref) << (k == Nvfp4Kernels::kDecode ? "decode" : "deep decode") << ": GEMM 2 on the same h";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moe_ep::cuda
