@@ -115,6 +115,19 @@ __device__ __forceinline__ const float* rs_nvfp4_alphas(const GroupedGemmOperand
 
 __device__ __forceinline__ void rs_nvfp4_alphas_done(const RsFragment& f) { ptx::named_barrier_sync(1 + f.wg, 128); }
 
+// fn(i, c, col) for the tile's valid token columns col = 8 i + 2 f.t + c of a consumer thread
+// (its accumulators acc[4 i + c], row f.row, and acc[4 i + 2 + c], row f.row + 8).
+template <class Cfg, class Fn>
+__device__ __forceinline__ void for_each_token_column(const TileCoord& t, const RsFragment& f, Fn&& fn) {
+#pragma unroll
+  for (int i = 0; i < Cfg::kAcc / 4; ++i)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int col = 8 * i + 2 * f.t + c;
+      if (col < t.num_rows) fn(i, c, col);
+    }
+}
+
 // GEMM 1 of the nvfp4 recipe: rows f.row (gate) and f.row + 8 (up) give h column 8b + g as fp32
 // (its NVFP4 quantization is a separate pass over whole rows).
 struct RsSwigluF32Epilogue {
@@ -124,18 +137,13 @@ struct RsSwigluF32Epilogue {
                                                float (&acc)[Cfg::kAcc]) {
     const float* alpha = rs_nvfp4_alphas<Cfg>(op, t, f, sm);
     const int h_col = (f.row / 16) * 8 + f.row % 8;
-#pragma unroll
-    for (int i = 0; i < Cfg::kAcc / 4; ++i)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int col = 8 * i + 2 * f.t + c;
-        if (col >= t.num_rows) continue;
-        const int64_t row = t.row_begin + col;
-        const float gate = round_to_bf16_device(acc[4 * i + c] * alpha[col]);
-        const float up = round_to_bf16_device(acc[4 * i + 2 + c] * alpha[col]);
-        ep.h_f32[row * ep.intermediate + h_col] =
-            clamped_swiglu_device(gate, up, ep.clamp, ep.row_weight[row], ep.fast_math);
-      }
+    for_each_token_column<Cfg>(t, f, [&](int i, int c, int col) {
+      const int64_t row = t.row_begin + col;
+      const float gate = round_to_bf16_device(acc[4 * i + c] * alpha[col]);
+      const float up = round_to_bf16_device(acc[4 * i + 2 + c] * alpha[col]);
+      ep.h_f32[row * ep.intermediate + h_col] =
+          clamped_swiglu_device(gate, up, ep.clamp, ep.row_weight[row], ep.fast_math);
+    });
     rs_nvfp4_alphas_done(f);
   }
 };
@@ -147,16 +155,11 @@ struct RsNvfp4StoreBf16Epilogue {
                                                const TileCoord& t, const RsFragment& f, const Smem& sm,
                                                float (&acc)[Cfg::kAcc]) {
     const float* alpha = rs_nvfp4_alphas<Cfg>(op, t, f, sm);
-#pragma unroll
-    for (int i = 0; i < Cfg::kAcc / 4; ++i)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int col = 8 * i + 2 * f.t + c;
-        if (col >= t.num_rows) continue;
-        uint16_t* out = ep.out + static_cast<int64_t>(t.row_begin + col) * op.n + f.row;
-        out[0] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * i + c] * alpha[col]));
-        out[8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * i + 2 + c] * alpha[col]));
-      }
+    for_each_token_column<Cfg>(t, f, [&](int i, int c, int col) {
+      uint16_t* out = ep.out + static_cast<int64_t>(t.row_begin + col) * op.n + f.row;
+      out[0] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * i + c] * alpha[col]));
+      out[8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * i + 2 + c] * alpha[col]));
+    });
     rs_nvfp4_alphas_done(f);
   }
 };
