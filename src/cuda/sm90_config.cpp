@@ -8,6 +8,23 @@
 
 namespace moe_ep::cuda {
 
+namespace {
+
+// Why a register-operand family (wgmma-bf16, wgmma-rs, nvfp4-wgmma: n tiles of 128; k steps of
+// 128 are the plan's own rule) cannot run this layer, "" when it can: `weights` (a reason of the
+// loaded weights, or ""), then the shape, then whether its kernels fit on the device.
+std::string register_operand_unavailable(const MoeDesc& desc, const std::string& weights,
+                                         const int (&blocks_per_sm)[2]) {
+  static_assert(kRsFp8BlockN == 128, "the register-operand families take n tiles of 128");
+  if (!weights.empty()) return weights;
+  if (desc.fleet.hidden_size % 128 != 0 || (2 * desc.intermediate_size) % 128 != 0)
+    return fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of 128", desc.fleet.hidden_size,
+                       2 * desc.intermediate_size);
+  return blocks_per_sm[0] < 1 || blocks_per_sm[1] < 1 ? "the kernels do not fit on this device" : "";
+}
+
+}  // namespace
+
 const char* sm90_gemm_name(Sm90Gemm gemm) {
   switch (gemm) {
     case Sm90Gemm::kDecode: return "decode";
@@ -92,11 +109,7 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
     MOE_EP_CHECK_CODE(facts.decode_unavailable.empty() || o.gemm != GemmKernel::kDecode, ErrorCode::kUnsupported,
                       "overrides.gemm = decode: the nvfp4 decode GEMMs cannot run this layer: {}",
                       facts.decode_unavailable);
-    if (desc.fleet.hidden_size % 128 != 0 || (2 * desc.intermediate_size) % 128 != 0)
-      c.nvfp4_wgmma_unavailable = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of 128",
-                                              desc.fleet.hidden_size, 2 * desc.intermediate_size);
-    else if (facts.nvfp4_wgmma_blocks_per_sm[0] < 1 || facts.nvfp4_wgmma_blocks_per_sm[1] < 1)
-      c.nvfp4_wgmma_unavailable = "the kernels do not fit on this device";
+    c.nvfp4_wgmma_unavailable = register_operand_unavailable(desc, "", facts.nvfp4_wgmma_blocks_per_sm);
     MOE_EP_CHECK_CODE(c.nvfp4_wgmma_unavailable.empty() || o.gemm != GemmKernel::kWgmma, ErrorCode::kUnsupported,
                       "overrides.gemm = wgmma: the nvfp4 wgmma GEMMs cannot run this layer: {}",
                       c.nvfp4_wgmma_unavailable);
@@ -122,22 +135,13 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
                                       desc.fleet.hidden_size, 2 * desc.intermediate_size, ts.block_n);
   else if (facts.wgmma_blocks_per_sm[0] < 1 || facts.wgmma_blocks_per_sm[1] < 1)
     c.wgmma_unavailable = "the kernels do not fit on this device";
-  // The register-operand families (wgmma-bf16, wgmma-rs): folded weights, n tiles of 128 (k steps
-  // of 128 are the plan's own rule), and kernels that fit.
-  static_assert(kRsFp8BlockN == 128, "both register-operand families take n tiles of 128");
-  std::string rs_shape;
-  if (!facts.w13_folded || !facts.w2_folded)
-    rs_shape = c.fold ? "the weights are not inside the FP8 window (SPEC.md §5), so they are not folded"
-                      : "folding is off (overrides.fold_fp8 = false)";
-  else if (desc.fleet.hidden_size % 128 != 0 || (2 * desc.intermediate_size) % 128 != 0)
-    rs_shape = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of 128", desc.fleet.hidden_size,
-                           2 * desc.intermediate_size);
-  auto rs_unavailable = [&](const int (&blocks_per_sm)[2]) -> std::string {
-    if (!rs_shape.empty()) return rs_shape;
-    return blocks_per_sm[0] < 1 || blocks_per_sm[1] < 1 ? "the kernels do not fit on this device" : "";
-  };
-  c.wgmma_bf16_unavailable = rs_unavailable(facts.wgmma_bf16_blocks_per_sm);
-  c.wgmma_rs_unavailable = rs_unavailable(facts.wgmma_rs_blocks_per_sm);
+  // The mxfp4 register-operand families (wgmma-bf16, wgmma-rs) need folded weights.
+  const std::string unfolded =
+      facts.w13_folded && facts.w2_folded ? ""
+      : c.fold ? "the weights are not inside the FP8 window (SPEC.md §5), so they are not folded"
+               : "folding is off (overrides.fold_fp8 = false)";
+  c.wgmma_bf16_unavailable = register_operand_unavailable(desc, unfolded, facts.wgmma_bf16_blocks_per_sm);
+  c.wgmma_rs_unavailable = register_operand_unavailable(desc, unfolded, facts.wgmma_rs_blocks_per_sm);
   const bool decode_ok = facts.decode_unavailable.empty(), wgmma_ok = c.wgmma_unavailable.empty();
   MOE_EP_CHECK_CODE(decode_ok || o.gemm != GemmKernel::kDecode, ErrorCode::kUnsupported,
                     "overrides.gemm = decode: the decode GEMMs cannot run this layer: {}",
