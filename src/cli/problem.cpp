@@ -42,8 +42,13 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
   cmd.add_option("--tile", o.tile, "wgmma output tile MxN (SM90 wgmma: 64x256, 128x128; wgmma-rs: 64x128, 96x128)")->group(knobs);
   cmd.add_option("--decode-max-tokens", o.decode_max_tokens, "auto: decode GEMMs up to this T")
       ->check(integer_at_least(0))->group(knobs);
+  cmd.add_option("--decode-prefetch", o.decode_prefetch,
+                 "decode GEMMs: k steps of weights in flight per warp (2: three blocks per SM, 4: two)")
+      ->check(integer_at_least(1))->group(knobs);
   cmd.add_flag("--no-fold", o.no_fold, "mxfp4 on the GPU: keep E8M0 block scales (no FP8 folding)")
       ->group(knobs);
+  cmd.add_flag("--fuse-quantize-route", o.fuse_quantize_route,
+               "mxfp4 on the GPU: Q8 of x and the routing in one launch")->group(knobs);
 }
 
 namespace {
@@ -79,7 +84,9 @@ KernelOverrides parse_overrides(const ProblemOptions& o) {
   if (!o.kernel.empty()) k.gemm = parse_gemm_kernel(o.kernel, "--kernel");
   if (!o.tile.empty()) k.tile = parse_tile_shape(o.tile, "--tile");
   if (o.decode_max_tokens >= 0) k.decode_max_tokens = o.decode_max_tokens;
+  if (o.decode_prefetch > 0) k.decode_prefetch = o.decode_prefetch;
   if (o.no_fold) k.fold_fp8 = false;
+  if (o.fuse_quantize_route) k.fuse_quantize_route = true;
   return k;
 }
 

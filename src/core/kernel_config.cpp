@@ -56,6 +56,8 @@ std::string KernelOverrides::str() const {
   if (!tile.automatic()) add(fmt::format("tile={}", tile.str()));
   if (decode_max_tokens) add(fmt::format("decode_max_tokens={}", *decode_max_tokens));
   if (fold_fp8) add(fmt::format("fold_fp8={}", *fold_fp8));
+  if (decode_prefetch) add(fmt::format("decode_prefetch={}", *decode_prefetch));
+  if (fuse_quantize_route) add(fmt::format("fuse_quantize_route={}", *fuse_quantize_route));
   if (num_threads) add(fmt::format("num_threads={}", num_threads));
   if (cpu_batch_tokens) add(fmt::format("cpu_batch_tokens={}", cpu_batch_tokens));
   return s;

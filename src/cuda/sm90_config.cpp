@@ -95,6 +95,21 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
                  ">= 0 tokens", *o.decode_max_tokens);
     c.decode_max_tokens = *o.decode_max_tokens;
   }
+  if (o.decode_prefetch) {
+    MOE_EP_CHECK(*o.decode_prefetch == kDecodePrefetch || *o.decode_prefetch == kDecodeDeepPrefetch,
+                 "overrides.decode_prefetch = {} is invalid; expected {} or {} k steps", *o.decode_prefetch,
+                 kDecodePrefetch, kDecodeDeepPrefetch);
+    c.decode_prefetch = *o.decode_prefetch;
+  }
+  if (o.fuse_quantize_route.value_or(false)) {
+    MOE_EP_CHECK_CODE(mxfp4, ErrorCode::kUnsupported,
+                      "overrides.fuse_quantize_route = true: recipe '{}' quantizes x to NVFP4, which has "
+                      "no fused launch; it takes recipe 'mxfp4' (Q8 of x)", recipe_name(desc.recipe));
+    MOE_EP_CHECK_CODE(desc.quantize_input, ErrorCode::kUnsupported,
+                      "overrides.fuse_quantize_route = true: this layer does not quantize x "
+                      "(desc.quantize_input = false, or the local experts of an expert-parallel rank)");
+  }
+  if (o.fuse_quantize_route) c.fuse_quantize_route = *o.fuse_quantize_route;
   return c;
 }
 
@@ -103,6 +118,11 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
   c.facts = facts;
   const int64_t max_tokens = desc.fleet.max_tokens_per_rank;
   c.buckets.clear();
+  MOE_EP_CHECK_CODE(c.decode_prefetch != kDecodeDeepPrefetch || !facts.decode_unavailable.empty() ||
+                        (facts.decode_deep_blocks_per_sm[0] > 0 && facts.decode_deep_blocks_per_sm[1] > 0),
+                    ErrorCode::kUnsupported,
+                    "overrides.decode_prefetch = {}: the deep decode kernels do not fit on this device",
+                    kDecodeDeepPrefetch);
   if (desc.recipe != Recipe::kMxfp4) {
     // nvfp4 auto: the decode kernels up to decode_max_tokens (mma.sync where they cannot run),
     // then the 64 x 128 mma.sync kernels. The f16 wgmma kernels (n tiles of 128) by override.
@@ -199,6 +219,14 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
 
 void Sm90Config::describe(SelectedConfig& out) const {
   const bool mxfp4 = recipe == Recipe::kMxfp4;
+  const bool deep = decode_prefetch == kDecodeDeepPrefetch;
+  const int* decode_per_sm = deep ? facts.decode_deep_blocks_per_sm : facts.decode_blocks_per_sm;
+  const std::string decode_line =
+      facts.decode_unavailable.empty()
+          ? fmt::format("available: 16x128 tiles, auto up to T = {}, {} k steps of weights in flight per warp{}, "
+                        "blocks/SM {} / {}", decode_max_tokens, decode_prefetch,
+                        deep ? " (overrides.decode_prefetch)" : "", decode_per_sm[0], decode_per_sm[1])
+          : "unavailable: " + facts.decode_unavailable;
   out.add("gemm", requested == GemmKernel::kAuto ? "auto (by T bucket)"
                                                  : fmt::format("{} (overrides.gemm)", gemm_kernel_name(requested)));
   out.add("exact_accumulation", exact_accumulation ? "true" : "false");
@@ -211,21 +239,17 @@ void Sm90Config::describe(SelectedConfig& out) const {
                                        "decoded in registers, {}x128 tiles, blocks/SM {} / {}", kRsBlockM,
                                        facts.nvfp4_wgmma_blocks_per_sm[0], facts.nvfp4_wgmma_blocks_per_sm[1])
                          : "unavailable: " + nvfp4_wgmma_unavailable);
-    out.add("blocks_per_sm", fmt::format("decode {} / {}, mma {} / {}", facts.decode_blocks_per_sm[0],
-                                         facts.decode_blocks_per_sm[1], facts.mma_blocks_per_sm[0],
-                                         facts.mma_blocks_per_sm[1]));
-    out.add("decode", facts.decode_unavailable.empty()
-                          ? fmt::format("available: 16x128 tiles, auto up to T = {}", decode_max_tokens)
-                          : "unavailable: " + facts.decode_unavailable);
+    out.add("mma", fmt::format("64x128x128 tiles, blocks/SM {} / {}", facts.mma_blocks_per_sm[0],
+                               facts.mma_blocks_per_sm[1]));
+    out.add("decode", decode_line);
     return;
   }
   out.add("fold_fp8", fmt::format("{} (W13 {}, W2 {})", fold ? "on" : "off",
                                   facts.w13_folded ? "folded" : "E8M0 block scales",
                                   facts.w2_folded ? "folded" : "E8M0 block scales"));
-  out.add("decode", facts.decode_unavailable.empty()
-                        ? fmt::format("available: 16x128 tiles, auto up to T = {}, blocks/SM {} / {}",
-                                      decode_max_tokens, facts.decode_blocks_per_sm[0], facts.decode_blocks_per_sm[1])
-                        : "unavailable: " + facts.decode_unavailable);
+  out.add("decode", decode_line);
+  out.add("quantize_route", fuse_quantize_route ? "one launch (overrides.fuse_quantize_route)"
+                                                : "two launches (one by override: overrides.fuse_quantize_route)");
   const WgmmaTileShape ts = wgmma_tile_shape(wgmma_tile);
   out.add("wgmma", wgmma_unavailable.empty()
                        ? fmt::format("available: {}x{} tiles, auto from T = {}{}, blocks/SM {} / {}", ts.block_m,

@@ -35,6 +35,7 @@ struct Sm90Facts {
   bool w13_folded = false, w2_folded = false;  // mxfp4 weights folded into the FP8 window
   std::string decode_unavailable;  // why the decode kernels (of the recipe) cannot run ("" when they can)
   int decode_blocks_per_sm[2] = {0, 0};
+  int decode_deep_blocks_per_sm[2] = {0, 0};  // kDecodeDeepPrefetch form; 0 when it does not fit
   int mma_blocks_per_sm[2] = {0, 0};    // mma.sync (mxfp4) or f16 mma.sync (nvfp4) GEMMs
   int wgmma_blocks_per_sm[2] = {0, 0};  // of the selected tile; 0 when not configured
   int wgmma_bf16_blocks_per_sm[2] = {0, 0};  // 0 when not configured
@@ -55,6 +56,8 @@ struct Sm90Config {
   WgmmaTile wgmma_tile = kWgmmaDefaultTile;
   int64_t decode_max_tokens = kDecodeMaxTokens;
   int64_t wgmma_min_tokens = kWgmmaMinTokens;
+  int decode_prefetch = kDecodePrefetch;     // k steps of weights in flight per decode warp
+  bool fuse_quantize_route = false;          // Q8 of x and the routing in one launch (mxfp4)
   bool exact_accumulation = false, fast_math = false;
   std::string wgmma_unavailable;             // why wgmma cannot run ("" when it can)
   std::string wgmma_bf16_unavailable;        // the same for wgmma-bf16 (only by override so far)

@@ -11,6 +11,7 @@
 #include "core/weight_prep.h"
 #include "cuda/device_info.h"
 #include "cuda/errors.h"
+#include "cuda/kernels/sm90_quantize_route.h"
 #include "cuda/kernels/sm90_shared_expert.h"
 #include "cuda/weight_layout.h"
 #include "cuda/weight_upload.h"
@@ -53,9 +54,19 @@ void probe_decode(const LayerShape& shape, Sm90Facts& f) {
   const bool ok = gemm1(static_cast<int>(shape.hidden), &f.decode_blocks_per_sm[0]) == cudaSuccess &&
                   gemm2(static_cast<int>(shape.intermediate), &f.decode_blocks_per_sm[1]) == cudaSuccess;
   if (!ok) (void)cudaGetLastError();
-  if (!ok || f.decode_blocks_per_sm[0] < 1 || f.decode_blocks_per_sm[1] < 1)
+  if (!ok || f.decode_blocks_per_sm[0] < 1 || f.decode_blocks_per_sm[1] < 1) {
     f.decode_unavailable = fmt::format("a tile's 16 rows of A (K = {} in GEMM 1, {} in GEMM 2) do not fit in "
                                        "shared memory", shape.hidden, shape.intermediate);
+    return;
+  }
+  // The deep form (overrides.decode_prefetch): a failed probe leaves it unavailable.
+  const auto deep1 = mxfp4 ? &configure_sm90_mxfp4_decode_deep_gemm1 : &configure_sm90_nvfp4_decode_deep_gemm1;
+  const auto deep2 = mxfp4 ? &configure_sm90_mxfp4_decode_deep_gemm2 : &configure_sm90_nvfp4_decode_deep_gemm2;
+  if (deep1(static_cast<int>(shape.hidden), &f.decode_deep_blocks_per_sm[0]) != cudaSuccess ||
+      deep2(static_cast<int>(shape.intermediate), &f.decode_deep_blocks_per_sm[1]) != cudaSuccess) {
+    (void)cudaGetLastError();
+    f.decode_deep_blocks_per_sm[0] = f.decode_deep_blocks_per_sm[1] = 0;
+  }
 }
 
 }  // namespace
@@ -77,6 +88,7 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
                     "num_experts = {} needs {} bytes of shared memory in the routing kernel; cuda:{} "
                     "allows {} per block", shape.num_experts, permute_smem, device_index, dev.shared_per_block_optin);
   MOE_EP_CUDA_CHECK(configure_sm90_permute(static_cast<int>(shape.num_experts)));
+  if (config_.fuse_quantize_route) MOE_EP_CUDA_CHECK(configure_sm90_quantize_route(static_cast<int>(shape.num_experts)));
   Sm90Facts facts;
   facts.sm_count = dev.sm_count;
   if (mxfp4) {

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "cuda/errors.h"
+#include "cuda/kernels/sm90_quantize_route.h"
 
 namespace moe_ep::cuda {
 namespace {
@@ -12,11 +13,29 @@ using Launch = Sm90Pipeline::Launch;
 
 // ---- the steps: each copies its prebuilt params, patches T and the binding's pointers ----
 
-cudaError_t quantize_q8_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+Q8QuantizeParams q8_of(const Launch& l, const Sm90Binding& b) {
   Q8QuantizeParams q = l.q8;
   q.x = b.x;
   q.rows = b.num_tokens;
-  return launch_sm90_q8_quantize(q, s);
+  return q;
+}
+
+PermuteParams routing_of(const Launch& l, const Sm90Binding& b) {
+  PermuteParams r = l.permute;
+  r.topk_ids = b.topk_ids;
+  r.ids_are_int64 = b.ids_int64 ? 1 : 0;
+  r.topk_weights = b.topk_weights;
+  r.num_tokens = static_cast<int32_t>(b.num_tokens);
+  return r;
+}
+
+cudaError_t quantize_q8_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  return launch_sm90_q8_quantize(q8_of(l, b), s);
+}
+
+// Q8 of x and the routing in one launch (overrides.fuse_quantize_route).
+cudaError_t quantize_route_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  return launch_sm90_quantize_route(q8_of(l, b), routing_of(l, b), s);
 }
 
 cudaError_t quantize_nvfp4_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
@@ -39,12 +58,7 @@ cudaError_t h_to_16bit_step(const Launch& l, const Sm90Binding& b, cudaStream_t 
 }
 
 cudaError_t permute_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
-  PermuteParams r = l.permute;
-  r.topk_ids = b.topk_ids;
-  r.ids_are_int64 = b.ids_int64 ? 1 : 0;
-  r.topk_weights = b.topk_weights;
-  r.num_tokens = static_cast<int32_t>(b.num_tokens);
-  return launch_sm90_permute(r, s);
+  return launch_sm90_permute(routing_of(l, b), s);
 }
 
 // Where GEMM 1 reads x: the workspace (quantized by the layer, or converted to 16 bits), the
@@ -116,12 +130,18 @@ GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
   const Sm90Facts& f = c.facts;
   switch (bucket.gemm) {
     case Sm90Gemm::kDecode:
+      if (c.decode_prefetch == kDecodeDeepPrefetch)
+        return {&launch_sm90_mxfp4_decode_deep_gemm1, &launch_sm90_mxfp4_decode_deep_gemm2, kDecodeBlockN, false,
+                f.decode_deep_blocks_per_sm};
       return {&launch_sm90_mxfp4_decode_gemm1, &launch_sm90_mxfp4_decode_gemm2, kDecodeBlockN, false,
               f.decode_blocks_per_sm};
     case Sm90Gemm::kMma:
       return {&launch_sm90_mxfp4_grouped_gemm1, &launch_sm90_mxfp4_grouped_gemm2, kGemmBlockN, true,
               f.mma_blocks_per_sm};
     case Sm90Gemm::kNvfp4Decode:
+      if (c.decode_prefetch == kDecodeDeepPrefetch)
+        return {&launch_sm90_nvfp4_decode_deep_gemm1, &launch_sm90_nvfp4_decode_deep_gemm2, kDecodeBlockN, false,
+                f.decode_deep_blocks_per_sm};
       return {&launch_sm90_nvfp4_decode_gemm1, &launch_sm90_nvfp4_decode_gemm2, kDecodeBlockN, false,
               f.decode_blocks_per_sm};
     case Sm90Gemm::kNvfp4Mma:
@@ -266,9 +286,15 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     l.combine.top_k = static_cast<int32_t>(s.top_k);
     l.combine.hidden = static_cast<int32_t>(H);
 
-    if (quantize_input) l.steps.push_back(recipe.fp4_activations ? &quantize_nvfp4_step : &quantize_q8_step);
+    // The fused launch (config: mxfp4 with the layer quantizing x) replaces Q8 of x and the routing.
+    const bool fused = quantize_input && config.fuse_quantize_route;
+    MOE_EP_ASSERT(!fused || !recipe.fp4_activations);
+    if (quantize_input)
+      l.steps.push_back(fused                   ? &quantize_route_step
+                        : recipe.fp4_activations ? &quantize_nvfp4_step
+                                                 : &quantize_q8_step);
     if (wide) l.steps.push_back(quantize_input ? &x_to_16bit_step<false> : &x_to_16bit_step<true>);
-    l.steps.push_back(&permute_step);
+    if (!fused) l.steps.push_back(&permute_step);
     l.steps.push_back(quantize_input ? &gemm1_step<GemmA::kWorkspace>
                       : wide         ? &gemm1_step<GemmA::kCallerGlobal>
                                      : &gemm1_step<GemmA::kCaller>);
@@ -293,16 +319,25 @@ void Sm90Pipeline::run(const Sm90Binding& b, cudaStream_t stream) const {
 
 void Sm90Pipeline::describe(SelectedConfig& out) const {
   for (const Launch& l : launches_) {
-    const bool quantize = l.steps.front() == &quantize_q8_step || l.steps.front() == &quantize_nvfp4_step;
-    const char* wide = l.x_16bit.out == nullptr ? nullptr
-                       : l.x_16bit.convert == &launch_sm90_nvfp4_to_rs_f16 ? "f16" : "bf16";
-    out.plan.push_back(
-        {fmt::format("T={}..{}", std::max<int64_t>(1, l.bucket.min_tokens), l.bucket.max_tokens),
-         fmt::format("{} GEMMs, routing m tiles of {} rows; gemm1 grid {}, gemm2 grid {}; {} steps "
-                     "({}{}routing, gemm1, {}{}gemm2, combine)",
-                     sm90_gemm_name(l.bucket.gemm), l.bucket.block_m, grid_str(l.grid1), grid_str(l.grid2),
-                     l.steps.size(), quantize ? "quantize x, " : "", wide ? fmt::format("x to {}, ", wide) : "",
-                     l.gemm1.epilogue.h_f32 ? "nvfp4 of h, " : "", wide ? fmt::format("h to {}, ", wide) : "")});
+    const char* wide = l.x_16bit.convert == &launch_sm90_nvfp4_to_rs_f16 ? "f16" : "bf16";
+    std::string steps;
+    for (Step step : l.steps) {
+      const std::string name =
+          step == &quantize_q8_step || step == &quantize_nvfp4_step ? "quantize x"
+          : step == &quantize_route_step                            ? "quantize x + routing (one launch)"
+          : step == &x_to_16bit_step<false> || step == &x_to_16bit_step<true> ? fmt::format("x to {}", wide)
+          : step == &permute_step                                             ? "routing"
+          : step == &h_nvfp4_step                                             ? "nvfp4 of h"
+          : step == &h_to_16bit_step                                          ? fmt::format("h to {}", wide)
+          : step == &gemm2_step                                               ? "gemm2"
+          : step == &combine_step                                             ? "combine"
+                                                                              : "gemm1";
+      steps += (steps.empty() ? "" : ", ") + name;
+    }
+    out.plan.push_back({fmt::format("T={}..{}", std::max<int64_t>(1, l.bucket.min_tokens), l.bucket.max_tokens),
+                        fmt::format("{} GEMMs, routing m tiles of {} rows; gemm1 grid {}, gemm2 grid {}; {} steps ({})",
+                                    sm90_gemm_name(l.bucket.gemm), l.bucket.block_m, grid_str(l.grid1),
+                                    grid_str(l.grid2), l.steps.size(), steps)});
   }
 }
 

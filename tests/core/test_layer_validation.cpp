@@ -6,6 +6,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -49,6 +51,25 @@ class CreateValidation : public ::testing::Test {
 TEST_F(CreateValidation, ReleasedRuntime) {
   expect_error([&] { Layer::create(nullptr, mx_.desc(), mx_w_.pack(), mx_.overrides); },
                ErrorCode::kRuntime, {"released runtime"}, "null runtime");
+}
+
+// The CPU reference has no kernel variants: a pinned GPU choice is refused naming it, never ignored.
+TEST_F(CreateValidation, GpuKernelOverridesOnTheCpu) {
+  std::vector<std::pair<std::function<void(KernelOverrides&)>, const char*>> pins = {
+      {[](KernelOverrides& o) { o.gemm = GemmKernel::kWgmma; }, "gemm=wgmma"},
+      {[](KernelOverrides& o) { o.tile = {64, 256}; }, "tile=64x256"},
+      {[](KernelOverrides& o) { o.decode_max_tokens = 16; }, "decode_max_tokens=16"},
+      {[](KernelOverrides& o) { o.fold_fp8 = false; }, "fold_fp8=false"},
+      {[](KernelOverrides& o) { o.decode_prefetch = 4; }, "decode_prefetch=4"},
+      {[](KernelOverrides& o) { o.fuse_quantize_route = true; }, "fuse_quantize_route=true"},
+  };
+  for (const auto& [pin, name] : pins) {
+    Problem p = mx_;
+    pin(p.overrides);
+    p.overrides.num_threads = 2;  // a CPU choice beside it is not what is refused
+    expect_create_error(p, mx_w_.pack(), ErrorCode::kUnsupported, {name, "the CPU backend has no kernel variants"},
+                        name);
+  }
 }
 
 TEST_F(CreateValidation, Config) {

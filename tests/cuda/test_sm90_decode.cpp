@@ -132,6 +132,65 @@ TEST_P(Sm90Decode, OddStepCountsLargeKAndCallerQuantizedActivations) {
   check(caller, cw, in, std::string(dc.name) + " quantize_input = false");
 }
 
+// KernelOverrides::decode_prefetch = 4 (the deep decode kernels) and fuse_quantize_route (mxfp4:
+// Q8 of x and the routing in one launch) change how the layer runs, not what it computes: outputs
+// bitwise those of the default plan on random and structured routings, for the decode and the
+// mma.sync buckets (the fused launch feeds both), and within the recipe's threshold of the CPU.
+TEST_P(Sm90Decode, DeepPrefetchAndFusedQuantizeRouteGiveTheDefaultBits) {
+  const DecodeCase& dc = GetParam();
+  Problem p = testsupport::tiny_problem(dc.family);
+  if (!dc.folded) p.overrides.fold_fp8 = false;
+  p.max_tokens = 400;
+  const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 33);
+  std::vector<std::pair<std::string, Inputs>> cases;
+  for (int64_t T : {1, 7, 128, 400})
+    cases.emplace_back(fmt::format("random T={}, 10% holes", T),
+                       testsupport::random_inputs(p, T, 600 + T, {.skip_fraction = 0.1}));
+  Inputs tiles = testsupport::random_inputs(p, 41, 677, {.ids_i32 = true});
+  for (int64_t t = 0; t < tiles.tokens; ++t)
+    for (int64_t k = 0; k < p.top_k; ++k) tiles.set_id(t, k, k == 0 ? (t < 16 ? 2 : t < 33 ? 3 : 4) : -1);
+  cases.emplace_back("tiles of 16, 16+1 and 8 rows, int32 ids", tiles);
+  Inputs all = testsupport::random_inputs(p, 300, 678);
+  for (int64_t t = 0; t < all.tokens; ++t)
+    for (int64_t k = 0; k < p.top_k; ++k) all.set_id(t, k, 9);
+  cases.emplace_back("one expert in every slot", all);
+
+  const bool mxfp4 = std::string(dc.family) == "mxfp4";
+  for (const GemmKernel gemm : {GemmKernel::kDecode, GemmKernel::kMma}) {
+    Problem base = p;
+    base.overrides.gemm = gemm;
+    std::vector<std::pair<Problem, std::string>> variants;  // (problem, what its plan must say)
+    if (gemm == GemmKernel::kDecode) {
+      Problem deep = base;
+      deep.overrides.decode_prefetch = 4;  // the deep form
+      variants.emplace_back(deep, "4 k steps of weights in flight per warp (overrides.decode_prefetch)");
+    }
+    if (mxfp4) {
+      Problem fused = base;
+      fused.overrides.fuse_quantize_route = true;
+      variants.emplace_back(fused, "quantize x + routing (one launch), gemm1");
+    }
+    auto ref_layer = make_gpu_layer(base, w.pack());
+    for (const auto& [v, marker] : variants) {
+      auto layer = make_gpu_layer(v, w.pack());
+      const std::string config = layer->info().config.str();
+      EXPECT_NE(config.find(marker), std::string::npos) << config;
+      for (const auto& [what, in] : cases) {
+        const DeviceInputs d = to_device(p, in);
+        const std::vector<uint16_t> ref = run_on_gpu(*ref_layer, d), got = run_on_gpu(*layer, d);
+        int64_t same = 0;
+        for (size_t i = 0; i < got.size(); ++i) same += got[i] == ref[i];
+        EXPECT_EQ(same, static_cast<int64_t>(got.size())) << dc.name << " " << v.overrides.str() << ": " << what;
+        const double err = relative_error_rows(got, cpu_reference(p, w.pack(), in), p.hidden);
+        EXPECT_LE(err, same_recipe_tolerance(p.recipe)) << dc.name << " " << v.overrides.str() << ": " << what;
+        fmt::print("[ decode  ] {:<12} {:<42} {:<38} rel_err={:.3e} bitwise-equal to the default plan: {:.4f}\n",
+                   dc.name, v.overrides.str(), what, err, got.empty() ? 1.0 : same / static_cast<double>(got.size()));
+      }
+      EXPECT_EQ(layer->read_error_flags(), 0u);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Weights, Sm90Decode,
                          ::testing::Values(DecodeCase{"mxfp4", true, "Folded"},
                                            DecodeCase{"mxfp4", false, "BlockScales"},

@@ -21,6 +21,7 @@
 // Layer level: the layer forced onto the wgmma kernels (KernelOverrides::gemm = wgmma) against the CPU
 // layer on the tiny preset and deepseek-v4-flash (T = 1, 7, 300, 4096, a subset of rows for the
 // large ones), structured routings, and 20 bitwise reruns; nvfp4's f16 wgmma kernels likewise.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 
 #include "cuda/plan.h"
 #include "cuda/sm90_config.h"
+#include "cuda/sm90_pipeline.h"
 #include "cuda_test_util.h"
 #include "gemm_harness.h"
 #include "moe_ep/backend.h"
@@ -98,6 +100,7 @@ Sm90Facts all_available() {
   f.sm_count = 132;
   f.w13_folded = f.w2_folded = true;
   f.decode_blocks_per_sm[0] = f.decode_blocks_per_sm[1] = 2;
+  f.decode_deep_blocks_per_sm[0] = f.decode_deep_blocks_per_sm[1] = 2;
   f.mma_blocks_per_sm[0] = f.mma_blocks_per_sm[1] = 1;
   f.wgmma_blocks_per_sm[0] = f.wgmma_blocks_per_sm[1] = 1;
   f.wgmma_bf16_blocks_per_sm[0] = f.wgmma_bf16_blocks_per_sm[1] = 1;
@@ -310,6 +313,93 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   rs_no_fit.wgmma_rs_blocks_per_sm[0] = 0;
   expect_refused([&] { selected(d, rs, rs_no_fit); }, ErrorCode::kUnsupported,
                  "the wgmma-rs GEMMs cannot run this layer: the kernels do not fit on this device");
+}
+
+// decode_prefetch picks the decode kernels' form; fuse_quantize_route makes Q8 of x and the routing
+// one launch. Both are refused, naming them, where they cannot be honoured.
+TEST(Sm90Config, DecodePrefetchAndFusedQuantizeRouteOverrides) {
+  const MoeDesc d = flash_desc();
+  const Sm90Config plain = selected(d, {});
+  EXPECT_EQ(plain.decode_prefetch, kDecodePrefetch);
+  EXPECT_FALSE(plain.fuse_quantize_route);
+
+  KernelOverrides deep;
+  deep.decode_prefetch = kDecodeDeepPrefetch;
+  for (const Recipe r : {Recipe::kMxfp4, Recipe::kNvfp4}) {
+    const Sm90Config c = selected(flash_desc(r), deep);
+    EXPECT_EQ(c.decode_prefetch, kDecodeDeepPrefetch);
+    SelectedConfig out;
+    c.describe(out);
+    EXPECT_NE(out.str().find("4 k steps of weights in flight per warp (overrides.decode_prefetch)"),
+              std::string::npos) << out.str();
+    Sm90Facts no_deep = all_available();
+    no_deep.decode_deep_blocks_per_sm[1] = 0;
+    expect_refused([&] { selected(flash_desc(r), deep, no_deep); }, ErrorCode::kUnsupported,
+                   "overrides.decode_prefetch = 4: the deep decode kernels do not fit on this device");
+  }
+  KernelOverrides odd;
+  odd.decode_prefetch = 3;
+  expect_refused([&] { select_sm90_load_config(d, odd); }, ErrorCode::kInvalidArgument,
+                 "overrides.decode_prefetch = 3 is invalid; expected 2 or 4 k steps");
+  EXPECT_EQ(deep.str(), "decode_prefetch=4");
+
+  KernelOverrides fuse;
+  fuse.fuse_quantize_route = true;
+  const Sm90Config fused = selected(d, fuse);
+  EXPECT_TRUE(fused.fuse_quantize_route);
+  SelectedConfig out;
+  fused.describe(out);
+  EXPECT_NE(out.str().find("quantize_route = one launch (overrides.fuse_quantize_route)"), std::string::npos)
+      << out.str();
+  expect_refused([&] { select_sm90_load_config(flash_desc(Recipe::kNvfp4), fuse); }, ErrorCode::kUnsupported,
+                 "overrides.fuse_quantize_route = true: recipe 'nvfp4' quantizes x to NVFP4");
+  MoeDesc caller = d;
+  caller.quantize_input = false;
+  expect_refused([&] { select_sm90_load_config(caller, fuse); }, ErrorCode::kUnsupported,
+                 "overrides.fuse_quantize_route = true: this layer does not quantize x");
+  KernelOverrides unfused;
+  unfused.fuse_quantize_route = false;  // pinning the default is always honoured
+  EXPECT_FALSE(selected(caller, unfused).fuse_quantize_route);
+}
+
+// The plan's steps per bucket (host only: building the launch table launches nothing).
+TEST(Sm90Config, PlanStepsFollowTheConfig) {
+  MoeDesc d = flash_desc();
+  d.fleet.max_tokens_per_rank = 1024;
+  auto plan_of = [&](const MoeDesc& desc, const KernelOverrides& o) {
+    const Sm90Config c = selected(desc, o);
+    LayerShape shape{desc.fleet.num_experts, desc.fleet.hidden_size, desc.intermediate_size, desc.top_k,
+                     desc.fleet.max_tokens_per_rank, desc.recipe};
+    shape.activations_16bit = c.uses_16bit_activations();
+    const Plan plan = make_plan(shape);
+    // Host memory, left uninitialized: the launch table only forms pointers into it.
+    const std::unique_ptr<std::byte[]> workspace(new std::byte[plan.workspace.total_bytes]);
+    const Sm90Pipeline pipeline(c, plan, desc.quantize_input, 10.0f, {}, {}, workspace.get(), nullptr);
+    SelectedConfig out;
+    pipeline.describe(out);
+    return out.str();
+  };
+  const std::string plain = plan_of(d, {});
+  EXPECT_NE(plain.find("plan T=1..512: decode GEMMs, routing m tiles of 16 rows; gemm1 grid m_tiles16(T) x 1, "
+                       "gemm2 grid m_tiles16(T) x 1; 5 steps (quantize x, routing, gemm1, gemm2, combine)"),
+            std::string::npos) << plain;
+  KernelOverrides fuse;
+  fuse.fuse_quantize_route = true;
+  const std::string fused = plan_of(d, fuse);
+  EXPECT_NE(fused.find("4 steps (quantize x + routing (one launch), gemm1, gemm2, combine)"), std::string::npos)
+      << fused;
+  EXPECT_EQ(fused.find("routing, gemm1"), std::string::npos) << fused;
+  KernelOverrides bf16_fused = fuse;
+  bf16_fused.gemm = GemmKernel::kWgmmaBf16;
+  EXPECT_NE(plan_of(d, bf16_fused).find("(quantize x + routing (one launch), x to bf16, gemm1, h to bf16, gemm2, "
+                                        "combine)"),
+            std::string::npos) << plan_of(d, bf16_fused);
+  const std::string nv = plan_of(flash_desc(Recipe::kNvfp4), {});
+  EXPECT_NE(nv.find("(quantize x, routing, gemm1, nvfp4 of h, gemm2, combine)"), std::string::npos) << nv;
+  MoeDesc caller = d;
+  caller.quantize_input = false;
+  EXPECT_NE(plan_of(caller, {}).find("4 steps (routing, gemm1, gemm2, combine)"), std::string::npos)
+      << plan_of(caller, {});
 }
 
 TEST(Sm90Config, LaunchGridsCapPersistentKernelsAtTheResidentBlocks) {

@@ -184,15 +184,17 @@ cudaError_t launch_sm90_mxfp4_rs_fp8_grouped_gemm2(int block_m, const Gemm2Param
 inline constexpr int kDecodeBlockM = 16;
 inline constexpr int kDecodeBlockN = 128;
 inline constexpr int kDecodeThreads = 256;
+// k steps of weights each warp keeps in registers ahead of its MMAs (three blocks per SM).
+inline constexpr int kDecodePrefetch = 2;
 cudaError_t configure_sm90_mxfp4_decode_gemm1(int k, int* blocks_per_sm);
 cudaError_t configure_sm90_mxfp4_decode_gemm2(int k, int* blocks_per_sm);
 cudaError_t launch_sm90_mxfp4_decode_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
 cudaError_t launch_sm90_mxfp4_decode_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
 // The same mxfp4 decode GEMMs with kDecodeDeepPrefetch k steps of weights in registers ahead of
-// the MMAs instead of 2 (two blocks per SM instead of three): twice the bytes in flight per warp,
-// for T of a few tokens, where fewer blocks than SMs x 2 run. Outputs bitwise those of the
-// kernels above. Not yet selected by the layer (kernel-level tests and timing only); nvfp4's
-// below.
+// the MMAs instead of kDecodePrefetch (two blocks per SM instead of three): twice the bytes in
+// flight per warp, for T of a few tokens, where fewer blocks than SMs x 2 run. Outputs bitwise
+// those of the kernels above. The layer runs them by override (KernelOverrides::decode_prefetch);
+// nvfp4's below.
 inline constexpr int kDecodeDeepPrefetch = 4;
 cudaError_t configure_sm90_mxfp4_decode_deep_gemm1(int k, int* blocks_per_sm);
 cudaError_t configure_sm90_mxfp4_decode_deep_gemm2(int k, int* blocks_per_sm);

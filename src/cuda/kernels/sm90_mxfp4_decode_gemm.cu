@@ -28,14 +28,14 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
   Epilogue::apply(p.epilogue, p.op, t, acc, smem + decode_epilogue_offset(p.op.k));
 }
 
-template <class Epilogue, class Params, int kPrefetch = 2>
+template <class Epilogue, class Params, int kPrefetch = kDecodePrefetch>
 cudaError_t configure_decode(int k, int* blocks_per_sm) {
   return configure_persistent_kernels(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kPrefetch>, decode_shared_bytes(k),
                                       sm90_mxfp4_decode_kernel<false, Epilogue, Params, kPrefetch>,
                                       decode_shared_bytes(k), kDecodeThreads, blocks_per_sm);
 }
 
-template <class Epilogue, int kPrefetch = 2, class Params>
+template <class Epilogue, int kPrefetch = kDecodePrefetch, class Params>
 cudaError_t launch_decode(const Params& p, int m_tile_bound, cudaStream_t stream) {
   const int blocks = m_tile_bound * (p.op.n / kDecodeBlockN);
   if (blocks <= 0) return cudaSuccess;

@@ -26,13 +26,13 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
   Epilogue::apply(p.epilogue, p.op, t, acc, nullptr);
 }
 
-template <class Epilogue, class Params, int kPrefetch = 2>
+template <class Epilogue, class Params, int kPrefetch = kDecodePrefetch>
 cudaError_t configure_decode(int k, int* blocks_per_sm) {
   return configure_persistent_kernel(sm90_nvfp4_decode_kernel<Epilogue, Params, kPrefetch>, kDecodeThreads,
                                      nvfp4_decode_shared_bytes(k), blocks_per_sm);
 }
 
-template <class Epilogue, int kPrefetch = 2, class Params>
+template <class Epilogue, int kPrefetch = kDecodePrefetch, class Params>
 cudaError_t launch_decode(const Params& p, int m_tile_bound, cudaStream_t stream) {
   const int blocks = m_tile_bound * (p.op.n / kDecodeBlockN);
   if (blocks <= 0) return cudaSuccess;
