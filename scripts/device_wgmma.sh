@@ -5,9 +5,10 @@
 #
 #   scripts/device_pack.sh build-wgmma .device-bin-wgmma   (here, then on the device:)
 #   MOE_EP_DEVICE_BIN=.device-bin-wgmma scripts/device_wgmma.sh
-#   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench nvfp4 sanitizer flash ncu ncu-source"
-#                              (default: all but split, decode, shared, nvfp4, ncu and ncu-source)
+#   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench small nvfp4 sanitizer flash ncu ncu-source"
+#                              (default: all but split, decode, shared, small, nvfp4, ncu and ncu-source)
 #   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight
+#   small: the layer at T <= 128, default against --decode-prefetch 4 / --fuse-quantize-route / both
 #   shared: the shared expert's dot-product kernels at T = 1, 4, row-major against tiled weights
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
 #   split: the rs fp8 kernels' time split by work (Sm90WgmmaTiming.RsFp8WorkSplit)
@@ -82,7 +83,7 @@ fi
 if has tests; then
   group=0
   for filter in 'Sm90Kernels.Permute*:Sm90SharedExpert.Tiled*:Sm90Fp4Codec*:Sm90RsCodec*:Sm90Config*' \
-                'Sm90WgmmaKernels.*:Sm90Nvfp4Kernels.*' 'Sm90WgmmaLayer.*'; do
+                'Sm90WgmmaKernels.*:Sm90Nvfp4Kernels.*' 'Sm90WgmmaLayer.*:*Sm90Decode.DeepPrefetch*'; do
     group=$((group + 1))
     run_limited 150 "$TESTS" --gtest_filter="$filter" > "$WORK/tests$group.log" 2>&1
     rc=$?
@@ -91,7 +92,7 @@ if has tests; then
     if (( rc == 124 )); then  # a hang: the test it was in
       grep -E "^\[ RUN|^\[ wgmma" "$WORK/tests$group.log" | tail -3 | sed 's/^/  last: /' >> "$SUMMARY"
     fi
-    grep -E "^\[ wgmma|^\[ sm90|Failure|Expected|Which is|actual|FAILED" "$WORK/tests$group.log" | head -60 |
+    grep -E "^\[ wgmma|^\[ sm90|^\[ decode|Failure|Expected|Which is|actual|FAILED" "$WORK/tests$group.log" | head -60 |
       sed 's/^/  /' >> "$SUMMARY"
   done
 fi
@@ -133,6 +134,22 @@ if has bench && (( FAILED == 0 )); then
     --bandwidth-gbps 4240 --csv "$OUT/bench.csv" > "$WORK/bench.log" 2>&1
   note "bench (--kernel ${MOE_EP_BENCH_GEMM:-auto}): rc=$?  ($(elapsed) s)"
   grep -vE "^#|^$" "$WORK/bench.log" | tail -8 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+# 4a. Small T in the layer: the default plan against the deep decode kernels
+# (--decode-prefetch 4), the fused Q8 + routing launch (--fuse-quantize-route) and both.
+if has small; then  # timings only: the tests above check these plans' bits
+  for pin in "" "--decode-prefetch 4" "--fuse-quantize-route" "--decode-prefetch 4 --fuse-quantize-route"; do
+    for preset in deepseek-v4-flash deepseek-v4-pro; do
+      tokens=${MOE_EP_SMALL_TOKENS:-1,8,32,128}
+      [[ $preset == deepseek-v4-pro ]] && tokens=1,8
+      # shellcheck disable=SC2086  # $pin is a list of options
+      run_limited 60 "$CLI" bench --device cuda --preset $preset --tokens "$tokens" --iters 50 --warmup 5 \
+        --compute-tflops 1457 --bandwidth-gbps 4240 $pin > "$WORK/small.log" 2>&1
+      note "bench small $preset [${pin:-default}]: rc=$?  ($(elapsed) s)"
+      grep -E "^ +[0-9]+ " "$WORK/small.log" | sed 's/^/  /' >> "$SUMMARY"
+    done
+  done
 fi
 
 # 4b. nvfp4: auto (decode / mma.sync) against nvfp4-wgmma, the same graph-replay bench.
