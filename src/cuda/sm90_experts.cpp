@@ -227,8 +227,8 @@ SelectedConfig Sm90ExpertEngine::selected() const {
   config_.describe(out);
   if (shared_)
     out.add("shared_expert",
-            fmt::format("bf16, Is = {}, on a second stream beside the routed experts ({}); added to y in the "
-                        "combine", shared_->intermediate_size(),
+            fmt::format("bf16 {} weights, Is = {}, on a second stream beside the routed experts ({}); added to y "
+                        "in the combine", shared_->tiled() ? "tiled" : "row-major", shared_->intermediate_size(),
                         shared_->uses_tensor_cores(plan_.shape.max_tokens)
                             ? fmt::format("dot products below T = {}, tensor cores from it", kSharedExpertMmaMinTokens)
                             : std::string("dot products")));

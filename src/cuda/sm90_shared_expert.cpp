@@ -30,7 +30,7 @@ struct Sm90SharedExpert::Buffers {
 
 Sm90SharedExpert::Sm90SharedExpert(int64_t H, int64_t I, std::optional<float> clamp, const TensorView& w13,
                                    const TensorView& w2, int64_t max_tokens, int device_index,
-                                   bool own_scratch)
+                                   bool own_scratch, Layout layout)
     : H_(H), I_(I), max_tokens_(max_tokens), device_index_(device_index), buf_(std::make_unique<Buffers>()) {
   MOE_EP_CHECK(H >= 16 && H % 16 == 0 && H <= (1 << 20),
                "shared expert hidden_size = {} is invalid; expected a multiple of 16 in [16, 2^20]", H);
@@ -45,13 +45,29 @@ Sm90SharedExpert::Sm90SharedExpert(int64_t H, int64_t I, std::optional<float> cl
   clamp_ = clamp.value_or(std::numeric_limits<float>::infinity());
   check_matrix(w13, "shared w13", 2 * I, H, "[2I, H]", device_index);
   check_matrix(w2, "shared w2", H, I, "[H, I]", device_index);
+  MOE_EP_CHECK(layout != Layout::kTiled || shared_expert_tiles(H, I),
+               "shared expert tiled weights need hidden_size and intermediate_size multiples of 256; got H = {}, "
+               "I = {}", H, I);
+  tiled_ = layout == Layout::kTiled ||
+           (layout == Layout::kAuto && kSharedExpertTiledByDefault && shared_expert_tiles(H, I));
   MOE_EP_CUDA_CHECK(cudaSetDevice(device_index_));
   MOE_EP_CUDA_CHECK(configure_sm90_shared_expert_mma());
   buf_->w13 = DeviceBuffer(static_cast<size_t>(w13.nbytes()));
   buf_->w2 = DeviceBuffer(static_cast<size_t>(w2.nbytes()));
   if (own_scratch) buf_->h = DeviceBuffer(static_cast<size_t>(max_tokens * I * 2));
-  MOE_EP_CUDA_CHECK(cudaMemcpy(buf_->w13.get(), w13.data, buf_->w13.bytes(), cudaMemcpyDefault));
-  MOE_EP_CUDA_CHECK(cudaMemcpy(buf_->w2.get(), w2.data, buf_->w2.bytes(), cudaMemcpyDefault));
+  // Tiled: each matrix goes to the device as given, then into its layout there.
+  auto upload = [&](const TensorView& w, DeviceBuffer& to, int64_t rows, int64_t k, int64_t intermediate) {
+    DeviceBuffer row_major = tiled_ ? DeviceBuffer(to.bytes()) : DeviceBuffer();
+    DeviceBuffer& first = tiled_ ? row_major : to;
+    MOE_EP_CUDA_CHECK(cudaMemcpy(first.get(), w.data, to.bytes(), cudaMemcpyDefault));
+    if (tiled_) {
+      MOE_EP_CUDA_CHECK(launch_sm90_shared_expert_tile_weights(row_major.get<uint16_t>(), to.get<uint16_t>(), rows, k,
+                                                               intermediate, nullptr));
+      MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());  // before row_major is freed
+    }
+  };
+  upload(w13, buf_->w13, 2 * I, H, I);
+  upload(w2, buf_->w2, H, I, 0);
   MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -85,6 +101,7 @@ SharedExpertParams Sm90SharedExpert::params(int64_t T) const {
   p.hidden = static_cast<int32_t>(H_);
   p.intermediate = static_cast<int32_t>(I_);
   p.clamp = clamp_;
+  p.tiled_weights = tiled_ ? 1 : 0;
   p.path = way_ == Way::kDotProducts   ? SharedExpertPath::kDotProducts
            : way_ == Way::kTensorCores ? SharedExpertPath::kTensorCores
                                        : SharedExpertPath::kAuto;

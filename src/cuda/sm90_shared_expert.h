@@ -21,12 +21,16 @@ struct SharedExpertParams;  // kernels/sm90_shared_expert.h
 class Sm90SharedExpert {
  public:
   enum class Way { kAuto, kDotProducts, kTensorCores };  // kernels/sm90_shared_expert.h
+  // How the weights are kept on the device: row-major as given, or tiled for the dot-product
+  // warps (shared_expert_tiled_index; H and I multiples of 256). kAuto: kSharedExpertTiledByDefault
+  // where the sizes allow. Results are the same bits either way.
+  enum class Layout { kAuto, kRowMajor, kTiled };
   // w13 bf16 [2I, H], w2 bf16 [H, I] in host memory or on this device (copied); H and I
   // multiples of 16. own_scratch: allocate h (max_tokens x I bf16) for forward / add_to; without
   // it only the forward that takes the caller's h runs (a layer's workspace, cuda/plan.h).
   Sm90SharedExpert(int64_t hidden_size, int64_t intermediate_size, std::optional<float> activation_clamp,
                    const TensorView& w13, const TensorView& w2, int64_t max_tokens, int device_index,
-                   bool own_scratch = true);
+                   bool own_scratch = true, Layout layout = Layout::kAuto);
   ~Sm90SharedExpert();
   Sm90SharedExpert(const Sm90SharedExpert&) = delete;
   Sm90SharedExpert& operator=(const Sm90SharedExpert&) = delete;
@@ -40,6 +44,7 @@ class Sm90SharedExpert {
   // Pins the kernels (tests, benchmarks); kTensorCores needs H % 128 == 0 and I % 64 == 0.
   void set_way(Way way);
   bool uses_tensor_cores(int64_t num_tokens) const;
+  bool tiled() const { return tiled_; }
 
   int64_t weight_bytes() const { return 3 * H_ * I_ * 2; }
   int64_t hidden_size() const { return H_; }
@@ -52,6 +57,7 @@ class Sm90SharedExpert {
   int64_t H_, I_, max_tokens_;
   float clamp_;
   int device_index_;
+  bool tiled_ = false;
   Way way_ = Way::kAuto;
   std::unique_ptr<Buffers> buf_;
 };

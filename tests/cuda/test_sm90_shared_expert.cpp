@@ -52,11 +52,13 @@ struct Case {
 
 struct Outcome {
   double e_out = 0, e_add = 0, exact_out = 0, exact_add = 0;
-  bool rerun_bitwise = false, tensor_cores = false;
+  bool rerun_bitwise = false, tensor_cores = false, tiled = false;
+  std::vector<uint16_t> out, add;
 };
 
 // forward (into a poisoned y) and add_to against the CPU SharedExpert on fresh gaussian data.
-Outcome run_case(const Case& c, cuda::Sm90SharedExpert::Way way) {
+Outcome run_case(const Case& c, cuda::Sm90SharedExpert::Way way,
+                 cuda::Sm90SharedExpert::Layout layout = cuda::Sm90SharedExpert::Layout::kAuto) {
   const std::vector<uint16_t> w13 = gaussian_bf16(2 * c.I * c.H, 4.0f / std::sqrt(float(c.H)), c.H + c.T);
   const std::vector<uint16_t> w2 = gaussian_bf16(c.H * c.I, 1.0f / std::sqrt(float(c.I)), c.I + 3);
   const std::vector<uint16_t> x = gaussian_bf16(c.T * c.H, 1.0f, c.T + 11);
@@ -69,10 +71,11 @@ Outcome run_case(const Case& c, cuda::Sm90SharedExpert::Way way) {
   cpu->forward(xv, TensorView::contiguous(ref_out.data(), DType::kBF16, {c.T, c.H}));
   cpu->add_to(xv, TensorView::contiguous(ref_add.data(), DType::kBF16, {c.T, c.H}));
 
-  cuda::Sm90SharedExpert gpu(c.H, c.I, c.clamp, w13v, w2v, 512, 0);
+  cuda::Sm90SharedExpert gpu(c.H, c.I, c.clamp, w13v, w2v, 512, 0, /*own_scratch=*/true, layout);
   gpu.set_way(way);
   Outcome r;
   r.tensor_cores = gpu.uses_tensor_cores(c.T);
+  r.tiled = gpu.tiled();
   cuda::DeviceBuffer dx_buf(2 * (c.T * c.H + 1)), dy(c.T * c.H * 2);
   uint16_t* dx = dx_buf.get<uint16_t>() + (c.x_off_by_one ? 1 : 0);
   MOE_EP_CUDA_CHECK(cudaMemcpy(dx, x.data(), 2 * x.size(), cudaMemcpyHostToDevice));
@@ -88,6 +91,8 @@ Outcome run_case(const Case& c, cuda::Sm90SharedExpert::Way way) {
   r.e_out = rel_err(out, ref_out, &r.exact_out);
   r.e_add = rel_err(add, ref_add, &r.exact_add);
   r.rerun_bitwise = out == again;
+  r.out = std::move(out);
+  r.add = std::move(add);
   return r;
 }
 
@@ -141,6 +146,40 @@ TEST(Sm90SharedExpert, TensorCoresMatchTheCpuSharedExpert) {
   EXPECT_LE(autom.e_out, threshold);
   const Outcome decode = run_case(Case{256, 128, 63, 10.0f}, cuda::Sm90SharedExpert::Way::kAuto);
   EXPECT_FALSE(decode.tensor_cores) << describe(Case{256, 128, 63, 10.0f}, decode);
+}
+
+// The tiled layout (Sm90SharedExpert::Layout::kTiled: relaid on the device at load) changes
+// where the weights are, not which terms meet in which order: both ways give the row-major
+// layout's bits, forward and add_to, and stay within the threshold of the CPU.
+TEST(Sm90SharedExpert, TiledLayoutGivesTheRowMajorBitsBothWays) {
+  MOE_EP_REQUIRE_CUDA();
+  using Way = cuda::Sm90SharedExpert::Way;
+  using Layout = cuda::Sm90SharedExpert::Layout;
+  const double threshold = testing::device_rel_err_threshold(Recipe::kMxfp4);
+  for (const Case& c : {Case{256, 256, 1, 10.0f}, Case{512, 256, 7, std::nullopt}, Case{256, 512, 5, 10.0f, true},
+                        Case{512, 256, 130, 10.0f}, Case{4096, 2048, 1, 10.0f}, Case{4096, 2048, 200, 10.0f}})
+    for (const Way way : {Way::kDotProducts, Way::kTensorCores}) {
+      const Outcome plain = run_case(c, way, Layout::kRowMajor), tiled = run_case(c, way, Layout::kTiled);
+      const std::string what = describe(c, tiled);
+      EXPECT_FALSE(plain.tiled);
+      EXPECT_TRUE(tiled.tiled) << what;
+      EXPECT_EQ(tiled.tensor_cores, way == Way::kTensorCores && !c.x_off_by_one) << what;  // x must be 16-byte aligned
+      EXPECT_EQ(tiled.out, plain.out) << what << ": forward differs from the row-major layout";
+      EXPECT_EQ(tiled.add, plain.add) << what << ": add_to differs from the row-major layout";
+      EXPECT_LE(tiled.e_out, threshold) << what;
+      EXPECT_LE(tiled.e_add, threshold) << what;
+      fmt::print("[ shared   ] tiled {}\n", what);
+    }
+  std::vector<uint16_t> w(2 * 384 * 256);
+  const TensorView w13 = TensorView::contiguous(w.data(), DType::kBF16, {2 * 256, 384});
+  const TensorView w2 = TensorView::contiguous(w.data(), DType::kBF16, {384, 256});
+  try {
+    cuda::Sm90SharedExpert odd(384, 256, 1.0f, w13, w2, 1, 0, true, Layout::kTiled);
+    ADD_FAILURE() << "H = 384 accepted in the tiled layout";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("multiples of 256; got H = 384, I = 256"), std::string::npos) << e.message();
+  }
+  EXPECT_FALSE(cuda::Sm90SharedExpert(384, 256, 1.0f, w13, w2, 1, 0).tiled());  // auto: row-major where it must
 }
 
 // ---- the tiled weight layout (SharedExpertParams::tiled_weights), kernel level ---------------

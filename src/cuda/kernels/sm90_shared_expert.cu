@@ -307,15 +307,34 @@ bool shared_expert_uses_tensor_cores(const SharedExpertParams& p) {
 
 cudaError_t launch_sm90_shared_expert(const SharedExpertParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return cudaSuccess;
-  if (p.tiled_weights) {  // the dot-product kernels only, whole stages only
-    if (shared_expert_uses_tensor_cores(p) || p.hidden % kStageTerms != 0 || p.intermediate % kStageTerms != 0)
-      return cudaErrorInvalidValue;
-    const cudaError_t e = launch_dot_products<true>(p, stream);
-    return e != cudaSuccess ? e : cudaGetLastError();
-  }
+  if (p.tiled_weights && !shared_expert_tiles(p.hidden, p.intermediate)) return cudaErrorInvalidValue;
   if (shared_expert_uses_tensor_cores(p)) return launch_sm90_shared_expert_mma(p, stream);
-  const cudaError_t e = launch_dot_products<false>(p, stream);
+  const cudaError_t e = p.tiled_weights ? launch_dot_products<true>(p, stream) : launch_dot_products<false>(p, stream);
   return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+namespace {
+
+// One 16-byte piece (8 terms of a row) per thread, row-major in, tiled out.
+__global__ void sm90_shared_expert_tile_kernel(const uint16_t* __restrict__ in, uint16_t* __restrict__ out,
+                                               int64_t rows, int64_t k, int64_t intermediate) {
+  const int64_t piece = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (piece >= rows * (k / 8)) return;
+  const int64_t row = piece / (k / 8), col = piece % (k / 8) * 8;
+  *reinterpret_cast<uint4*>(out + shared_expert_tiled_index(row, col, k, intermediate)) =
+      *reinterpret_cast<const uint4*>(in + row * k + col);
+}
+
+}  // namespace
+
+cudaError_t launch_sm90_shared_expert_tile_weights(const uint16_t* in, uint16_t* out, int64_t rows, int64_t k,
+                                                   int64_t intermediate, cudaStream_t stream) {
+  if (k % kStageTerms != 0 || (intermediate > 0 && rows != 2 * intermediate)) return cudaErrorInvalidValue;
+  const int64_t pieces = rows * (k / 8);
+  if (pieces == 0) return cudaSuccess;
+  sm90_shared_expert_tile_kernel<<<static_cast<unsigned>((pieces + 255) / 256), 256, 0, stream>>>(in, out, rows, k,
+                                                                                                   intermediate);
+  return cudaGetLastError();
 }
 
 }  // namespace moe_ep::cuda

@@ -50,21 +50,29 @@ struct SharedExpertParams {
   float clamp = 0.0f;             // +inf when absent
   int32_t accumulate = 0;
   SharedExpertPath path = SharedExpertPath::kAuto;  // kTensorCores falls back when H, I do not fit
-  // w13 / w2 in the tiled layout (shared_expert_tiled_index): the dot-product kernels only, H and
-  // I multiples of 256; not yet used by the layer (kernel-level tests and timing).
+  // w13 / w2 in the tiled layout (shared_expert_tiled_index; shared_expert_tiles(H, I)), read by
+  // both ways; launch_sm90_shared_expert refuses it for other shapes.
   int32_t tiled_weights = 0;
 };
 
-// The tiled layout of the dot-product kernels' weights: the 4 rows one warp reads (W13: gate rows
-// 2b, 2b + 1 and up rows I + 2b, I + 2b + 1; W2: rows 4b .. 4b + 3) stage by stage, 256 terms of
+// The tiled layout of the weights: the 4 rows one dot-product warp reads (W13: gate rows 2b,
+// 2b + 1 and up rows I + 2b, I + 2b + 1; W2: rows 4b .. 4b + 3) stage by stage, 256 terms of
 // each per stage, [b][k / 256][4][256], so a warp's stage is one contiguous 2 KB block. Element
 // (row, k) of a [rows, K] matrix (w13: rows = 2I and `intermediate` = I; w2: intermediate = 0).
+// Any 8-aligned run of 8 terms of a row stays contiguous (16-byte loads keep their shape).
 constexpr int64_t shared_expert_tiled_index(int64_t row, int64_t k, int64_t K, int64_t intermediate) {
   const int64_t j = intermediate > 0 && row >= intermediate ? row - intermediate : row;
   const int64_t b = intermediate > 0 ? j / 2 : row / 4;
   const int64_t r = intermediate > 0 ? (row >= intermediate ? 2 : 0) + j % 2 : row % 4;
   return b * 4 * K + (k / 256) * 1024 + r * 256 + k % 256;
 }
+// Whether the tiled layout covers a shared expert of these sizes (whole stages of 256 terms).
+constexpr bool shared_expert_tiles(int64_t hidden, int64_t intermediate) {
+  return hidden % 256 == 0 && intermediate % 256 == 0;
+}
+// The layout a layer's shared expert takes when its sizes allow (Sm90SharedExpert::Layout::kAuto):
+// row-major until the tiled one is measured faster on the device (bench/RESULTS.md).
+inline constexpr bool kSharedExpertTiledByDefault = false;
 
 // Whether launch_sm90_shared_expert takes the tensor-core way for these parameters.
 bool shared_expert_uses_tensor_cores(const SharedExpertParams& params);
@@ -72,5 +80,9 @@ cudaError_t launch_sm90_shared_expert(const SharedExpertParams& params, cudaStre
 // The tensor-core kernels' shared-memory limit, once per device before their first launch.
 cudaError_t configure_sm90_shared_expert_mma();
 cudaError_t launch_sm90_shared_expert_mma(const SharedExpertParams& params, cudaStream_t stream);
+// in row-major [rows, k] -> out in the tiled layout (device memory, not overlapping); w13: rows =
+// 2 * intermediate, w2: intermediate = 0. k % 256 == 0 (cudaErrorInvalidValue otherwise).
+cudaError_t launch_sm90_shared_expert_tile_weights(const uint16_t* in, uint16_t* out, int64_t rows, int64_t k,
+                                                   int64_t intermediate, cudaStream_t stream);
 
 }  // namespace moe_ep::cuda

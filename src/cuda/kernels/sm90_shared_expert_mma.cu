@@ -31,14 +31,23 @@ __device__ __forceinline__ uint32_t swizzled(uint32_t base, int row, int chunk) 
   return base + row * 128 + ((chunk ^ (row & 7)) << 4);
 }
 
+// B tile row b of block column nb -> weight row; its terms live row-major ([N, K]) or in the
+// tiled layout (shared_expert_tiled_index with tiled_intermediate(); K % 256 == 0), where a row's
+// 64 terms of a stage stay one contiguous 128-byte run, so the stage loads keep their shape.
+template <bool kTiled>
 struct GateUpRows {  // GEMM 1: B tile row -> W13 row
+  static constexpr bool tiled = kTiled;
   int intermediate;
   __device__ __forceinline__ int64_t operator()(int nb, int b) const {
     return static_cast<int64_t>(((b % 32) / 16) * intermediate + nb * 64 + (b / 32) * 16 + b % 16);
   }
+  __device__ __forceinline__ int64_t tiled_intermediate() const { return intermediate; }
 };
+template <bool kTiled>
 struct DownRows {  // GEMM 2: B tile row -> W2 row
+  static constexpr bool tiled = kTiled;
   __device__ __forceinline__ int64_t operator()(int nb, int b) const { return static_cast<int64_t>(nb) * kBN + b; }
+  __device__ __forceinline__ int64_t tiled_intermediate() const { return 0; }
 };
 
 // One stage: A rows [m0, m0 + 128) (rows >= M zero-filled) and the B rows of block column nb,
@@ -57,7 +66,10 @@ __device__ __forceinline__ void load_stage(uint32_t stage, const uint16_t* __res
 #pragma unroll
   for (int i = 0; i < kBN * 8 / kThreads; ++i) {
     const int q = static_cast<int>(threadIdx.x) + i * kThreads, r = q / 8, c = q % 8;
-    ptx::cp_async_16(swizzled(b_base, r, c), B + brows(nb, r) * K + k0 + c * 8);
+    const uint16_t* src = BRows::tiled
+                              ? B + shared_expert_tiled_index(brows(nb, r), k0 + c * 8, K, brows.tiled_intermediate())
+                              : B + brows(nb, r) * K + k0 + c * 8;
+    ptx::cp_async_16(swizzled(b_base, r, c), src);
   }
 }
 
@@ -119,10 +131,11 @@ __device__ __forceinline__ uint32_t pack2(uint16_t lo, uint16_t hi) {
   return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
 }
 
+template <bool kTiled>
 __global__ void __launch_bounds__(kThreads) sm90_shared_gate_up_mma_kernel(const __grid_constant__ SharedExpertParams p) {
   const int nb = static_cast<int>(blockIdx.x), m0 = static_cast<int>(blockIdx.y) * kBM;
   float acc[4][4][4];
-  block_tile(p.x, p.w13, GateUpRows{p.intermediate}, m0, p.num_tokens, nb, p.hidden, acc);
+  block_tile(p.x, p.w13, GateUpRows<kTiled>{p.intermediate}, m0, p.num_tokens, nb, p.hidden, acc);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int wm = warp / 4, wn = warp % 4;
 #pragma unroll
@@ -142,10 +155,11 @@ __global__ void __launch_bounds__(kThreads) sm90_shared_gate_up_mma_kernel(const
     }
 }
 
+template <bool kTiled>
 __global__ void __launch_bounds__(kThreads) sm90_shared_down_mma_kernel(const __grid_constant__ SharedExpertParams p) {
   const int nb = static_cast<int>(blockIdx.x), m0 = static_cast<int>(blockIdx.y) * kBM;
   float acc[4][4][4];
-  block_tile(p.h, p.w2, DownRows{}, m0, p.num_tokens, nb, p.intermediate, acc);
+  block_tile(p.h, p.w2, DownRows<kTiled>{}, m0, p.num_tokens, nb, p.intermediate, acc);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int wm = warp / 4, wn = warp % 4;
 #pragma unroll
@@ -166,22 +180,37 @@ __global__ void __launch_bounds__(kThreads) sm90_shared_down_mma_kernel(const __
     }
 }
 
+template <bool kTiled>
+cudaError_t configure_mma() {
+  cudaError_t err = cudaFuncSetAttribute(sm90_shared_gate_up_mma_kernel<kTiled>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (err != cudaSuccess) return err;
+  return cudaFuncSetAttribute(sm90_shared_down_mma_kernel<kTiled>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              kSmemBytes);
+}
+
+template <bool kTiled>
+void launch_mma(const SharedExpertParams& p, cudaStream_t stream) {
+  const unsigned m_tiles = static_cast<unsigned>((p.num_tokens + kBM - 1) / kBM);
+  sm90_shared_gate_up_mma_kernel<kTiled><<<dim3(static_cast<unsigned>(p.intermediate / 64), m_tiles), kThreads,
+                                           kSmemBytes, stream>>>(p);
+  sm90_shared_down_mma_kernel<kTiled><<<dim3(static_cast<unsigned>(p.hidden / kBN), m_tiles), kThreads, kSmemBytes,
+                                        stream>>>(p);
+}
+
 }  // namespace
 
 cudaError_t configure_sm90_shared_expert_mma() {
-  cudaError_t err = cudaFuncSetAttribute(sm90_shared_gate_up_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         kSmemBytes);
-  if (err != cudaSuccess) return err;
-  return cudaFuncSetAttribute(sm90_shared_down_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  const cudaError_t err = configure_mma<false>();
+  return err != cudaSuccess ? err : configure_mma<true>();
 }
 
 cudaError_t launch_sm90_shared_expert_mma(const SharedExpertParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return cudaSuccess;
-  const unsigned m_tiles = static_cast<unsigned>((p.num_tokens + kBM - 1) / kBM);
-  sm90_shared_gate_up_mma_kernel<<<dim3(static_cast<unsigned>(p.intermediate / 64), m_tiles), kThreads, kSmemBytes,
-                                   stream>>>(p);
-  sm90_shared_down_mma_kernel<<<dim3(static_cast<unsigned>(p.hidden / kBN), m_tiles), kThreads, kSmemBytes, stream>>>(
-      p);
+  if (p.tiled_weights)
+    launch_mma<true>(p, stream);
+  else
+    launch_mma<false>(p, stream);
   return cudaGetLastError();
 }
 
