@@ -1,14 +1,31 @@
-// Plan-time configuration of a persistent kernel: raise its dynamic shared-memory limit and
-// report how many blocks of `threads` fit on one multiprocessor.
+// Plan-time configuration of a kernel: raise its dynamic shared-memory limit and (persistent
+// kernels) report how many blocks of `threads` fit on one multiprocessor.
 #pragma once
+
+#include <mutex>
 
 #include <cuda_runtime.h>
 
 namespace moe_ep::cuda {
 
+// Raises a kernel's dynamic shared-memory limit on the current device to at least `bytes`, never
+// lowers it: the limit belongs to the process and device, not to a layer, and a layer created
+// later with fewer experts or a smaller K must not take away what an earlier one needs.
+// Serialized, since layers may be created from several threads.
+template <class Kernel>
+cudaError_t raise_dynamic_shared_limit(Kernel kernel, int bytes) {
+  static std::mutex mutex;
+  const std::lock_guard<std::mutex> lock(mutex);
+  cudaFuncAttributes attributes{};
+  const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel);
+  if (err != cudaSuccess) return err;
+  if (attributes.maxDynamicSharedSizeBytes >= bytes) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
 template <class Kernel>
 cudaError_t configure_persistent_kernel(Kernel kernel, int threads, int shared_bytes, int* blocks_per_sm) {
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes);
+  const cudaError_t err = raise_dynamic_shared_limit(kernel, shared_bytes);
   if (err != cudaSuccess) return err;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kernel, threads, shared_bytes);
 }

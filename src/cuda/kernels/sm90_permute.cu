@@ -1,5 +1,6 @@
 #include "cuda/kernels/sm90_permute.h"
 
+#include "cuda/kernels/sm90_kernel_config.cuh"
 #include "cuda/kernels/sm90_permute_block.cuh"
 
 namespace moe_ep::cuda {
@@ -19,11 +20,8 @@ size_t sm90_permute_shared_bytes(int num_experts) {
 
 cudaError_t configure_sm90_permute(int num_experts) {
   const int bytes = static_cast<int>(sm90_permute_shared_bytes(num_experts));
-  cudaError_t err = cudaFuncSetAttribute(sm90_permute_kernel<int32_t>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err != cudaSuccess) return err;
-  return cudaFuncSetAttribute(sm90_permute_kernel<int64_t>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  const cudaError_t err = raise_dynamic_shared_limit(sm90_permute_kernel<int32_t>, bytes);
+  return err != cudaSuccess ? err : raise_dynamic_shared_limit(sm90_permute_kernel<int64_t>, bytes);
 }
 
 cudaError_t launch_sm90_permute(const PermuteParams& p, cudaStream_t stream) {

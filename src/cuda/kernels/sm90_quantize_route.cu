@@ -1,5 +1,6 @@
 #include "cuda/kernels/sm90_quantize_route.h"
 
+#include "cuda/kernels/sm90_kernel_config.cuh"
 #include "cuda/kernels/sm90_permute_block.cuh"
 #include "cuda/kernels/sm90_q8_block.cuh"
 
@@ -25,11 +26,8 @@ __global__ void __launch_bounds__(kPermuteThreads) sm90_quantize_route_kernel(co
 
 cudaError_t configure_sm90_quantize_route(int num_experts) {
   const int bytes = static_cast<int>(sm90_permute_shared_bytes(num_experts));
-  cudaError_t err = cudaFuncSetAttribute(sm90_quantize_route_kernel<int32_t>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err != cudaSuccess) return err;
-  return cudaFuncSetAttribute(sm90_quantize_route_kernel<int64_t>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              bytes);
+  const cudaError_t err = raise_dynamic_shared_limit(sm90_quantize_route_kernel<int32_t>, bytes);
+  return err != cudaSuccess ? err : raise_dynamic_shared_limit(sm90_quantize_route_kernel<int64_t>, bytes);
 }
 
 cudaError_t launch_sm90_quantize_route(const Q8QuantizeParams& q8, const PermuteParams& route, cudaStream_t stream) {
