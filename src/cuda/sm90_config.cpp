@@ -57,6 +57,7 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
   c.requested = o.gemm;
   c.exact_accumulation = desc.numerics.exact_accumulation;
   c.fast_math = desc.numerics.fast_math;
+  c.quantize_input = desc.quantize_input;
   const bool mxfp4 = desc.recipe == Recipe::kMxfp4;
   c.decode_max_tokens = mxfp4 ? kDecodeMaxTokens : kNvfp4DecodeMaxTokens;
   MOE_EP_CHECK_CODE(mxfp4 || o.gemm == GemmKernel::kAuto || o.gemm == GemmKernel::kMma ||
@@ -118,11 +119,15 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
   c.facts = facts;
   const int64_t max_tokens = desc.fleet.max_tokens_per_rank;
   c.buckets.clear();
-  MOE_EP_CHECK_CODE(c.decode_prefetch != kDecodeDeepPrefetch || !facts.decode_unavailable.empty() ||
-                        (facts.decode_deep_blocks_per_sm[0] > 0 && facts.decode_deep_blocks_per_sm[1] > 0),
-                    ErrorCode::kUnsupported,
-                    "overrides.decode_prefetch = {}: the deep decode kernels do not fit on this device",
-                    kDecodeDeepPrefetch);
+  if (c.decode_prefetch == kDecodeDeepPrefetch) {  // only by override
+    MOE_EP_CHECK_CODE(facts.decode_unavailable.empty(), ErrorCode::kUnsupported,
+                      "overrides.decode_prefetch = {}: the decode GEMMs cannot run this layer: {}",
+                      kDecodeDeepPrefetch, facts.decode_unavailable);
+    MOE_EP_CHECK_CODE(facts.decode_deep_blocks_per_sm[0] > 0 && facts.decode_deep_blocks_per_sm[1] > 0,
+                      ErrorCode::kUnsupported,
+                      "overrides.decode_prefetch = {}: the deep decode kernels do not fit on this device",
+                      kDecodeDeepPrefetch);
+  }
   if (desc.recipe != Recipe::kMxfp4) {
     // nvfp4 auto: the decode kernels up to decode_max_tokens (mma.sync where they cannot run),
     // then the 64 x 128 mma.sync kernels. The f16 wgmma kernels (n tiles of 128) by override.
@@ -248,8 +253,9 @@ void Sm90Config::describe(SelectedConfig& out) const {
                                   facts.w13_folded ? "folded" : "E8M0 block scales",
                                   facts.w2_folded ? "folded" : "E8M0 block scales"));
   out.add("decode", decode_line);
-  out.add("quantize_route", fuse_quantize_route ? "one launch (overrides.fuse_quantize_route)"
-                                                : "two launches (one by override: overrides.fuse_quantize_route)");
+  if (quantize_input)
+    out.add("quantize_route", fuse_quantize_route ? "one launch (overrides.fuse_quantize_route)"
+                                                  : "two launches (one by override: overrides.fuse_quantize_route)");
   const WgmmaTileShape ts = wgmma_tile_shape(wgmma_tile);
   out.add("wgmma", wgmma_unavailable.empty()
                        ? fmt::format("available: {}x{} tiles, auto from T = {}{}, blocks/SM {} / {}", ts.block_m,

@@ -58,6 +58,7 @@ struct Sm90Config {
   int64_t wgmma_min_tokens = kWgmmaMinTokens;
   int decode_prefetch = kDecodePrefetch;     // k steps of weights in flight per decode warp
   bool fuse_quantize_route = false;          // Q8 of x and the routing in one launch (mxfp4)
+  bool quantize_input = true;                // desc.quantize_input: the layer quantizes x
   bool exact_accumulation = false, fast_math = false;
   std::string wgmma_unavailable;             // why wgmma cannot run ("" when it can)
   std::string wgmma_bf16_unavailable;        // the same for wgmma-bf16 (only by override so far)

@@ -260,6 +260,12 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     const GemmFamily fam = gemm_family(config, bucket);
     l.gemm1_fn = fam.gemm1;
     l.gemm2_fn = fam.gemm2;
+    // Named from the launcher taken, so the plan says what runs.
+    if (bucket.gemm == Sm90Gemm::kDecode || bucket.gemm == Sm90Gemm::kNvfp4Decode)
+      l.decode_prefetch =
+          fam.gemm1 == &launch_sm90_mxfp4_decode_deep_gemm1 || fam.gemm1 == &launch_sm90_nvfp4_decode_deep_gemm1
+              ? kDecodeDeepPrefetch
+              : kDecodePrefetch;
     const int64_t sms = config.facts.sm_count;
     // The persistent kernels' grids use the 64-row bound: it also bounds larger tiles.
     l.grid1 = fam.persistent ? GridRule{kGemmBlockM, 2 * I / fam.block_n, sms * fam.blocks_per_sm[0]}
@@ -335,9 +341,11 @@ void Sm90Pipeline::describe(SelectedConfig& out) const {
       steps += (steps.empty() ? "" : ", ") + name;
     }
     out.plan.push_back({fmt::format("T={}..{}", std::max<int64_t>(1, l.bucket.min_tokens), l.bucket.max_tokens),
-                        fmt::format("{} GEMMs, routing m tiles of {} rows; gemm1 grid {}, gemm2 grid {}; {} steps ({})",
-                                    sm90_gemm_name(l.bucket.gemm), l.bucket.block_m, grid_str(l.grid1),
-                                    grid_str(l.grid2), l.steps.size(), steps)});
+                        fmt::format("{} GEMMs{}, routing m tiles of {} rows; gemm1 grid {}, gemm2 grid {}; {} steps ({})",
+                                    sm90_gemm_name(l.bucket.gemm),
+                                    l.decode_prefetch ? fmt::format(" ({} k steps of weights in flight)", l.decode_prefetch)
+                                                      : std::string(),
+                                    l.bucket.block_m, grid_str(l.grid1), grid_str(l.grid2), l.steps.size(), steps)});
   }
 }
 

@@ -89,6 +89,7 @@ class Sm90Pipeline {
     Gemm2Params gemm2;
     Gemm1Fn gemm1_fn = nullptr;
     Gemm2Fn gemm2_fn = nullptr;
+    int decode_prefetch = 0;  // decode buckets: k steps of weights in flight per warp
     GridRule grid1, grid2;
     CombineParams combine;
     std::vector<Step> steps;

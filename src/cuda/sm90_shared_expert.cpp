@@ -46,8 +46,8 @@ Sm90SharedExpert::Sm90SharedExpert(int64_t H, int64_t I, std::optional<float> cl
   check_matrix(w13, "shared w13", 2 * I, H, "[2I, H]", device_index);
   check_matrix(w2, "shared w2", H, I, "[H, I]", device_index);
   MOE_EP_CHECK(layout != Layout::kTiled || shared_expert_tiles(H, I),
-               "shared expert tiled weights need hidden_size and intermediate_size multiples of 256; got H = {}, "
-               "I = {}", H, I);
+               "shared expert tiled weights need hidden_size and intermediate_size multiples of 256 and "
+               "2 * H * I < 2^31; got H = {}, I = {}", H, I);
   tiled_ = layout == Layout::kTiled ||
            (layout == Layout::kAuto && kSharedExpertTiledByDefault && shared_expert_tiles(H, I));
   MOE_EP_CUDA_CHECK(cudaSetDevice(device_index_));

@@ -32,7 +32,8 @@ Outputs run_both(const Problem& p, const WeightPack& w, const Inputs& in) {
     decode.overrides.gemm = GemmKernel::kDecode;
     auto layer = make_gpu_layer(decode, w);
     const std::string config = layer->info().config.str();
-    EXPECT_NE(config.find("decode GEMMs, routing m tiles of 16 rows"), std::string::npos) << config;
+    EXPECT_NE(config.find("decode GEMMs (2 k steps of weights in flight), routing m tiles of 16 rows"), std::string::npos)
+        << config;
     o.decode = run_on_gpu(*layer, to_device(p, in));
     EXPECT_EQ(layer->read_error_flags(), 0u);
   }
@@ -136,57 +137,77 @@ TEST_P(Sm90Decode, OddStepCountsLargeKAndCallerQuantizedActivations) {
 // Q8 of x and the routing in one launch) change how the layer runs, not what it computes: outputs
 // bitwise those of the default plan on random and structured routings, for the decode and the
 // mma.sync buckets (the fused launch feeds both), and within the recipe's threshold of the CPU.
+// Shapes: the tiny preset (2 and 1 k steps: fewer than the deep ring's 4 slots), H = I = 640 and
+// 896 (5 and 7 k steps: the ring refilled, then a partial last round).
+struct PlanCase {
+  std::string what;
+  Inputs in;
+  std::vector<double> cpu;
+};
+
+std::vector<PlanCase> plan_cases(const Problem& p, const WeightSet& w, bool structured) {
+  std::vector<PlanCase> cases;
+  for (int64_t T : structured ? std::vector<int64_t>{1, 7, 128, 400} : std::vector<int64_t>{1, 7, 64})
+    cases.push_back({fmt::format("random T={}, 10% holes", T),
+                     testsupport::random_inputs(p, T, 600 + T, {.skip_fraction = 0.1}), {}});
+  if (structured) {
+    Inputs tiles = testsupport::random_inputs(p, 41, 677, {.ids_i32 = true});
+    for (int64_t t = 0; t < tiles.tokens; ++t)
+      for (int64_t k = 0; k < p.top_k; ++k) tiles.set_id(t, k, k == 0 ? (t < 16 ? 2 : t < 33 ? 3 : 4) : -1);
+    cases.push_back({"tiles of 16, 16+1 and 8 rows, int32 ids", tiles, {}});
+    Inputs all = testsupport::random_inputs(p, 300, 678);
+    for (int64_t t = 0; t < all.tokens; ++t)
+      for (int64_t k = 0; k < p.top_k; ++k) all.set_id(t, k, 9);
+    cases.push_back({"one expert in every slot", all, {}});
+  }
+  for (PlanCase& c : cases) c.cpu = cpu_reference(p, w.pack(), c.in);
+  return cases;
+}
+
 TEST_P(Sm90Decode, DeepPrefetchAndFusedQuantizeRouteGiveTheDefaultBits) {
   const DecodeCase& dc = GetParam();
-  Problem p = testsupport::tiny_problem(dc.family);
-  if (!dc.folded) p.overrides.fold_fp8 = false;
-  p.max_tokens = 400;
-  const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 33);
-  std::vector<std::pair<std::string, Inputs>> cases;
-  for (int64_t T : {1, 7, 128, 400})
-    cases.emplace_back(fmt::format("random T={}, 10% holes", T),
-                       testsupport::random_inputs(p, T, 600 + T, {.skip_fraction = 0.1}));
-  Inputs tiles = testsupport::random_inputs(p, 41, 677, {.ids_i32 = true});
-  for (int64_t t = 0; t < tiles.tokens; ++t)
-    for (int64_t k = 0; k < p.top_k; ++k) tiles.set_id(t, k, k == 0 ? (t < 16 ? 2 : t < 33 ? 3 : 4) : -1);
-  cases.emplace_back("tiles of 16, 16+1 and 8 rows, int32 ids", tiles);
-  Inputs all = testsupport::random_inputs(p, 300, 678);
-  for (int64_t t = 0; t < all.tokens; ++t)
-    for (int64_t k = 0; k < p.top_k; ++k) all.set_id(t, k, 9);
-  cases.emplace_back("one expert in every slot", all);
-
   const bool mxfp4 = std::string(dc.family) == "mxfp4";
-  for (const GemmKernel gemm : {GemmKernel::kDecode, GemmKernel::kMma}) {
-    Problem base = p;
-    base.overrides.gemm = gemm;
-    std::vector<std::pair<Problem, std::string>> variants;  // (problem, what its plan must say)
-    if (gemm == GemmKernel::kDecode) {
-      Problem deep = base;
-      deep.overrides.decode_prefetch = 4;  // the deep form
-      variants.emplace_back(deep, "4 k steps of weights in flight per warp (overrides.decode_prefetch)");
-    }
-    if (mxfp4) {
-      Problem fused = base;
-      fused.overrides.fuse_quantize_route = true;
-      variants.emplace_back(fused, "quantize x + routing (one launch), gemm1");
-    }
-    auto ref_layer = make_gpu_layer(base, w.pack());
-    for (const auto& [v, marker] : variants) {
-      auto layer = make_gpu_layer(v, w.pack());
-      const std::string config = layer->info().config.str();
-      EXPECT_NE(config.find(marker), std::string::npos) << config;
-      for (const auto& [what, in] : cases) {
-        const DeviceInputs d = to_device(p, in);
-        const std::vector<uint16_t> ref = run_on_gpu(*ref_layer, d), got = run_on_gpu(*layer, d);
-        int64_t same = 0;
-        for (size_t i = 0; i < got.size(); ++i) same += got[i] == ref[i];
-        EXPECT_EQ(same, static_cast<int64_t>(got.size())) << dc.name << " " << v.overrides.str() << ": " << what;
-        const double err = relative_error_rows(got, cpu_reference(p, w.pack(), in), p.hidden);
-        EXPECT_LE(err, same_recipe_tolerance(p.recipe)) << dc.name << " " << v.overrides.str() << ": " << what;
-        fmt::print("[ decode  ] {:<12} {:<42} {:<38} rel_err={:.3e} bitwise-equal to the default plan: {:.4f}\n",
-                   dc.name, v.overrides.str(), what, err, got.empty() ? 1.0 : same / static_cast<double>(got.size()));
+  for (const int64_t size : {0, 640, 896}) {  // 0: the tiny preset's H = 256, I = 128
+    Problem p = testsupport::tiny_problem(dc.family);
+    if (!dc.folded) p.overrides.fold_fp8 = false;
+    if (size > 0) p.hidden = p.intermediate = size;
+    p.max_tokens = 400;
+    const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 33 + size);
+    const std::vector<PlanCase> cases = plan_cases(p, w, size == 0);
+    for (const GemmKernel gemm : {GemmKernel::kDecode, GemmKernel::kMma}) {
+      Problem base = p;
+      base.overrides.gemm = gemm;
+      std::vector<std::pair<Problem, std::string>> variants;  // (problem, what its plan must say)
+      if (gemm == GemmKernel::kDecode) {
+        Problem deep = base;
+        deep.overrides.decode_prefetch = 4;  // the deep form
+        variants.emplace_back(deep, "decode GEMMs (4 k steps of weights in flight)");  // the plan: what runs
       }
-      EXPECT_EQ(layer->read_error_flags(), 0u);
+      if (mxfp4) {
+        Problem fused = base;
+        fused.overrides.fuse_quantize_route = true;
+        variants.emplace_back(fused, "quantize x + routing (one launch), gemm1");
+      }
+      auto ref_layer = make_gpu_layer(base, w.pack());
+      for (const auto& [v, marker] : variants) {
+        auto layer = make_gpu_layer(v, w.pack());
+        const std::string config = layer->info().config.str();
+        EXPECT_NE(config.find(marker), std::string::npos) << config;
+        for (const PlanCase& c : cases) {
+          const DeviceInputs d = to_device(p, c.in);
+          const std::vector<uint16_t> ref = run_on_gpu(*ref_layer, d), got = run_on_gpu(*layer, d);
+          int64_t same = 0;
+          for (size_t i = 0; i < got.size(); ++i) same += got[i] == ref[i];
+          const std::string what = fmt::format("{} H={} I={} {}: {}", dc.name, p.hidden, p.intermediate,
+                                               v.overrides.str(), c.what);
+          EXPECT_EQ(same, static_cast<int64_t>(got.size())) << what;
+          const double err = relative_error_rows(got, c.cpu, p.hidden);
+          EXPECT_LE(err, same_recipe_tolerance(p.recipe)) << what;
+          fmt::print("[ decode  ] {:<84} rel_err={:.3e} bitwise-equal to the default plan: {:.4f}\n", what, err,
+                     got.empty() ? 1.0 : same / static_cast<double>(got.size()));
+        }
+        EXPECT_EQ(layer->read_error_flags(), 0u);
+      }
     }
   }
 }

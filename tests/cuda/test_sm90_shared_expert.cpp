@@ -177,9 +177,21 @@ TEST(Sm90SharedExpert, TiledLayoutGivesTheRowMajorBitsBothWays) {
     cuda::Sm90SharedExpert odd(384, 256, 1.0f, w13, w2, 1, 0, true, Layout::kTiled);
     ADD_FAILURE() << "H = 384 accepted in the tiled layout";
   } catch (const Error& e) {
-    EXPECT_NE(e.message().find("multiples of 256; got H = 384, I = 256"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("2 * H * I < 2^31; got H = 384, I = 256"), std::string::npos) << e.message();
   }
-  EXPECT_FALSE(cuda::Sm90SharedExpert(384, 256, 1.0f, w13, w2, 1, 0).tiled());  // auto: row-major where it must
+  // Auto: the default layout where the sizes allow it, row-major where they do not.
+  EXPECT_FALSE(cuda::Sm90SharedExpert(384, 256, 1.0f, w13, w2, 1, 0).tiled());
+  const TensorView w13_fit = TensorView::contiguous(w.data(), DType::kBF16, {2 * 256, 256});
+  const TensorView w2_fit = TensorView::contiguous(w.data(), DType::kBF16, {256, 256});
+  EXPECT_EQ(cuda::Sm90SharedExpert(256, 256, 1.0f, w13_fit, w2_fit, 1, 0).tiled(), cuda::kSharedExpertTiledByDefault);
+  // The public entry points refuse shapes the layout does not cover.
+  cuda::DeviceBuffer scratch(2 * 8 * 256 * 2);
+  EXPECT_EQ(cuda::launch_sm90_shared_expert_tile_weights(scratch.get<uint16_t>(), scratch.get<uint16_t>() + 8 * 256,
+                                                         6, 256, 0, nullptr),
+            cudaErrorInvalidValue);  // rows % 4 != 0
+  EXPECT_EQ(cuda::launch_sm90_shared_expert_tile_weights(scratch.get<uint16_t>(), scratch.get<uint16_t>() + 8 * 256,
+                                                         8, 128, 0, nullptr),
+            cudaErrorInvalidValue);  // k % 256 != 0
 }
 
 // ---- the tiled weight layout (SharedExpertParams::tiled_weights), kernel level ---------------

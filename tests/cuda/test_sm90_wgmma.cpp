@@ -336,6 +336,10 @@ TEST(Sm90Config, DecodePrefetchAndFusedQuantizeRouteOverrides) {
     no_deep.decode_deep_blocks_per_sm[1] = 0;
     expect_refused([&] { selected(flash_desc(r), deep, no_deep); }, ErrorCode::kUnsupported,
                    "overrides.decode_prefetch = 4: the deep decode kernels do not fit on this device");
+    Sm90Facts no_decode = all_available();
+    no_decode.decode_unavailable = "16 rows of A do not fit";
+    expect_refused([&] { selected(flash_desc(r), deep, no_decode); }, ErrorCode::kUnsupported,
+                   "overrides.decode_prefetch = 4: the decode GEMMs cannot run this layer: 16 rows of A do not fit");
   }
   KernelOverrides odd;
   odd.decode_prefetch = 3;
@@ -360,6 +364,9 @@ TEST(Sm90Config, DecodePrefetchAndFusedQuantizeRouteOverrides) {
   KernelOverrides unfused;
   unfused.fuse_quantize_route = false;  // pinning the default is always honoured
   EXPECT_FALSE(selected(caller, unfused).fuse_quantize_route);
+  SelectedConfig caller_out;
+  selected(caller, {}).describe(caller_out);
+  EXPECT_EQ(caller_out.str().find("quantize_route"), std::string::npos) << "x comes quantized: nothing to fuse";
 }
 
 // The plan's steps per bucket (host only: building the launch table launches nothing).
@@ -380,9 +387,18 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
     return out.str();
   };
   const std::string plain = plan_of(d, {});
-  EXPECT_NE(plain.find("plan T=1..512: decode GEMMs, routing m tiles of 16 rows; gemm1 grid m_tiles16(T) x 1, "
-                       "gemm2 grid m_tiles16(T) x 1; 5 steps (quantize x, routing, gemm1, gemm2, combine)"),
+  EXPECT_NE(plain.find("plan T=1..512: decode GEMMs (2 k steps of weights in flight), routing m tiles of 16 rows; "
+                       "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 5 steps (quantize x, routing, gemm1, "
+                       "gemm2, combine)"),
             std::string::npos) << plain;
+  KernelOverrides deep;
+  deep.decode_prefetch = kDecodeDeepPrefetch;
+  for (const Recipe r : {Recipe::kMxfp4, Recipe::kNvfp4}) {
+    MoeDesc dr = flash_desc(r);
+    dr.fleet.max_tokens_per_rank = 1024;
+    const std::string deep_plan = plan_of(dr, deep);
+    EXPECT_NE(deep_plan.find("decode GEMMs (4 k steps of weights in flight)"), std::string::npos) << deep_plan;
+  }
   KernelOverrides fuse;
   fuse.fuse_quantize_route = true;
   const std::string fused = plan_of(d, fuse);

@@ -329,7 +329,9 @@ __global__ void sm90_shared_expert_tile_kernel(const uint16_t* __restrict__ in, 
 
 cudaError_t launch_sm90_shared_expert_tile_weights(const uint16_t* in, uint16_t* out, int64_t rows, int64_t k,
                                                    int64_t intermediate, cudaStream_t stream) {
-  if (k % kStageTerms != 0 || (intermediate > 0 && rows != 2 * intermediate)) return cudaErrorInvalidValue;
+  if (rows % 4 != 0 || k % kStageTerms != 0 || rows * k >= (int64_t{1} << 31) ||
+      (intermediate > 0 && rows != 2 * intermediate))
+    return cudaErrorInvalidValue;
   const int64_t pieces = rows * (k / 8);
   if (pieces == 0) return cudaSuccess;
   sm90_shared_expert_tile_kernel<<<static_cast<unsigned>((pieces + 255) / 256), 256, 0, stream>>>(in, out, rows, k,

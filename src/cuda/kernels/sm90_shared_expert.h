@@ -66,9 +66,10 @@ constexpr int64_t shared_expert_tiled_index(int64_t row, int64_t k, int64_t K, i
   const int64_t r = intermediate > 0 ? (row >= intermediate ? 2 : 0) + j % 2 : row % 4;
   return b * 4 * K + (k / 256) * 1024 + r * 256 + k % 256;
 }
-// Whether the tiled layout covers a shared expert of these sizes (whole stages of 256 terms).
+// Whether the tiled layout covers a shared expert of these sizes: whole stages of 256 terms, and
+// element offsets within 32 bits (the tensor-core loader keeps them so).
 constexpr bool shared_expert_tiles(int64_t hidden, int64_t intermediate) {
-  return hidden % 256 == 0 && intermediate % 256 == 0;
+  return hidden % 256 == 0 && intermediate % 256 == 0 && 2 * hidden * intermediate < (int64_t{1} << 31);
 }
 // The layout a layer's shared expert takes when its sizes allow (Sm90SharedExpert::Layout::kAuto):
 // row-major until the tiled one is measured faster on the device (bench/RESULTS.md).
@@ -81,7 +82,8 @@ cudaError_t launch_sm90_shared_expert(const SharedExpertParams& params, cudaStre
 cudaError_t configure_sm90_shared_expert_mma();
 cudaError_t launch_sm90_shared_expert_mma(const SharedExpertParams& params, cudaStream_t stream);
 // in row-major [rows, k] -> out in the tiled layout (device memory, not overlapping); w13: rows =
-// 2 * intermediate, w2: intermediate = 0. k % 256 == 0 (cudaErrorInvalidValue otherwise).
+// 2 * intermediate, w2: intermediate = 0. rows % 4 == 0, k % 256 == 0 and rows * k < 2^31
+// (cudaErrorInvalidValue otherwise).
 cudaError_t launch_sm90_shared_expert_tile_weights(const uint16_t* in, uint16_t* out, int64_t rows, int64_t k,
                                                    int64_t intermediate, cudaStream_t stream);
 

@@ -50,11 +50,32 @@ struct DownRows {  // GEMM 2: B tile row -> W2 row
   __device__ __forceinline__ int64_t tiled_intermediate() const { return 0; }
 };
 
+// The B rows one thread copies in every stage (kBN * 8 / kThreads of them). Tiled: where each
+// row's terms of stage 0 start, resolved once per block (the index's row part is uniform across
+// stages; a stage's k0 adds (k0 / 256) * 1024 + k0 % 256). Row-major keeps nothing: the loader
+// forms B + row * K + k as before.
+template <class BRows, bool kTiled = BRows::tiled>
+struct BSource {
+  __device__ __forceinline__ BSource(const uint16_t*, BRows, int, int) {}
+};
+template <class BRows>
+struct BSource<BRows, true> {
+  uint32_t row[kBN * 8 / kThreads];  // element offsets from B (shared_expert_tiles: < 2^31)
+  __device__ __forceinline__ BSource(const uint16_t*, BRows brows, int nb, int K) {
+#pragma unroll
+    for (int i = 0; i < kBN * 8 / kThreads; ++i) {
+      const int r = (static_cast<int>(threadIdx.x) + i * kThreads) / 8;
+      row[i] = static_cast<uint32_t>(shared_expert_tiled_index(brows(nb, r), 0, K, brows.tiled_intermediate()));
+    }
+  }
+};
+
 // One stage: A rows [m0, m0 + 128) (rows >= M zero-filled) and the B rows of block column nb,
 // columns [k0, k0 + 64).
 template <class BRows>
 __device__ __forceinline__ void load_stage(uint32_t stage, const uint16_t* __restrict__ A, const uint16_t* __restrict__ B,
-                                           BRows brows, int m0, int M, int nb, int K, int k0) {
+                                           BRows brows, const BSource<BRows>& bsrc, int m0, int M, int nb, int K,
+                                           int k0) {
   const uint32_t a_base = stage, b_base = stage + kBM * 128;
 #pragma unroll
   for (int i = 0; i < kBM * 8 / kThreads; ++i) {
@@ -66,10 +87,10 @@ __device__ __forceinline__ void load_stage(uint32_t stage, const uint16_t* __res
 #pragma unroll
   for (int i = 0; i < kBN * 8 / kThreads; ++i) {
     const int q = static_cast<int>(threadIdx.x) + i * kThreads, r = q / 8, c = q % 8;
-    const uint16_t* src = BRows::tiled
-                              ? B + shared_expert_tiled_index(brows(nb, r), k0 + c * 8, K, brows.tiled_intermediate())
-                              : B + brows(nb, r) * K + k0 + c * 8;
-    ptx::cp_async_16(swizzled(b_base, r, c), src);
+    if constexpr (BRows::tiled)  // k0 % 64 == 0: the 64 terms stay inside one 256-term block
+      ptx::cp_async_16(swizzled(b_base, r, c), B + (bsrc.row[i] + (k0 / 256) * 1024 + k0 % 256 + c * 8));
+    else
+      ptx::cp_async_16(swizzled(b_base, r, c), B + brows(nb, r) * K + k0 + c * 8);
   }
 }
 
@@ -90,16 +111,18 @@ __device__ __forceinline__ void block_tile(const uint16_t* __restrict__ A, const
       for (int e = 0; e < 4; ++e) acc[mi][nj][e] = 0.0f;
 
   const int k_tiles = K / kBK;
+  const BSource<BRows> bsrc(B, brows, nb, K);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < k_tiles) load_stage(base + s * kStageBytes, A, B, brows, m0, M, nb, K, s * kBK);
+    if (s < k_tiles) load_stage(base + s * kStageBytes, A, B, brows, bsrc, m0, M, nb, K, s * kBK);
     ptx::cp_async_commit();
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
     ptx::cp_async_wait<kStages - 2>();
     __syncthreads();  // stage kt landed for every thread; stage kt - 1 is no longer read
     const int next = kt + kStages - 1;
-    if (next < k_tiles) load_stage(base + (next % kStages) * kStageBytes, A, B, brows, m0, M, nb, K, next * kBK);
+    if (next < k_tiles)
+      load_stage(base + (next % kStages) * kStageBytes, A, B, brows, bsrc, m0, M, nb, K, next * kBK);
     ptx::cp_async_commit();
 
     const uint32_t a_base = base + (kt % kStages) * kStageBytes, b_base = a_base + kBM * 128;
@@ -206,6 +229,7 @@ cudaError_t configure_sm90_shared_expert_mma() {
 }
 
 cudaError_t launch_sm90_shared_expert_mma(const SharedExpertParams& p, cudaStream_t stream) {
+  if (p.tiled_weights && !shared_expert_tiles(p.hidden, p.intermediate)) return cudaErrorInvalidValue;
   if (p.num_tokens == 0) return cudaSuccess;
   if (p.tiled_weights)
     launch_mma<true>(p, stream);
