@@ -49,6 +49,9 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
       ->group(knobs);
   cmd.add_flag("--fuse-quantize-route", o.fuse_quantize_route,
                "mxfp4 on the GPU: Q8 of x and the routing in one launch")->group(knobs);
+  cmd.add_flag("--fuse-combine", o.fuse_combine,
+               "GPU: the combine inside the decode GEMM 2 (one launch fewer at small T; no shared expert)")
+      ->group(knobs);
 }
 
 namespace {
@@ -87,6 +90,7 @@ KernelOverrides parse_overrides(const ProblemOptions& o) {
   if (o.decode_prefetch > 0) k.decode_prefetch = o.decode_prefetch;
   if (o.no_fold) k.fold_fp8 = false;
   if (o.fuse_quantize_route) k.fuse_quantize_route = true;
+  if (o.fuse_combine) k.fuse_combine = true;
   return k;
 }
 

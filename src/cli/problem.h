@@ -35,11 +35,12 @@ struct ProblemOptions {
   int decode_prefetch = 0;  // 0: the implementation's
   bool no_fold = false;
   bool fuse_quantize_route = false;
+  bool fuse_combine = false;
 };
 
 // Registers --preset --backend --device --weights --seed --max-tokens-per-rank --holes --threads
 // --exact-accumulation --fast-math --activation-clamp --kernel --tile --decode-max-tokens --decode-prefetch
-// --no-fold --fuse-quantize-route.
+// --no-fold --fuse-quantize-route --fuse-combine.
 void add_problem_options(CLI::App& cmd, ProblemOptions& options, const std::string& default_preset_note);
 
 // Everything a run needs to know before allocating, validated by the library's own checks.

@@ -58,6 +58,7 @@ std::string KernelOverrides::str() const {
   if (fold_fp8) add(fmt::format("fold_fp8={}", *fold_fp8));
   if (decode_prefetch) add(fmt::format("decode_prefetch={}", *decode_prefetch));
   if (fuse_quantize_route) add(fmt::format("fuse_quantize_route={}", *fuse_quantize_route));
+  if (fuse_combine) add(fmt::format("fuse_combine={}", *fuse_combine));
   if (num_threads) add(fmt::format("num_threads={}", num_threads));
   if (cpu_batch_tokens) add(fmt::format("cpu_batch_tokens={}", cpu_batch_tokens));
   return s;

@@ -111,6 +111,11 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
                       "(desc.quantize_input = false, or the local experts of an expert-parallel rank)");
   }
   if (o.fuse_quantize_route) c.fuse_quantize_route = *o.fuse_quantize_route;
+  MOE_EP_CHECK_CODE(!o.fuse_combine.value_or(false) || desc.shared_intermediate_size == 0, ErrorCode::kUnsupported,
+                    "overrides.fuse_combine = true: the shared expert's output is added in the combine, beside "
+                    "GEMM 2 on its own stream; with a shared expert (desc.shared_intermediate_size = {}) the "
+                    "combine stays a launch of its own", desc.shared_intermediate_size);
+  if (o.fuse_combine) c.fuse_combine = *o.fuse_combine;
   return c;
 }
 
@@ -119,6 +124,9 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
   c.facts = facts;
   const int64_t max_tokens = desc.fleet.max_tokens_per_rank;
   c.buckets.clear();
+  MOE_EP_CHECK_CODE(!c.fuse_combine || facts.decode_unavailable.empty(), ErrorCode::kUnsupported,
+                    "overrides.fuse_combine = true: the combine is fused into the decode GEMMs, which cannot "
+                    "run this layer: {}", facts.decode_unavailable);
   if (c.decode_prefetch == kDecodeDeepPrefetch) {  // only by override
     MOE_EP_CHECK_CODE(facts.decode_unavailable.empty(), ErrorCode::kUnsupported,
                       "overrides.decode_prefetch = {}: the decode GEMMs cannot run this layer: {}",
@@ -232,6 +240,9 @@ void Sm90Config::describe(SelectedConfig& out) const {
                         "blocks/SM {} / {}", decode_max_tokens, decode_prefetch,
                         deep ? " (overrides.decode_prefetch)" : "", decode_per_sm[0], decode_per_sm[1])
           : "unavailable: " + facts.decode_unavailable;
+  const char* combine_line =
+      fuse_combine ? "inside the decode GEMM 2 (overrides.fuse_combine); a launch of its own after the other GEMMs"
+                   : "a launch of its own (inside the decode GEMM 2 by override: overrides.fuse_combine)";
   out.add("gemm", requested == GemmKernel::kAuto ? "auto (by T bucket)"
                                                  : fmt::format("{} (overrides.gemm)", gemm_kernel_name(requested)));
   out.add("exact_accumulation", exact_accumulation ? "true" : "false");
@@ -247,12 +258,14 @@ void Sm90Config::describe(SelectedConfig& out) const {
     out.add("mma", fmt::format("64x128x128 tiles, blocks/SM {} / {}", facts.mma_blocks_per_sm[0],
                                facts.mma_blocks_per_sm[1]));
     out.add("decode", decode_line);
+    out.add("combine", combine_line);
     return;
   }
   out.add("fold_fp8", fmt::format("{} (W13 {}, W2 {})", fold ? "on" : "off",
                                   facts.w13_folded ? "folded" : "E8M0 block scales",
                                   facts.w2_folded ? "folded" : "E8M0 block scales"));
   out.add("decode", decode_line);
+  out.add("combine", combine_line);
   if (quantize_input)
     out.add("quantize_route", fuse_quantize_route ? "one launch (overrides.fuse_quantize_route)"
                                                   : "two launches (one by override: overrides.fuse_quantize_route)");

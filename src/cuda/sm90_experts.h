@@ -66,6 +66,7 @@ class Sm90ExpertEngine {
   std::shared_ptr<DeviceBuffer> workspace_;  // maybe shared with other layers
   bool shared_scratch_ = false;
   DeviceBuffer error_flags_;
+  DeviceBuffer combine_counters_;  // config_.fuse_combine: [max_tokens, H / kDecodeBlockN], zero between forwards
   std::unique_ptr<Sm90Pipeline> pipeline_;
   std::unique_ptr<Sm90SharedExpert> shared_;  // null without a shared expert
   std::unique_ptr<SideStream> side_;          // the shared expert's stream

@@ -87,6 +87,15 @@ cudaError_t gemm2_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
   return l.gemm2_fn(l.gemm2, launch_grid(l.plan, l.grid2, b.num_tokens), s);
 }
 
+// The decode GEMM 2 with the combine in its epilogue (config.fuse_combine; never with an addend).
+cudaError_t gemm2_combine_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  MOE_EP_ASSERT(b.y_add == nullptr);
+  Gemm2Params p = l.gemm2;
+  p.epilogue.y = b.y;
+  p.epilogue.num_tokens = static_cast<int32_t>(b.num_tokens);
+  return l.gemm2_fn(p, launch_grid(l.plan, l.grid2, b.num_tokens), s);
+}
+
 cudaError_t combine_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
   if (b.y_add_ready != nullptr)
     if (const cudaError_t e = cudaStreamWaitEvent(s, b.y_add_ready, 0); e != cudaSuccess) return e;
@@ -115,6 +124,12 @@ struct GemmFamily {
   bool persistent;           // grid capped at blocks/SM x SMs; else the m-tile bound
   const int* blocks_per_sm;  // [2] of Sm90Facts
 };
+
+template <bool kNvfp4, int kPrefetch>
+cudaError_t decode_gemm2_combine(const Gemm2Params& p, int grid, cudaStream_t s) {
+  return kNvfp4 ? launch_sm90_nvfp4_decode_gemm2_combine(kPrefetch, p, grid, s)
+                : launch_sm90_mxfp4_decode_gemm2_combine(kPrefetch, p, grid, s);
+}
 
 template <int kBlockM>
 cudaError_t rs_fp8_gemm1(const Gemm1Params& p, int grid, cudaStream_t s) {
@@ -194,7 +209,7 @@ std::string grid_str(const GridRule& g) {
 
 Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quantize_input,
                            float clamp, const Sm90GemmWeights& w13, const Sm90GemmWeights& w2,
-                           std::byte* workspace, uint32_t* error_flags) {
+                           std::byte* workspace, uint32_t* error_flags, int32_t* combine_counters) {
   const LayerShape& s = plan.shape;
   const WorkspaceLayout& w = plan.workspace;
   const RecipeTraits& recipe = recipe_traits(s.recipe);
@@ -260,12 +275,27 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     const GemmFamily fam = gemm_family(config, bucket);
     l.gemm1_fn = fam.gemm1;
     l.gemm2_fn = fam.gemm2;
+    const bool decode = bucket.gemm == Sm90Gemm::kDecode || bucket.gemm == Sm90Gemm::kNvfp4Decode;
     // Named from the launcher taken, so the plan says what runs.
-    if (bucket.gemm == Sm90Gemm::kDecode || bucket.gemm == Sm90Gemm::kNvfp4Decode)
+    if (decode)
       l.decode_prefetch =
           fam.gemm1 == &launch_sm90_mxfp4_decode_deep_gemm1 || fam.gemm1 == &launch_sm90_nvfp4_decode_deep_gemm1
               ? kDecodeDeepPrefetch
               : kDecodePrefetch;
+    // config.fuse_combine: the decode buckets' GEMM 2 of the same depth also combines (no combine
+    // launch).
+    const bool fused_combine = config.fuse_combine && decode;
+    if (fused_combine) {
+      MOE_EP_ASSERT(combine_counters != nullptr);
+      const bool nv = bucket.gemm == Sm90Gemm::kNvfp4Decode, deep = l.decode_prefetch == kDecodeDeepPrefetch;
+      l.gemm2_fn = nv ? deep ? &decode_gemm2_combine<true, kDecodeDeepPrefetch> : &decode_gemm2_combine<true, kDecodePrefetch>
+                   : deep ? &decode_gemm2_combine<false, kDecodeDeepPrefetch>
+                          : &decode_gemm2_combine<false, kDecodePrefetch>;
+      g2.epilogue.slot_row = r.slot_row;
+      g2.epilogue.row_token = r.row_token;
+      g2.epilogue.counters = combine_counters;
+      g2.epilogue.top_k = static_cast<int32_t>(s.top_k);
+    }
     const int64_t sms = config.facts.sm_count;
     // The persistent kernels' grids use the 64-row bound: it also bounds larger tiles.
     l.grid1 = fam.persistent ? GridRule{kGemmBlockM, 2 * I / fam.block_n, sms * fam.blocks_per_sm[0]}
@@ -306,8 +336,8 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
                                      : &gemm1_step<GemmA::kCaller>);
     if (recipe.global_scales) l.steps.push_back(&h_nvfp4_step);
     if (wide) l.steps.push_back(&h_to_16bit_step);
-    l.steps.push_back(&gemm2_step);
-    l.steps.push_back(&combine_step);
+    l.steps.push_back(fused_combine ? &gemm2_combine_step : &gemm2_step);
+    if (!fused_combine) l.steps.push_back(&combine_step);
     launches_.push_back(std::move(l));
   }
 }
@@ -336,6 +366,7 @@ void Sm90Pipeline::describe(SelectedConfig& out) const {
           : step == &h_nvfp4_step                                             ? "nvfp4 of h"
           : step == &h_to_16bit_step                                          ? fmt::format("h to {}", wide)
           : step == &gemm2_step                                               ? "gemm2"
+          : step == &gemm2_combine_step                                       ? "gemm2 + combine (one launch)"
           : step == &combine_step                                             ? "combine"
                                                                               : "gemm1";
       steps += (steps.empty() ? "" : ", ") + name;

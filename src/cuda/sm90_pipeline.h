@@ -5,7 +5,8 @@
 //
 //   [quantize x] -> routing (m tiles of the bucket's block_m) -> GEMM 1 (+ SwiGLU, + Q8 of h)
 //   -> [NVFP4 of h] -> GEMM 2 -> combine [+ the binding's y_add]
-// With config.fuse_quantize_route, Q8 of x and the routing are one launch.
+// With config.fuse_quantize_route, Q8 of x and the routing are one launch; with
+// config.fuse_combine, the decode buckets' GEMM 2 also combines.
 // wgmma-bf16 buckets also convert Q8 x (before routing) and Q8 h (before GEMM 2) to bf16.
 #pragma once
 
@@ -52,9 +53,11 @@ struct Sm90GemmWeights {
 
 class Sm90Pipeline {
  public:
+  // combine_counters: config.fuse_combine's [max_tokens, H / kDecodeBlockN] int32, zeroed (the
+  // layer's own, never shared scratch: the fused combine leaves them zero after each forward).
   Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quantize_input, float clamp,
                const Sm90GemmWeights& w13, const Sm90GemmWeights& w2, std::byte* workspace,
-               uint32_t* error_flags);
+               uint32_t* error_flags, int32_t* combine_counters = nullptr);
 
   // Launches every step of num_tokens' bucket on `stream`; T = 0 launches nothing.
   void run(const Sm90Binding& binding, cudaStream_t stream) const;

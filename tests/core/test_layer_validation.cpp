@@ -62,6 +62,7 @@ TEST_F(CreateValidation, GpuKernelOverridesOnTheCpu) {
       {[](KernelOverrides& o) { o.fold_fp8 = false; }, "fold_fp8=false"},
       {[](KernelOverrides& o) { o.decode_prefetch = 4; }, "decode_prefetch=4"},
       {[](KernelOverrides& o) { o.fuse_quantize_route = true; }, "fuse_quantize_route=true"},
+      {[](KernelOverrides& o) { o.fuse_combine = true; }, "fuse_combine=true"},
   };
   for (const auto& [pin, name] : pins) {
     Problem p = mx_;

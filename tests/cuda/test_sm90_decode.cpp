@@ -133,10 +133,13 @@ TEST_P(Sm90Decode, OddStepCountsLargeKAndCallerQuantizedActivations) {
   check(caller, cw, in, std::string(dc.name) + " quantize_input = false");
 }
 
-// KernelOverrides::decode_prefetch = 4 (the deep decode kernels) and fuse_quantize_route (mxfp4:
-// Q8 of x and the routing in one launch) change how the layer runs, not what it computes: outputs
-// bitwise those of the default plan on random and structured routings, for the decode and the
-// mma.sync buckets (the fused launch feeds both), and within the recipe's threshold of the CPU.
+// KernelOverrides::decode_prefetch = 4 (the deep decode kernels), fuse_quantize_route (mxfp4: Q8
+// of x and the routing in one launch) and fuse_combine (the combine inside the decode GEMM 2), one
+// at a time and all together, change how the layer runs, not what it computes: outputs bitwise
+// those of the default plan on random and structured routings (tokens without slots, a repeated
+// expert), for the decode and the mma.sync buckets (the fused launch feeds both), and within the
+// recipe's threshold of the CPU. Every case runs after the others on the same layer, so fused
+// combine counters left nonzero by one forward would show in the next.
 // Shapes: the tiny preset (2 and 1 k steps: fewer than the deep ring's 4 slots), H = I = 640 and
 // 896 (5 and 7 k steps: the ring refilled, then a partial last round).
 struct PlanCase {
@@ -159,6 +162,22 @@ std::vector<PlanCase> plan_cases(const Problem& p, const WeightSet& w, bool stru
     for (int64_t t = 0; t < all.tokens; ++t)
       for (int64_t k = 0; k < p.top_k; ++k) all.set_id(t, k, 9);
     cases.push_back({"one expert in every slot", all, {}});
+    // Tokens without a valid slot (zeros in y), and one expert twice in a token's slots (two rows
+    // of one token in one m tile: the fused combine counts both).
+    Inputs odd = testsupport::random_inputs(p, 37, 679, {.skip_fraction = 0.3});
+    for (int64_t t = 0; t < odd.tokens; ++t) {
+      if (t % 5 == 0)
+        for (int64_t k = 0; k < p.top_k; ++k) odd.set_id(t, k, -1);
+      if (t % 5 == 1) {
+        odd.set_id(t, 0, 6);
+        odd.set_id(t, 1, 6);
+      }
+    }
+    cases.push_back({"unslotted tokens, a repeated expert", odd, {}});
+    Inputs none = testsupport::random_inputs(p, 5, 680);
+    for (int64_t t = 0; t < none.tokens; ++t)
+      for (int64_t k = 0; k < p.top_k; ++k) none.set_id(t, k, -1);
+    cases.push_back({"no valid slot at all", none, {}});
   }
   for (PlanCase& c : cases) c.cpu = cpu_reference(p, w.pack(), c.in);
   return cases;
@@ -187,6 +206,15 @@ TEST_P(Sm90Decode, DeepPrefetchAndFusedQuantizeRouteGiveTheDefaultBits) {
         Problem fused = base;
         fused.overrides.fuse_quantize_route = true;
         variants.emplace_back(fused, "quantize x + routing (one launch), gemm1");
+      }
+      if (gemm == GemmKernel::kDecode) {
+        Problem combined = base;
+        combined.overrides.fuse_combine = true;
+        variants.emplace_back(combined, "gemm2 + combine (one launch))");
+        Problem all = combined;
+        all.overrides.decode_prefetch = 4;
+        if (mxfp4) all.overrides.fuse_quantize_route = true;
+        variants.emplace_back(all, "(4 k steps of weights in flight)");
       }
       auto ref_layer = make_gpu_layer(base, w.pack());
       for (const auto& [v, marker] : variants) {

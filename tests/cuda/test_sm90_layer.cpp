@@ -311,13 +311,20 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
   struct Case {
     const char* family;
     GemmKernel kernel;
+    bool fused = false;  // decode: the deep kernels, the combine inside GEMM 2, Q8 + routing as one
   };
-  for (const Case c : {Case{"mxfp4", GemmKernel::kDecode}, Case{"mxfp4", GemmKernel::kMma},
-                       Case{"mxfp4", GemmKernel::kWgmma}, Case{"mxfp4", GemmKernel::kWgmmaRs},
-                       Case{"nvfp4", GemmKernel::kDecode}, Case{"nvfp4", GemmKernel::kMma},
+  for (const Case c : {Case{"mxfp4", GemmKernel::kDecode}, Case{"mxfp4", GemmKernel::kDecode, true},
+                       Case{"mxfp4", GemmKernel::kMma}, Case{"mxfp4", GemmKernel::kWgmma},
+                       Case{"mxfp4", GemmKernel::kWgmmaRs}, Case{"nvfp4", GemmKernel::kDecode},
+                       Case{"nvfp4", GemmKernel::kDecode, true}, Case{"nvfp4", GemmKernel::kMma},
                        Case{"nvfp4", GemmKernel::kWgmma}}) {
     Problem p = tiny(c.family, 80);
     p.overrides.gemm = c.kernel;
+    if (c.fused) {
+      p.overrides.decode_prefetch = 4;
+      p.overrides.fuse_combine = true;
+      if (p.recipe == Recipe::kMxfp4) p.overrides.fuse_quantize_route = true;
+    }
     // The warpgroup kernels are refused with exact accumulation.
     const bool warpgroup = c.kernel == GemmKernel::kWgmma || c.kernel == GemmKernel::kWgmmaRs;
     p.exact_accumulation = !warpgroup;
@@ -325,7 +332,9 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
     const Inputs in = testsupport::random_inputs(p, 70, 15, {.skip_fraction = 0.2});
     // nvfp4's wgmma products are exact f16 ones: its own threshold.
     const bool fp8_warpgroup = warpgroup && p.recipe == Recipe::kMxfp4;
-    expect_matches_cpu(p, w, in, fmt::format("{} sanitizer case, {} GEMMs", c.family, gemm_kernel_name(c.kernel)),
+    expect_matches_cpu(p, w, in,
+                       fmt::format("{} sanitizer case, {} GEMMs{}", c.family, gemm_kernel_name(c.kernel),
+                                   c.fused ? " (deep, fused)" : ""),
                        fp8_warpgroup ? wgmma_recipe_tolerance() : -1.0);
   }
 }

@@ -367,6 +367,26 @@ TEST(Sm90Config, DecodePrefetchAndFusedQuantizeRouteOverrides) {
   SelectedConfig caller_out;
   selected(caller, {}).describe(caller_out);
   EXPECT_EQ(caller_out.str().find("quantize_route"), std::string::npos) << "x comes quantized: nothing to fuse";
+
+  KernelOverrides fuse_combine;
+  fuse_combine.fuse_combine = true;
+  for (const Recipe r : {Recipe::kMxfp4, Recipe::kNvfp4}) {
+    const Sm90Config c = selected(flash_desc(r), fuse_combine);
+    EXPECT_TRUE(c.fuse_combine);
+    SelectedConfig combine_out;
+    c.describe(combine_out);
+    EXPECT_NE(combine_out.str().find("combine = inside the decode GEMM 2 (overrides.fuse_combine)"), std::string::npos)
+        << combine_out.str();
+    MoeDesc with_shared = flash_desc(r);
+    with_shared.shared_intermediate_size = 2048;
+    expect_refused([&] { select_sm90_load_config(with_shared, fuse_combine); }, ErrorCode::kUnsupported,
+                   "overrides.fuse_combine = true: the shared expert's output is added in the combine");
+    Sm90Facts no_decode = all_available();
+    no_decode.decode_unavailable = "16 rows of A do not fit";
+    expect_refused([&] { selected(flash_desc(r), fuse_combine, no_decode); }, ErrorCode::kUnsupported,
+                   "overrides.fuse_combine = true: the combine is fused into the decode GEMMs, which cannot run "
+                   "this layer: 16 rows of A do not fit");
+  }
 }
 
 // The plan's steps per bucket (host only: building the launch table launches nothing).
@@ -381,7 +401,8 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
     const Plan plan = make_plan(shape);
     // Host memory, left uninitialized: the launch table only forms pointers into it.
     const std::unique_ptr<std::byte[]> workspace(new std::byte[plan.workspace.total_bytes]);
-    const Sm90Pipeline pipeline(c, plan, desc.quantize_input, 10.0f, {}, {}, workspace.get(), nullptr);
+    int32_t counters = 0;  // fuse_combine's counters: only their address goes into the launches
+    const Sm90Pipeline pipeline(c, plan, desc.quantize_input, 10.0f, {}, {}, workspace.get(), nullptr, &counters);
     SelectedConfig out;
     pipeline.describe(out);
     return out.str();
@@ -410,6 +431,24 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
   EXPECT_NE(plan_of(d, bf16_fused).find("(quantize x + routing (one launch), x to bf16, gemm1, h to bf16, gemm2, "
                                         "combine)"),
             std::string::npos) << plan_of(d, bf16_fused);
+  // fuse_combine: the decode bucket's GEMM 2 combines; the wgmma bucket keeps its combine launch.
+  KernelOverrides all_fused = fuse;
+  all_fused.fuse_combine = true;
+  const std::string fused_both = plan_of(d, all_fused);
+  EXPECT_NE(fused_both.find("plan T=1..512: decode GEMMs (2 k steps of weights in flight), routing m tiles of 16 rows; "
+                            "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 3 steps (quantize x + routing "
+                            "(one launch), gemm1, gemm2 + combine (one launch))"),
+            std::string::npos) << fused_both;
+  EXPECT_NE(fused_both.find("4 steps (quantize x + routing (one launch), gemm1, gemm2, combine)"), std::string::npos)
+      << fused_both;
+  KernelOverrides nv_combine;
+  nv_combine.fuse_combine = true;
+  nv_combine.decode_prefetch = kDecodeDeepPrefetch;
+  const std::string nv_fused = plan_of(flash_desc(Recipe::kNvfp4), nv_combine);
+  EXPECT_NE(nv_fused.find("nvfp4-decode GEMMs (4 k steps of weights in flight), routing m tiles of 16 rows; gemm1 "
+                          "grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 5 steps (quantize x, routing, gemm1, "
+                          "nvfp4 of h, gemm2 + combine (one launch))"),
+            std::string::npos) << nv_fused;
   const std::string nv = plan_of(flash_desc(Recipe::kNvfp4), {});
   EXPECT_NE(nv.find("(quantize x, routing, gemm1, nvfp4 of h, gemm2, combine)"), std::string::npos) << nv;
   MoeDesc caller = d;

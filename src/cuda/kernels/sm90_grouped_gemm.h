@@ -69,6 +69,16 @@ struct SwigluEpilogueParams {
 // GEMM 2 epilogue: o = bf16(acc) [rows, n].
 struct StoreEpilogueParams {
   uint16_t* out = nullptr;
+  // The decode GEMM 2 with the combine fused (launch_sm90_*_decode_gemm2_combine; unused by the
+  // other kernels): y [T, n] as kernels/sm90_combine.h writes it (no addend), each token's 128
+  // columns of a chunk by the block that stores the last of its slot rows there. counters
+  // [T, n / kDecodeBlockN] are zero before the launch, and are again after it (the block that
+  // completes one resets it).
+  uint16_t* y = nullptr;
+  const int32_t* slot_row = nullptr;   // [T, top_k], -1 for a slot without a row
+  const int32_t* row_token = nullptr;  // [rows]
+  int32_t* counters = nullptr;
+  int32_t num_tokens = 0, top_k = 0;
 };
 
 struct Gemm1Params {
@@ -211,5 +221,16 @@ cudaError_t configure_sm90_nvfp4_decode_deep_gemm1(int k, int* blocks_per_sm);
 cudaError_t configure_sm90_nvfp4_decode_deep_gemm2(int k, int* blocks_per_sm);
 cudaError_t launch_sm90_nvfp4_decode_deep_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
 cudaError_t launch_sm90_nvfp4_decode_deep_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
+// The decode GEMM 2 of either recipe with the combine in its epilogue (StoreEpilogueParams' y,
+// slot_row, row_token, counters, num_tokens, top_k): one kernel boundary fewer at small T. Block
+// m-tile 0 of each chunk also writes the zeros of tokens without a valid slot. Outputs (o and y)
+// bitwise those of GEMM 2 followed by launch_sm90_combine without an addend. `prefetch`:
+// kDecodePrefetch or kDecodeDeepPrefetch; configure_* once per k before the first launch.
+cudaError_t configure_sm90_mxfp4_decode_gemm2_combine(int prefetch, int k);
+cudaError_t configure_sm90_nvfp4_decode_gemm2_combine(int prefetch, int k);
+cudaError_t launch_sm90_mxfp4_decode_gemm2_combine(int prefetch, const Gemm2Params& params, int m_tile_bound,
+                                                   cudaStream_t stream);
+cudaError_t launch_sm90_nvfp4_decode_gemm2_combine(int prefetch, const Gemm2Params& params, int m_tile_bound,
+                                                   cudaStream_t stream);
 
 }  // namespace moe_ep::cuda

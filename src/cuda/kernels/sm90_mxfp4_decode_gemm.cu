@@ -21,6 +21,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
   // GEMM 2's blocks would take the slots GEMM 1 leaves free at its start and end up unevenly
   // spread over the SMs (measured: T = 1 +2.5 us).
   ptx::grid_dependency_wait();
+  if constexpr (FusedCombineEpilogue<Epilogue>) Epilogue::zero_unslotted_tokens(p.epilogue, p.op.n);
   DecodeTile t;
   if (!decode_tile(p.schedule, p.op.n, t)) return;
   DecodeAccumulators acc;
@@ -79,6 +80,20 @@ cudaError_t launch_sm90_mxfp4_decode_deep_gemm1(const Gemm1Params& p, int m_tile
 
 cudaError_t launch_sm90_mxfp4_decode_deep_gemm2(const Gemm2Params& p, int m_tile_bound, cudaStream_t stream) {
   return launch_decode<DecodeStoreBf16<false>, kDecodeDeepPrefetch>(p, m_tile_bound, stream);
+}
+
+cudaError_t configure_sm90_mxfp4_decode_gemm2_combine(int prefetch, int k) {
+  int blocks_per_sm = 0;  // the decode grid is not persistent: only the shared-memory limit matters
+  using E = DecodeStoreBf16Combine<false>;
+  return prefetch == kDecodeDeepPrefetch ? configure_decode<E, Gemm2Params, kDecodeDeepPrefetch>(k, &blocks_per_sm)
+                                         : configure_decode<E, Gemm2Params>(k, &blocks_per_sm);
+}
+
+cudaError_t launch_sm90_mxfp4_decode_gemm2_combine(int prefetch, const Gemm2Params& p, int m_tile_bound,
+                                                  cudaStream_t stream) {
+  using E = DecodeStoreBf16Combine<false>;
+  return prefetch == kDecodeDeepPrefetch ? launch_decode<E, kDecodeDeepPrefetch>(p, m_tile_bound, stream)
+                                         : launch_decode<E>(p, m_tile_bound, stream);
 }
 
 }  // namespace moe_ep::cuda

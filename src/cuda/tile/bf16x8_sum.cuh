@@ -14,8 +14,10 @@ struct Bf16x8Sum {
   float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
 
   // v[j] += fp32(row[j]) for the 16 bytes at `row` (8 bf16, 16-byte aligned).
-  __device__ __forceinline__ void add(const uint16_t* row) {
-    const uint4 q = *reinterpret_cast<const uint4*>(row);
+  __device__ __forceinline__ void add(const uint16_t* row) { add_bits(*reinterpret_cast<const uint4*>(row)); }
+
+  // The same for 8 bf16 already loaded (e.g. through L2 only, for rows other blocks wrote).
+  __device__ __forceinline__ void add_bits(const uint4& q) {
     const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
