@@ -126,14 +126,14 @@ struct DecodeStoreBf16Combine {
     __shared__ int completed[kDecodeBlockM];
     __shared__ int num_completed;
     if (threadIdx.x == 0) num_completed = 0;
-    __threadfence();  // this thread's o stores, before any count of the block below
-    __syncthreads();
+    __syncthreads();  // the block's o stores, seen by the counting threads (CTA scope)
     const int n_chunks = op.n / kDecodeBlockN;
     if (static_cast<int>(threadIdx.x) < t.num_rows) {
       const int token = ep.row_token[t.row_begin + threadIdx.x];
       int valid = 0;
       for (int k = 0; k < ep.top_k; ++k) valid += ep.slot_row[token * ep.top_k + k] >= 0;
       int* counter = ep.counters + static_cast<int64_t>(token) * n_chunks + t.n_chunk;
+      __threadfence();  // cumulative: those stores ordered before the count, at GPU scope
       if (atomicAdd(counter, 1) + 1 == valid) {  // the token's last slot row of this chunk
         *counter = 0;
         completed[atomicAdd(&num_completed, 1)] = token;
@@ -141,7 +141,7 @@ struct DecodeStoreBf16Combine {
     }
     __syncthreads();
     if (num_completed == 0) return;
-    __threadfence();
+    __threadfence();  // after the counts that completed: the other blocks' rows are visible
     // 16 threads per completed token, 8 columns each.
     const int i = threadIdx.x / 16;
     if (i >= num_completed) return;
