@@ -8,8 +8,8 @@
 #   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench small nvfp4 sanitizer flash ncu ncu-source"
 #                              (default: all but split, decode, shared, small, nvfp4, ncu and ncu-source)
 #   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight
-#   small: the layer at T <= 128 (flash; pro T = 1, 8), default against --decode-prefetch 4 /
-#     --fuse-quantize-route / both
+#   small: the layer at T <= 128 (flash, tiny; pro T = 1, 8), default against --decode-prefetch 4,
+#     --fuse-quantize-route, --fuse-combine and all of them
 #   shared: the shared expert's dot-product kernels at T = 1, 4, row-major against tiled weights
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
 #   split: the rs fp8 kernels' time split by work (Sm90WgmmaTiming.RsFp8WorkSplit)
@@ -140,9 +140,11 @@ fi
 # 4a. Small T in the layer: the default plan against the deep decode kernels
 # (--decode-prefetch 4), the fused Q8 + routing launch (--fuse-quantize-route) and both.
 if has small; then  # timings only: the tests above check these plans' bits
-  both="--decode-prefetch 4 --fuse-quantize-route"
-  for run in "flash:" "flash:--decode-prefetch 4" "flash:--fuse-quantize-route" "flash:$both" "pro:" "pro:$both"; do
-    preset=deepseek-v4-${run%%:*} pin=${run#*:}
+  fused="--fuse-quantize-route --fuse-combine" all="--decode-prefetch 4 --fuse-quantize-route --fuse-combine"
+  for run in "flash:" "flash:--decode-prefetch 4" "flash:--fuse-quantize-route" "flash:--fuse-combine" "flash:$all" \
+             "pro:" "pro:$all" "tiny:" "tiny:$fused" "tiny:$all"; do
+    preset=${run%%:*} pin=${run#*:}
+    [[ $preset != tiny ]] && preset=deepseek-v4-$preset
     tokens=${MOE_EP_SMALL_TOKENS:-1,8,32,128}
     [[ $preset == deepseek-v4-pro ]] && tokens=1,8
     # shellcheck disable=SC2086  # $pin is a list of options
