@@ -18,6 +18,13 @@ static_assert(kDecodeBlockN == 16 * kDecodeWarps && kDecodeBlockM == 16, "16 wei
 template <int kPrefetch>
 inline constexpr int kDecodeMinBlocks = kPrefetch == 2 ? 3 : 2;
 
+// f.template operator()<kPrefetch>() for a run-time depth: kDecodeDeepPrefetch, else kDecodePrefetch.
+template <class F>
+cudaError_t with_decode_prefetch(int prefetch, F&& f) {
+  return prefetch == kDecodeDeepPrefetch ? f.template operator()<kDecodeDeepPrefetch>()
+                                         : f.template operator()<kDecodePrefetch>();
+}
+
 struct DecodeTile {
   int expert, row_begin, num_rows, n_chunk;
 };

@@ -83,17 +83,16 @@ cudaError_t launch_sm90_mxfp4_decode_deep_gemm2(const Gemm2Params& p, int m_tile
 }
 
 cudaError_t configure_sm90_mxfp4_decode_gemm2_combine(int prefetch, int k) {
-  int blocks_per_sm = 0;  // the decode grid is not persistent: only the shared-memory limit matters
-  using E = DecodeStoreBf16Combine<false>;
-  return prefetch == kDecodeDeepPrefetch ? configure_decode<E, Gemm2Params, kDecodeDeepPrefetch>(k, &blocks_per_sm)
-                                         : configure_decode<E, Gemm2Params>(k, &blocks_per_sm);
+  int per_sm = 0;  // the decode grid is not persistent: only the shared-memory limit matters
+  return with_decode_prefetch(prefetch, [&]<int kP>() {
+    return configure_decode<DecodeStoreBf16Combine<false>, Gemm2Params, kP>(k, &per_sm);
+  });
 }
 
 cudaError_t launch_sm90_mxfp4_decode_gemm2_combine(int prefetch, const Gemm2Params& p, int m_tile_bound,
                                                   cudaStream_t stream) {
-  using E = DecodeStoreBf16Combine<false>;
-  return prefetch == kDecodeDeepPrefetch ? launch_decode<E, kDecodeDeepPrefetch>(p, m_tile_bound, stream)
-                                         : launch_decode<E>(p, m_tile_bound, stream);
+  return with_decode_prefetch(
+      prefetch, [&]<int kP>() { return launch_decode<DecodeStoreBf16Combine<false>, kP>(p, m_tile_bound, stream); });
 }
 
 }  // namespace moe_ep::cuda
