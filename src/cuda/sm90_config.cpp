@@ -119,8 +119,10 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
   return c;
 }
 
-void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o,
-                         const Sm90Facts& facts) {
+namespace {
+
+// The T buckets (and the availability strings) of select_sm90_kernels.
+void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, const Sm90Facts& facts) {
   c.facts = facts;
   const int64_t max_tokens = desc.fleet.max_tokens_per_rank;
   c.buckets.clear();
@@ -228,6 +230,19 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
   const int64_t wgmma_lo = use_wgmma ? std::max(c.wgmma_min_tokens, decode_hi + 1) : max_tokens + 1;
   bucket(decode_hi + 1, std::min(wgmma_lo - 1, max_tokens), Sm90Gemm::kMma);
   bucket(wgmma_lo, max_tokens, Sm90Gemm::kWgmma);
+}
+
+}  // namespace
+
+void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o,
+                         const Sm90Facts& facts) {
+  pick_buckets(c, desc, o, facts);
+  bool decode = false;  // a bucket of T >= 1 runs the decode GEMMs
+  for (const Sm90Bucket& b : c.buckets)
+    decode = decode || ((b.gemm == Sm90Gemm::kDecode || b.gemm == Sm90Gemm::kNvfp4Decode) && b.max_tokens >= 1);
+  MOE_EP_CHECK_CODE(!c.fuse_combine || decode, ErrorCode::kUnsupported,
+                    "overrides.fuse_combine = true: no T bucket runs the decode GEMMs it is fused into "
+                    "(overrides.gemm = {}, decode up to T = {})", gemm_kernel_name(o.gemm), c.decode_max_tokens);
 }
 
 void Sm90Config::describe(SelectedConfig& out) const {

@@ -205,16 +205,24 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
   MOE_EP_CUDA_CHECK(cudaMemset(error_flags_.get(), 0, sizeof(uint32_t)));
   if (config_.fuse_combine) {  // the decode GEMM 2 with the combine: its kernels and counters
     const int k = static_cast<int>(shape.intermediate), depth = config_.decode_prefetch;
-    MOE_EP_CUDA_CHECK(mxfp4 ? configure_sm90_mxfp4_decode_gemm2_combine(depth, k)
-                            : configure_sm90_nvfp4_decode_gemm2_combine(depth, k));
-    combine_counters_ = DeviceBuffer(static_cast<size_t>(shape.max_tokens * (shape.hidden / kDecodeBlockN)) * 4);
+    int per_sm = 0;
+    MOE_EP_CUDA_CHECK(mxfp4 ? configure_sm90_mxfp4_decode_gemm2_combine(depth, k, &per_sm)
+                            : configure_sm90_nvfp4_decode_gemm2_combine(depth, k, &per_sm));
+    MOE_EP_CHECK_CODE(per_sm > 0, ErrorCode::kUnsupported,
+                      "overrides.fuse_combine = true: the decode GEMM 2 with the combine does not fit on cuda:{} "
+                      "(K = {})", device_index, k);
+    int64_t decode_tokens = 0;  // the counters cover the tokens of the decode buckets only
+    for (const Sm90Bucket& b : config_.buckets)
+      if (b.gemm == Sm90Gemm::kDecode || b.gemm == Sm90Gemm::kNvfp4Decode)
+        decode_tokens = std::max(decode_tokens, b.max_tokens);
+    combine_counters_ = DeviceBuffer(static_cast<size_t>(decode_tokens * (shape.hidden / kDecodeBlockN)) * 4);
     MOE_EP_CUDA_CHECK(cudaMemset(combine_counters_.get(), 0, combine_counters_.bytes()));
   }
   const Sm90GemmWeights w13{w13_tiles_.get(), w13_scales_.get(), w13_global_.get<float>(), w13_col_scale_.get<float>()};
   const Sm90GemmWeights w2{w2_tiles_.get(), w2_scales_.get(), w2_global_.get<float>(), w2_col_scale_.get<float>()};
   pipeline_ = std::make_unique<Sm90Pipeline>(
       config_, plan_, desc.quantize_input, desc.activation_clamp.value_or(std::numeric_limits<float>::infinity()),
-      w13, w2, workspace_->get<std::byte>(), error_flags_.get<uint32_t>(), combine_counters_.get<int32_t>());
+      w13, w2, workspace_->get<std::byte>(), error_flags_.get<uint32_t>(), combine_counters_.get<uint32_t>());
   MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

@@ -209,7 +209,7 @@ std::string grid_str(const GridRule& g) {
 
 Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quantize_input,
                            float clamp, const Sm90GemmWeights& w13, const Sm90GemmWeights& w2,
-                           std::byte* workspace, uint32_t* error_flags, int32_t* combine_counters) {
+                           std::byte* workspace, uint32_t* error_flags, uint32_t* combine_counters) {
   const LayerShape& s = plan.shape;
   const WorkspaceLayout& w = plan.workspace;
   const RecipeTraits& recipe = recipe_traits(s.recipe);

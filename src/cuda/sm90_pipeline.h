@@ -53,11 +53,11 @@ struct Sm90GemmWeights {
 
 class Sm90Pipeline {
  public:
-  // combine_counters: config.fuse_combine's [max_tokens, H / kDecodeBlockN] int32, zeroed (the
-  // layer's own, never shared scratch: the fused combine leaves them zero after each forward).
+  // combine_counters: config.fuse_combine's [the decode buckets' max T, H / kDecodeBlockN], zeroed
+  // (the layer's own, never shared scratch: the fused combine leaves them zero after a forward).
   Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quantize_input, float clamp,
                const Sm90GemmWeights& w13, const Sm90GemmWeights& w2, std::byte* workspace,
-               uint32_t* error_flags, int32_t* combine_counters = nullptr);
+               uint32_t* error_flags, uint32_t* combine_counters = nullptr);
 
   // Launches every step of num_tokens' bucket on `stream`; T = 0 launches nothing.
   void run(const Sm90Binding& binding, cudaStream_t stream) const;

@@ -214,7 +214,12 @@ TEST_P(Sm90Decode, DeepPrefetchAndFusedQuantizeRouteGiveTheDefaultBits) {
         Problem all = combined;
         all.overrides.decode_prefetch = 4;
         if (mxfp4) all.overrides.fuse_quantize_route = true;
-        variants.emplace_back(all, "(4 k steps of weights in flight)");
+        variants.emplace_back(all, mxfp4 ? "decode GEMMs (4 k steps of weights in flight), routing m tiles of 16 rows; "
+                                           "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 3 steps (quantize "
+                                           "x + routing (one launch), gemm1, gemm2 + combine (one launch))"
+                                         : "decode GEMMs (4 k steps of weights in flight), routing m tiles of 16 rows; "
+                                           "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 5 steps (quantize "
+                                           "x, routing, gemm1, nvfp4 of h, gemm2 + combine (one launch))");
       }
       auto ref_layer = make_gpu_layer(base, w.pack());
       for (const auto& [v, marker] : variants) {
@@ -235,6 +240,14 @@ TEST_P(Sm90Decode, DeepPrefetchAndFusedQuantizeRouteGiveTheDefaultBits) {
                      got.empty() ? 1.0 : same / static_cast<double>(got.size()));
         }
         EXPECT_EQ(layer->read_error_flags(), 0u);
+        // Graph replays equal the eager forward (the fused combine's counters reset inside the graph).
+        const DeviceInputs d = to_device(p, cases[1].in);  // random, T = 7
+        const std::vector<uint16_t> eager = run_on_gpu(*layer, d);
+        cudaStream_t stream;
+        MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        for (const std::vector<uint16_t>& replay : replay_forward_graph(*layer, d, stream, 3))
+          EXPECT_EQ(replay, eager) << dc.name << " " << v.overrides.str() << ": graph replay";
+        MOE_EP_CUDA_CHECK(cudaStreamDestroy(stream));
       }
     }
   }

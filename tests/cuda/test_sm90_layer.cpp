@@ -329,6 +329,11 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
     const bool warpgroup = c.kernel == GemmKernel::kWgmma || c.kernel == GemmKernel::kWgmmaRs;
     p.exact_accumulation = !warpgroup;
     const WeightSet w = testsupport::random_weights(p, native_format(p), 10);
+    if (c.fused) {  // the plan runs what the case names
+      const std::string plan = make_gpu_layer(p, w.pack())->info().config.str();
+      EXPECT_NE(plan.find("(4 k steps of weights in flight)"), std::string::npos) << plan;
+      EXPECT_NE(plan.find("gemm2 + combine (one launch)"), std::string::npos) << plan;
+    }
     const Inputs in = testsupport::random_inputs(p, 70, 15, {.skip_fraction = 0.2});
     // nvfp4's wgmma products are exact f16 ones: its own threshold.
     const bool fp8_warpgroup = warpgroup && p.recipe == Recipe::kMxfp4;

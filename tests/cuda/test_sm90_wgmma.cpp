@@ -386,6 +386,15 @@ TEST(Sm90Config, DecodePrefetchAndFusedQuantizeRouteOverrides) {
     expect_refused([&] { selected(flash_desc(r), fuse_combine, no_decode); }, ErrorCode::kUnsupported,
                    "overrides.fuse_combine = true: the combine is fused into the decode GEMMs, which cannot run "
                    "this layer: 16 rows of A do not fit");
+    KernelOverrides mma_combine = fuse_combine;
+    mma_combine.gemm = GemmKernel::kMma;
+    expect_refused([&] { selected(flash_desc(r), mma_combine); }, ErrorCode::kUnsupported,
+                   "overrides.fuse_combine = true: no T bucket runs the decode GEMMs it is fused into "
+                   "(overrides.gemm = mma");
+    KernelOverrides no_decode_t = fuse_combine;
+    no_decode_t.decode_max_tokens = 0;
+    expect_refused([&] { selected(flash_desc(r), no_decode_t); }, ErrorCode::kUnsupported,
+                   "decode up to T = 0)");
   }
 }
 
@@ -401,7 +410,7 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
     const Plan plan = make_plan(shape);
     // Host memory, left uninitialized: the launch table only forms pointers into it.
     const std::unique_ptr<std::byte[]> workspace(new std::byte[plan.workspace.total_bytes]);
-    int32_t counters = 0;  // fuse_combine's counters: only their address goes into the launches
+    uint32_t counters = 0;  // fuse_combine's counters: only their address goes into the launches
     const Sm90Pipeline pipeline(c, plan, desc.quantize_input, 10.0f, {}, {}, workspace.get(), nullptr, &counters);
     SelectedConfig out;
     pipeline.describe(out);

@@ -11,6 +11,7 @@
 
 #include "cuda/kernels/sm90_decode_tile.cuh"
 #include "cuda/kernels/sm90_gemm_epilogues.cuh"
+#include "cuda/ptx/sync.cuh"
 #include "cuda/tile/bf16x8_sum.cuh"
 
 namespace moe_ep::cuda {
@@ -114,8 +115,7 @@ struct DecodeStoreBf16 {
 // block counts each of its rows into counters[token][chunk]; the row that completes a token's
 // valid slots hands the token to the block, which then sums that token's slot rows over the
 // chunk's 128 columns in slot order (Bf16x8Sum, as kernels/sm90_combine.cu) and stores y. Rows
-// stored by other blocks are read through L2 after the count, which they published with a fence
-// before theirs. A token with no valid slot is no block's: zero_unslotted_tokens writes its zeros.
+// stored by other blocks are read through L2 after the acquiring count; theirs released them. A token with no valid slot is no block's: zero_unslotted_tokens writes its zeros.
 template <bool kNvfp4>
 struct DecodeStoreBf16Combine {
   static constexpr bool kFusedCombine = true;
@@ -130,18 +130,18 @@ struct DecodeStoreBf16Combine {
     const int n_chunks = op.n / kDecodeBlockN;
     if (static_cast<int>(threadIdx.x) < t.num_rows) {
       const int token = ep.row_token[t.row_begin + threadIdx.x];
-      int valid = 0;
+      uint32_t valid = 0;
       for (int k = 0; k < ep.top_k; ++k) valid += ep.slot_row[token * ep.top_k + k] >= 0;
-      int* counter = ep.counters + static_cast<int64_t>(token) * n_chunks + t.n_chunk;
-      __threadfence();  // cumulative: those stores ordered before the count, at GPU scope
-      if (atomicAdd(counter, 1) + 1 == valid) {  // the token's last slot row of this chunk
+      uint32_t* counter = ep.counters + static_cast<int64_t>(token) * n_chunks + t.n_chunk;
+      // Release: the stores the barrier ordered before the count; acquire: the other blocks'
+      // rows of the token, released by their counts, for this block after the barrier below.
+      if (ptx::atom_add_acq_rel_gpu(counter, 1) + 1 == valid) {  // the token's last slot row here
         *counter = 0;
         completed[atomicAdd(&num_completed, 1)] = token;
       }
     }
     __syncthreads();
     if (num_completed == 0) return;
-    __threadfence();  // after the counts that completed: the other blocks' rows are visible
     // 16 threads per completed token, 8 columns each.
     const int i = threadIdx.x / 16;
     if (i >= num_completed) return;

@@ -77,7 +77,7 @@ struct StoreEpilogueParams {
   uint16_t* y = nullptr;
   const int32_t* slot_row = nullptr;   // [T, top_k], -1 for a slot without a row
   const int32_t* row_token = nullptr;  // [rows]
-  int32_t* counters = nullptr;
+  uint32_t* counters = nullptr;
   int32_t num_tokens = 0, top_k = 0;
 };
 
@@ -225,9 +225,10 @@ cudaError_t launch_sm90_nvfp4_decode_deep_gemm2(const Gemm2Params& params, int m
 // slot_row, row_token, counters, num_tokens, top_k): one kernel boundary fewer at small T. Block
 // m-tile 0 of each chunk also writes the zeros of tokens without a valid slot. Outputs (o and y)
 // bitwise those of GEMM 2 followed by launch_sm90_combine without an addend. `prefetch`:
-// kDecodePrefetch or kDecodeDeepPrefetch; configure_* once per k before the first launch.
-cudaError_t configure_sm90_mxfp4_decode_gemm2_combine(int prefetch, int k);
-cudaError_t configure_sm90_nvfp4_decode_gemm2_combine(int prefetch, int k);
+// kDecodePrefetch or kDecodeDeepPrefetch; configure_* once per k before the first launch (it
+// reports the blocks that fit on one SM: 0 when the kernel cannot run).
+cudaError_t configure_sm90_mxfp4_decode_gemm2_combine(int prefetch, int k, int* blocks_per_sm);
+cudaError_t configure_sm90_nvfp4_decode_gemm2_combine(int prefetch, int k, int* blocks_per_sm);
 cudaError_t launch_sm90_mxfp4_decode_gemm2_combine(int prefetch, const Gemm2Params& params, int m_tile_bound,
                                                    cudaStream_t stream);
 cudaError_t launch_sm90_nvfp4_decode_gemm2_combine(int prefetch, const Gemm2Params& params, int m_tile_bound,

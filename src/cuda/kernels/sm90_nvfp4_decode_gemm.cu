@@ -75,10 +75,9 @@ cudaError_t launch_sm90_nvfp4_decode_deep_gemm2(const Gemm2Params& p, int m_tile
   return launch_decode<DecodeStoreBf16<true>, kDecodeDeepPrefetch>(p, m_tile_bound, stream);
 }
 
-cudaError_t configure_sm90_nvfp4_decode_gemm2_combine(int prefetch, int k) {
-  int per_sm = 0;  // the decode grid is not persistent: only the shared-memory limit matters
+cudaError_t configure_sm90_nvfp4_decode_gemm2_combine(int prefetch, int k, int* blocks_per_sm) {
   return with_decode_prefetch(prefetch, [&]<int kP>() {
-    return configure_decode<DecodeStoreBf16Combine<true>, Gemm2Params, kP>(k, &per_sm);
+    return configure_decode<DecodeStoreBf16Combine<true>, Gemm2Params, kP>(k, blocks_per_sm);
   });
 }
 

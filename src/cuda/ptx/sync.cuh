@@ -34,6 +34,13 @@ __device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) {
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// *p += v at GPU scope with acquire and release semantics; returns the value before.
+__device__ __forceinline__ uint32_t atom_add_acq_rel_gpu(uint32_t* p, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 // Wrap-around order of epochs: a is at or past b.
 __device__ __forceinline__ bool epoch_reached(uint32_t a, uint32_t b) {
   return static_cast<int32_t>(a - b) >= 0;
