@@ -199,12 +199,17 @@ if has ncu-source; then
   MOE_EP_WGMMA_TIMING=1 MOE_EP_WGMMA_TIMING_TOKENS=${MOE_EP_NCU_TOKENS:-2048} MOE_EP_WGMMA_TIMING_ITERS=1 \
     run_limited 150 ncu --clock-control none --kernel-name-base demangled --kernel-name regex:"${MOE_EP_NCU_KERNEL:-RsFp8TileConfig}" \
     --launch-skip "${MOE_EP_NCU_SKIP:-0}" --launch-count 2 --section SourceCounters --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section SpeedOfLight \
     -f -o "$WORK/source" "$TESTS" --gtest_filter='Sm90WgmmaTiming.FlashSize*' > "$WORK/ncu_source.log" 2>&1
   note "ncu-source: rc=$?  ($(elapsed) s)"
   ncu -i "$WORK/source.ncu-rep" --page source --csv --print-source sass > "$WORK/source.csv" 2>> "$WORK/ncu_source.log"
   python3 scripts/ncu_stall_ledger.py "$WORK/source.csv" --top 30 >> "$SUMMARY" 2>&1
   ncu -i "$WORK/source.ncu-rep" --page details --section WarpStateStats 2>/dev/null | grep -E "Stall|Warp Cycles" |
     sed 's/  */ /g' | head -40 | sed 's/^/  /' >> "$SUMMARY"
+  # Where the bytes come from: L1 / L2 hit rates and throughputs (the A rows are re-read by every n tile).
+  ncu -i "$WORK/source.ncu-rep" --page details --section MemoryWorkloadAnalysis --section SpeedOfLight 2>/dev/null |
+    grep -E "Duration|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|L2 Cache Throughput|L1/TEX Cache Throughput" |
+    sed 's/  */ /g' | head -24 | sed 's/^/  /' >> "$SUMMARY"
 fi
 
 note "total $(elapsed) s"
