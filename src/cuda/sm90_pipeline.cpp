@@ -131,6 +131,14 @@ cudaError_t decode_gemm2_combine(const Gemm2Params& p, int grid, cudaStream_t s)
                 : launch_sm90_mxfp4_decode_gemm2_combine(kPrefetch, p, grid, s);
 }
 
+// The decode GEMM 2 with the combine, of the recipe and weight prefetch depth of the bucket.
+Sm90Pipeline::Gemm2Fn decode_gemm2_combine_fn(bool nvfp4, int prefetch) {
+  const bool deep = prefetch == kDecodeDeepPrefetch;
+  if (nvfp4)
+    return deep ? &decode_gemm2_combine<true, kDecodeDeepPrefetch> : &decode_gemm2_combine<true, kDecodePrefetch>;
+  return deep ? &decode_gemm2_combine<false, kDecodeDeepPrefetch> : &decode_gemm2_combine<false, kDecodePrefetch>;
+}
+
 template <int kBlockM>
 cudaError_t rs_fp8_gemm1(const Gemm1Params& p, int grid, cudaStream_t s) {
   return launch_sm90_mxfp4_rs_fp8_grouped_gemm1(kBlockM, p, grid, s);
@@ -287,10 +295,7 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     const bool fused_combine = config.fuse_combine && decode;
     if (fused_combine) {
       MOE_EP_ASSERT(combine_counters != nullptr);
-      const bool nv = bucket.gemm == Sm90Gemm::kNvfp4Decode, deep = l.decode_prefetch == kDecodeDeepPrefetch;
-      l.gemm2_fn = nv ? deep ? &decode_gemm2_combine<true, kDecodeDeepPrefetch> : &decode_gemm2_combine<true, kDecodePrefetch>
-                   : deep ? &decode_gemm2_combine<false, kDecodeDeepPrefetch>
-                          : &decode_gemm2_combine<false, kDecodePrefetch>;
+      l.gemm2_fn = decode_gemm2_combine_fn(bucket.gemm == Sm90Gemm::kNvfp4Decode, l.decode_prefetch);
       g2.epilogue.slot_row = r.slot_row;
       g2.epilogue.row_token = r.row_token;
       g2.epilogue.counters = combine_counters;

@@ -115,7 +115,8 @@ struct DecodeStoreBf16 {
 // block counts each of its rows into counters[token][chunk]; the row that completes a token's
 // valid slots hands the token to the block, which then sums that token's slot rows over the
 // chunk's 128 columns in slot order (Bf16x8Sum, as kernels/sm90_combine.cu) and stores y. Rows
-// stored by other blocks are read through L2 after the acquiring count; theirs released them. A token with no valid slot is no block's: zero_unslotted_tokens writes its zeros.
+// stored by other blocks are read through L2 after the acquiring count; theirs released them.
+// A token with no valid slot is no block's: zero_unslotted_tokens writes its zeros.
 template <bool kNvfp4>
 struct DecodeStoreBf16Combine {
   static constexpr bool kFusedCombine = true;
@@ -150,7 +151,8 @@ struct DecodeStoreBf16Combine {
     Bf16x8Sum sum;
     for (int k = 0; k < ep.top_k; ++k) {
       const int row = ep.slot_row[token * ep.top_k + k];
-      if (row >= 0) sum.add_bits(__ldcg(reinterpret_cast<const uint4*>(ep.out + static_cast<int64_t>(row) * op.n + col)));
+      if (row >= 0)
+        sum.add_bits(__ldcg(reinterpret_cast<const uint4*>(ep.out + static_cast<int64_t>(row) * op.n + col)));
     }
     sum.store(ep.y + static_cast<int64_t>(token) * op.n + col);
   }
