@@ -47,7 +47,7 @@ struct KernelOverrides {
   std::optional<bool> fold_fp8;             // mxfp4 on GPUs: fold weights into the FP8 window
   std::optional<int> decode_prefetch;       // decode GEMMs: k steps of weights in flight per warp (2, 4;
                                             // 4 is refused where the decode GEMMs cannot run)
-  std::optional<bool> fuse_quantize_route;  // mxfp4 on GPUs: Q8 of x and the routing in one launch
+  std::optional<bool> fuse_quantize_route;  // GPUs: quantization of x and the routing in one launch
   std::optional<bool> fuse_combine;         // GPUs: the combine inside the decode GEMM 2 (no shared expert)
   int num_threads = 0;                      // CPU backend workers incl. the caller (0: all cores)
   int64_t cpu_batch_tokens = 0;             // CPU backend tokens per batch (0: 256 MiB budget)

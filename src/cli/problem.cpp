@@ -48,7 +48,7 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
   cmd.add_flag("--no-fold", o.no_fold, "mxfp4 on the GPU: keep E8M0 block scales (no FP8 folding)")
       ->group(knobs);
   cmd.add_flag("--fuse-quantize-route", o.fuse_quantize_route,
-               "mxfp4 on the GPU: Q8 of x and the routing in one launch")->group(knobs);
+               "GPU: the quantization of x and the routing in one launch")->group(knobs);
   cmd.add_flag("--fuse-combine", o.fuse_combine,
                "GPU: the combine inside the decode GEMM 2 (one launch fewer at small T; no shared expert)")
       ->group(knobs);

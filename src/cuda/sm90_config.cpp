@@ -103,9 +103,6 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
     c.decode_prefetch = *o.decode_prefetch;
   }
   if (o.fuse_quantize_route.value_or(false)) {
-    MOE_EP_CHECK_CODE(mxfp4, ErrorCode::kUnsupported,
-                      "overrides.fuse_quantize_route = true: recipe '{}' quantizes x to NVFP4, which has "
-                      "no fused launch; it takes recipe 'mxfp4' (Q8 of x)", recipe_name(desc.recipe));
     MOE_EP_CHECK_CODE(desc.quantize_input, ErrorCode::kUnsupported,
                       "overrides.fuse_quantize_route = true: this layer does not quantize x "
                       "(desc.quantize_input = false, or the local experts of an expert-parallel rank)");
@@ -255,9 +252,14 @@ void Sm90Config::describe(SelectedConfig& out) const {
                         "blocks/SM {} / {}", decode_max_tokens, decode_prefetch,
                         deep ? " (overrides.decode_prefetch)" : "", decode_per_sm[0], decode_per_sm[1])
           : "unavailable: " + facts.decode_unavailable;
-  const char* combine_line =
-      fuse_combine ? "inside the decode GEMM 2 (overrides.fuse_combine); a launch of its own after the other GEMMs"
-                   : "a launch of its own (inside the decode GEMM 2 by override: overrides.fuse_combine)";
+  auto add_launch_fusions = [&] {
+    out.add("combine", fuse_combine
+                           ? "inside the decode GEMM 2 (overrides.fuse_combine); a launch of its own after the other GEMMs"
+                           : "a launch of its own (inside the decode GEMM 2 by override: overrides.fuse_combine)");
+    if (quantize_input)
+      out.add("quantize_route", fuse_quantize_route ? "one launch (overrides.fuse_quantize_route)"
+                                                    : "two launches (one by override: overrides.fuse_quantize_route)");
+  };
   out.add("gemm", requested == GemmKernel::kAuto ? "auto (by T bucket)"
                                                  : fmt::format("{} (overrides.gemm)", gemm_kernel_name(requested)));
   out.add("exact_accumulation", exact_accumulation ? "true" : "false");
@@ -273,17 +275,14 @@ void Sm90Config::describe(SelectedConfig& out) const {
     out.add("mma", fmt::format("64x128x128 tiles, blocks/SM {} / {}", facts.mma_blocks_per_sm[0],
                                facts.mma_blocks_per_sm[1]));
     out.add("decode", decode_line);
-    out.add("combine", combine_line);
+    add_launch_fusions();
     return;
   }
   out.add("fold_fp8", fmt::format("{} (W13 {}, W2 {})", fold ? "on" : "off",
                                   facts.w13_folded ? "folded" : "E8M0 block scales",
                                   facts.w2_folded ? "folded" : "E8M0 block scales"));
   out.add("decode", decode_line);
-  out.add("combine", combine_line);
-  if (quantize_input)
-    out.add("quantize_route", fuse_quantize_route ? "one launch (overrides.fuse_quantize_route)"
-                                                  : "two launches (one by override: overrides.fuse_quantize_route)");
+  add_launch_fusions();
   const WgmmaTileShape ts = wgmma_tile_shape(wgmma_tile);
   out.add("wgmma", wgmma_unavailable.empty()
                        ? fmt::format("available: {}x{} tiles, auto from T = {}{}, blocks/SM {} / {}", ts.block_m,

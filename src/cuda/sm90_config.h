@@ -57,7 +57,7 @@ struct Sm90Config {
   int64_t decode_max_tokens = kDecodeMaxTokens;
   int64_t wgmma_min_tokens = kWgmmaMinTokens;
   int decode_prefetch = kDecodePrefetch;     // k steps of weights in flight per decode warp
-  bool fuse_quantize_route = false;          // Q8 of x and the routing in one launch (mxfp4)
+  bool fuse_quantize_route = false;          // quantization of x and the routing in one launch
   bool fuse_combine = false;                 // decode buckets: the combine inside GEMM 2
   bool quantize_input = true;                // desc.quantize_input: the layer quantizes x
   bool exact_accumulation = false, fast_math = false;

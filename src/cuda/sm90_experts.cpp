@@ -88,7 +88,9 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
                     "num_experts = {} needs {} bytes of shared memory in the routing kernel; cuda:{} "
                     "allows {} per block", shape.num_experts, permute_smem, device_index, dev.shared_per_block_optin);
   MOE_EP_CUDA_CHECK(configure_sm90_permute(static_cast<int>(shape.num_experts)));
-  if (config_.fuse_quantize_route) MOE_EP_CUDA_CHECK(configure_sm90_quantize_route(static_cast<int>(shape.num_experts)));
+  if (config_.fuse_quantize_route)
+    MOE_EP_CUDA_CHECK(mxfp4 ? configure_sm90_quantize_route(static_cast<int>(shape.num_experts))
+                            : configure_sm90_nvfp4_quantize_route(static_cast<int>(shape.num_experts)));
   Sm90Facts facts;
   facts.sm_count = dev.sm_count;
   if (mxfp4) {

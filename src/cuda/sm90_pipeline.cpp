@@ -33,16 +33,24 @@ cudaError_t quantize_q8_step(const Launch& l, const Sm90Binding& b, cudaStream_t
   return launch_sm90_q8_quantize(q8_of(l, b), s);
 }
 
-// Q8 of x and the routing in one launch (overrides.fuse_quantize_route).
+Nvfp4QuantizeParams x_nvfp4_of(const Launch& l, const Sm90Binding& b) {
+  Nvfp4QuantizeParams q = l.x_nvfp4;
+  q.in = b.x;
+  q.max_rows = static_cast<int32_t>(b.num_tokens);
+  return q;
+}
+
+cudaError_t quantize_nvfp4_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  return launch_sm90_nvfp4_quantize(x_nvfp4_of(l, b), s);
+}
+
+// Quantization of x and the routing in one launch (overrides.fuse_quantize_route).
 cudaError_t quantize_route_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
   return launch_sm90_quantize_route(q8_of(l, b), routing_of(l, b), s);
 }
 
-cudaError_t quantize_nvfp4_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
-  Nvfp4QuantizeParams q = l.x_nvfp4;
-  q.in = b.x;
-  q.max_rows = static_cast<int32_t>(b.num_tokens);
-  return launch_sm90_nvfp4_quantize(q, s);
+cudaError_t quantize_nvfp4_route_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  return launch_sm90_nvfp4_quantize_route(x_nvfp4_of(l, b), routing_of(l, b), s);
 }
 
 // kCallerA: x comes quantized from the caller (desc.quantize_input = false).
@@ -327,13 +335,12 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     l.combine.top_k = static_cast<int32_t>(s.top_k);
     l.combine.hidden = static_cast<int32_t>(H);
 
-    // The fused launch (config: mxfp4 with the layer quantizing x) replaces Q8 of x and the routing.
+    // The fused launch (config: the layer quantizing x) replaces the quantization and the routing.
     const bool fused = quantize_input && config.fuse_quantize_route;
-    MOE_EP_ASSERT(!fused || !recipe.fp4_activations);
     if (quantize_input)
-      l.steps.push_back(fused                   ? &quantize_route_step
-                        : recipe.fp4_activations ? &quantize_nvfp4_step
-                                                 : &quantize_q8_step);
+      l.steps.push_back(recipe.fp4_activations ? fused ? &quantize_nvfp4_route_step : &quantize_nvfp4_step
+                        : fused                ? &quantize_route_step
+                                               : &quantize_q8_step);
     if (wide) l.steps.push_back(quantize_input ? &x_to_16bit_step<false> : &x_to_16bit_step<true>);
     if (!fused) l.steps.push_back(&permute_step);
     l.steps.push_back(quantize_input ? &gemm1_step<GemmA::kWorkspace>
@@ -365,7 +372,7 @@ void Sm90Pipeline::describe(SelectedConfig& out) const {
     for (Step step : l.steps) {
       const std::string name =
           step == &quantize_q8_step || step == &quantize_nvfp4_step ? "quantize x"
-          : step == &quantize_route_step                            ? "quantize x + routing (one launch)"
+          : step == &quantize_route_step || step == &quantize_nvfp4_route_step ? "quantize x + routing (one launch)"
           : step == &x_to_16bit_step<false> || step == &x_to_16bit_step<true> ? fmt::format("x to {}", wide)
           : step == &permute_step                                             ? "routing"
           : step == &h_nvfp4_step                                             ? "nvfp4 of h"

@@ -133,8 +133,8 @@ TEST_P(Sm90Decode, OddStepCountsLargeKAndCallerQuantizedActivations) {
   check(caller, cw, in, std::string(dc.name) + " quantize_input = false");
 }
 
-// KernelOverrides::decode_prefetch = 4 (the deep decode kernels), fuse_quantize_route (mxfp4: Q8
-// of x and the routing in one launch) and fuse_combine (the combine inside the decode GEMM 2), one
+// KernelOverrides::decode_prefetch = 4 (the deep decode kernels), fuse_quantize_route (Q8 or
+// NVFP4 of x and the routing in one launch) and fuse_combine (the combine inside the decode GEMM 2), one
 // at a time and all together, change how the layer runs, not what it computes: outputs bitwise
 // those of the default plan on random and structured routings (tokens without slots, a repeated
 // expert), for the decode and the mma.sync buckets (the fused launch feeds both), and within the
@@ -202,24 +202,22 @@ TEST_P(Sm90Decode, DeepPrefetchAndFusedQuantizeRouteGiveTheDefaultBits) {
         deep.overrides.decode_prefetch = 4;  // the deep form
         variants.emplace_back(deep, "decode GEMMs (4 k steps of weights in flight)");  // the plan: what runs
       }
-      if (mxfp4) {
-        Problem fused = base;
-        fused.overrides.fuse_quantize_route = true;
-        variants.emplace_back(fused, "quantize x + routing (one launch), gemm1");
-      }
+      Problem fused = base;
+      fused.overrides.fuse_quantize_route = true;
+      variants.emplace_back(fused, "quantize x + routing (one launch), gemm1");
       if (gemm == GemmKernel::kDecode) {
         Problem combined = base;
         combined.overrides.fuse_combine = true;
         variants.emplace_back(combined, "gemm2 + combine (one launch))");
         Problem all = combined;
         all.overrides.decode_prefetch = 4;
-        if (mxfp4) all.overrides.fuse_quantize_route = true;
+        all.overrides.fuse_quantize_route = true;
         variants.emplace_back(all, mxfp4 ? "decode GEMMs (4 k steps of weights in flight), routing m tiles of 16 rows; "
                                            "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 3 steps (quantize "
                                            "x + routing (one launch), gemm1, gemm2 + combine (one launch))"
                                          : "decode GEMMs (4 k steps of weights in flight), routing m tiles of 16 rows; "
-                                           "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 5 steps (quantize "
-                                           "x, routing, gemm1, nvfp4 of h, gemm2 + combine (one launch))");
+                                           "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 4 steps (quantize "
+                                           "x + routing (one launch), gemm1, nvfp4 of h, gemm2 + combine (one launch))");
       }
       auto ref_layer = make_gpu_layer(base, w.pack());
       for (const auto& [v, marker] : variants) {

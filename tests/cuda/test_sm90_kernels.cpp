@@ -146,9 +146,9 @@ Routing host_routing(const std::vector<int64_t>& ids, const std::vector<float>& 
   return r;
 }
 
-// The routing alone (launch_sm90_permute) and together with Q8 of x in one launch
-// (launch_sm90_quantize_route: the rows also checked against the host quantizer) against the
-// host routing.
+// The routing alone (launch_sm90_permute) and together with Q8 or NVFP4 of x in one launch
+// (launch_sm90_quantize_route, launch_sm90_nvfp4_quantize_route: the rows also checked against the
+// host quantizers) against the host routing.
 TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
   MOE_EP_REQUIRE_CUDA();
   struct Case {
@@ -160,6 +160,7 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
                         {900, 8, 1024, "duplicates"}};
   MOE_EP_CUDA_CHECK(configure_sm90_permute(1024));
   MOE_EP_CUDA_CHECK(configure_sm90_quantize_route(1024));
+  MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_quantize_route(1024));
   std::mt19937_64 rng(21);
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "T=" << c.T << " K=" << c.K << " E=" << c.E << " " << c.routing);
@@ -185,9 +186,21 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
     for (int64_t r = 0; r < c.T; ++r)
       quantize_q8(xv.data() + r * cols, cols, want_q.data() + r * cols, want_s.data() + r * cols / 32);
     const DeviceBuffer dx = DeviceBuffer::upload(x);
-    for (int variant = 0; variant < 4; ++variant) {
-      const bool fused = variant / 2 == 1, i64 = variant % 2 == 1;
-      SCOPED_TRACE(::testing::Message() << (i64 ? "int64 ids" : "int32 ids") << (fused ? ", with Q8 of x" : ""));
+    // NVFP4 rows: the same values with a finite amax per row (as the NVFP4 test above).
+    std::vector<float> nv = xv;
+    for (float& f : nv)
+      if (!std::isfinite(f) || std::fabs(f) > 1e30f) f = 1.0f;
+    std::vector<uint16_t> nvx(nv.size());
+    for (size_t i = 0; i < nv.size(); ++i) nvx[i] = float_to_bf16(nv[i]);
+    std::vector<uint8_t> want_np(nv.size() / 2), want_ns(nv.size() / 16);
+    std::vector<float> want_ng(c.T);
+    quantize_nvfp4_rows(nv.data(), c.T, cols, want_np.data(), want_ns.data(), want_ng.data());
+    const DeviceBuffer dnvx = DeviceBuffer::upload(nvx);
+    for (int variant = 0; variant < 6; ++variant) {
+      const int fused = variant / 2;  // 0: routing alone, 1: with Q8 of x, 2: with NVFP4 of x
+      const bool i64 = variant % 2 == 1;
+      SCOPED_TRACE(::testing::Message() << (i64 ? "int64 ids" : "int32 ids")
+                                        << (fused == 1 ? ", with Q8 of x" : fused == 2 ? ", with NVFP4 of x" : ""));
       DeviceBuffer dids;
       if (i64) {
         dids = DeviceBuffer::upload(ids);
@@ -216,17 +229,34 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
       p.row_weight = rw.get<float>();
       p.slot_row = sr.get<int32_t>();
       p.error_flags = flags.get<uint32_t>();
-      DeviceBuffer dq(xv.size()), ds(xv.size() / 32);
-      if (fused) {
-        MOE_EP_CUDA_CHECK(cudaMemset(dq.get(), 0xFF, dq.bytes()));
+      DeviceBuffer dq(xv.size()), ds(xv.size() / 32), dg(std::max(c.T, 1) * 4);
+      MOE_EP_CUDA_CHECK(cudaMemset(dq.get(), 0xFF, dq.bytes()));
+      MOE_EP_CUDA_CHECK(cudaMemset(ds.get(), 0xFF, ds.bytes()));
+      MOE_EP_CUDA_CHECK(cudaMemset(dg.get(), 0xFF, dg.bytes()));
+      if (fused == 1) {
         MOE_EP_CUDA_CHECK(launch_sm90_quantize_route({dx.get<uint16_t>(), c.T, cols, dq.get(), ds.get()}, p, nullptr));
+      } else if (fused == 2) {
+        Nvfp4QuantizeParams q;
+        q.in = dnvx.get();
+        q.in_is_bf16 = 1;
+        q.cols = cols;
+        q.max_rows = c.T;
+        q.packed = dq.get();
+        q.scales = ds.get();
+        q.global = dg.get<float>();
+        MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_quantize_route(q, p, nullptr));
       } else {
         MOE_EP_CUDA_CHECK(launch_sm90_permute(p, nullptr));
       }
       MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
-      if (fused) {
+      if (fused == 1) {
         EXPECT_EQ(download<uint8_t>(dq, xv.size()), want_q);
         EXPECT_EQ(download<uint8_t>(ds, xv.size() / 32), want_s);
+      }
+      if (fused == 2) {
+        EXPECT_EQ(download<uint8_t>(dq, want_np.size()), want_np);
+        EXPECT_EQ(download<uint8_t>(ds, want_ns.size()), want_ns);
+        EXPECT_EQ(download<float>(dg, c.T), want_ng);
       }
       const int rows = want.offsets[c.E];
       EXPECT_EQ(download<int32_t>(off, c.E + 1), want.offsets);

@@ -259,25 +259,24 @@ TEST(Sm90LayerMxfp4, FoldedAndBlockScaleWeightsMatchTheCpuLayer) {
 // expert with one row. scripts/device_test.sh runs it under the sanitizer tools.
 // A kernel's dynamic shared-memory limit belongs to the process and device: a layer created
 // after others, with fewer experts (routing) and a smaller K (the decode tile's rows of A), must
-// leave them able to run. E = 384 takes the routing (and the fused Q8 + routing launch) past the
-// 48 KB default, K = 7168 the nvfp4 decode tile.
+// leave them able to run. E = 384 takes the routing (and the fused quantize + routing launch) past
+// the 48 KB default, K = 7168 the nvfp4 decode tile.
 TEST_P(Sm90LayerTiny, ASmallerLayerLeavesLargerOnesTheirSharedMemoryLimits) {
-  const bool mxfp4 = GetParam() == "mxfp4";
-  auto fused_if_mxfp4 = [&](Problem p) {
-    if (mxfp4) p.overrides.fuse_quantize_route = true;
+  auto fused = [](Problem p) {
+    p.overrides.fuse_quantize_route = true;
     return p;
   };
   Problem many = tiny(GetParam(), 64), wide = tiny(GetParam(), 64);
   many.num_experts = 384;
   wide.hidden = 7168;
-  std::vector<Problem> larger = {many, fused_if_mxfp4(many), wide};
+  std::vector<Problem> larger = {many, fused(many), wide};
   std::vector<WeightSet> weights;
   std::vector<std::unique_ptr<Layer>> layers;
   for (const Problem& p : larger) {
     weights.push_back(testsupport::random_weights(p, native_format(p), 21 + weights.size()));
     layers.push_back(make_gpu_layer(p, weights.back().pack()));
   }
-  const Problem small = fused_if_mxfp4(tiny(GetParam(), 64));
+  const Problem small = fused(tiny(GetParam(), 64));
   const WeightSet ws = testsupport::random_weights(small, native_format(small), 29);
   auto later = make_gpu_layer(small, ws.pack());
   for (size_t i = 0; i < larger.size(); ++i) {
@@ -323,7 +322,7 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
     if (c.fused) {
       p.overrides.decode_prefetch = 4;
       p.overrides.fuse_combine = true;
-      if (p.recipe == Recipe::kMxfp4) p.overrides.fuse_quantize_route = true;
+      p.overrides.fuse_quantize_route = true;
     }
     // The warpgroup kernels are refused with exact accumulation.
     const bool warpgroup = c.kernel == GemmKernel::kWgmma || c.kernel == GemmKernel::kWgmmaRs;

@@ -355,8 +355,7 @@ TEST(Sm90Config, DecodePrefetchAndFusedQuantizeRouteOverrides) {
   fused.describe(out);
   EXPECT_NE(out.str().find("quantize_route = one launch (overrides.fuse_quantize_route)"), std::string::npos)
       << out.str();
-  expect_refused([&] { select_sm90_load_config(flash_desc(Recipe::kNvfp4), fuse); }, ErrorCode::kUnsupported,
-                 "overrides.fuse_quantize_route = true: recipe 'nvfp4' quantizes x to NVFP4");
+  EXPECT_TRUE(selected(flash_desc(Recipe::kNvfp4), fuse).fuse_quantize_route);  // NVFP4 of x fused likewise
   MoeDesc caller = d;
   caller.quantize_input = false;
   expect_refused([&] { select_sm90_load_config(caller, fuse); }, ErrorCode::kUnsupported,
@@ -458,6 +457,9 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
                           "grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 5 steps (quantize x, routing, gemm1, "
                           "nvfp4 of h, gemm2 + combine (one launch))"),
             std::string::npos) << nv_fused;
+  EXPECT_NE(plan_of(flash_desc(Recipe::kNvfp4), fuse)
+                .find("(quantize x + routing (one launch), gemm1, nvfp4 of h, gemm2, combine)"),
+            std::string::npos) << plan_of(flash_desc(Recipe::kNvfp4), fuse);
   const std::string nv = plan_of(flash_desc(Recipe::kNvfp4), {});
   EXPECT_NE(nv.find("(quantize x, routing, gemm1, nvfp4 of h, gemm2, combine)"), std::string::npos) << nv;
   MoeDesc caller = d;
