@@ -9,7 +9,7 @@
 #                              (default: all but split, decode, shared, small, nvfp4, ncu and ncu-source)
 #   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight
 #   small: the layer at T <= 128 (flash, tiny; pro T = 1, 8), default against --decode-prefetch 4,
-#     --fuse-quantize-route, --fuse-combine and all of them
+#     --fuse-quantize-route, --fuse-combine and all of them (nvfp4 flash: default and all)
 #   shared: the shared expert's dot-product kernels at T = 1, 4, row-major against tiled weights
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
 #   split: the rs fp8 kernels' time split by work (Sm90WgmmaTiming.RsFp8WorkSplit)
@@ -141,8 +141,9 @@ fi
 # (--decode-prefetch 4), the fused Q8 + routing launch (--fuse-quantize-route) and both.
 if has small; then  # timings only: the tests above check these plans' bits
   fused="--fuse-quantize-route --fuse-combine" all="--decode-prefetch 4 --fuse-quantize-route --fuse-combine"
+  nv="--backend nvfp4"
   for run in "flash:" "flash:--decode-prefetch 4" "flash:--fuse-quantize-route" "flash:--fuse-combine" "flash:$all" \
-             "pro:" "pro:$all" "tiny:" "tiny:$fused" "tiny:$all"; do
+             "flash:$nv" "flash:$nv $all" "pro:" "pro:$all" "tiny:" "tiny:$fused" "tiny:$all"; do
     preset=${run%%:*} pin=${run#*:}
     [[ $preset != tiny ]] && preset=deepseek-v4-$preset
     tokens=${MOE_EP_SMALL_TOKENS:-1,8,32,128}
