@@ -138,7 +138,8 @@ if has bench && (( FAILED == 0 )); then
 fi
 
 # 4a. Small T in the layer: the default plan against the deep decode kernels
-# (--decode-prefetch 4), the fused Q8 + routing launch (--fuse-quantize-route) and both.
+# (--decode-prefetch 4), the fused quantize + routing launch (--fuse-quantize-route), the combine
+# inside the decode GEMM 2 (--fuse-combine) and all of them.
 if has small; then  # timings only: the tests above check these plans' bits
   fused="--fuse-quantize-route --fuse-combine" all="--decode-prefetch 4 --fuse-quantize-route --fuse-combine"
   nv="--backend nvfp4"

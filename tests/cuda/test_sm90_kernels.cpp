@@ -177,8 +177,9 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
       if (mode == "duplicates") ids[i] = static_cast<int64_t>(rng() % 5);
     }
     const Routing want = host_routing(ids, w, c.T, c.K, c.E, 64);
-    // x of the fused launch: T rows of 256 structured bf16 values, and their host Q8.
-    const int64_t cols = 256;
+    // x of the fused launches: T rows of 4096 structured bf16 values (NVFP4: 256 blocks of 16 per
+    // row, two passes of its 128-thread row group), and their host quantizations.
+    const int64_t cols = 4096;
     const std::vector<float> xv = q8_test_rows(c.T, cols, static_cast<uint64_t>(c.T));
     std::vector<uint16_t> x(xv.size());
     for (size_t i = 0; i < xv.size(); ++i) x[i] = float_to_bf16(xv[i]);
@@ -229,7 +230,7 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
       p.row_weight = rw.get<float>();
       p.slot_row = sr.get<int32_t>();
       p.error_flags = flags.get<uint32_t>();
-      DeviceBuffer dq(xv.size()), ds(xv.size() / 32), dg(std::max(c.T, 1) * 4);
+      DeviceBuffer dq(xv.size()), ds(xv.size() / 16), dg(std::max(c.T, 1) * 4);  // scales: NVFP4's per 16
       MOE_EP_CUDA_CHECK(cudaMemset(dq.get(), 0xFF, dq.bytes()));
       MOE_EP_CUDA_CHECK(cudaMemset(ds.get(), 0xFF, ds.bytes()));
       MOE_EP_CUDA_CHECK(cudaMemset(dg.get(), 0xFF, dg.bytes()));

@@ -310,7 +310,7 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
   struct Case {
     const char* family;
     GemmKernel kernel;
-    bool fused = false;  // decode: the deep kernels, the combine inside GEMM 2, Q8 + routing as one
+    bool fused = false;  // decode: the deep kernels, the combine inside GEMM 2, quantize + routing as one
   };
   for (const Case c : {Case{"mxfp4", GemmKernel::kDecode}, Case{"mxfp4", GemmKernel::kDecode, true},
                        Case{"mxfp4", GemmKernel::kMma}, Case{"mxfp4", GemmKernel::kWgmma},

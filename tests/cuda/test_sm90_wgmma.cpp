@@ -315,8 +315,9 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
                  "the wgmma-rs GEMMs cannot run this layer: the kernels do not fit on this device");
 }
 
-// decode_prefetch picks the decode kernels' form; fuse_quantize_route makes Q8 of x and the routing
-// one launch. Both are refused, naming them, where they cannot be honoured.
+// decode_prefetch picks the decode kernels' form; fuse_quantize_route makes the quantization of x
+// and the routing one launch; fuse_combine puts the combine inside the decode GEMM 2. Each is
+// refused, naming it, where it cannot be honoured.
 TEST(Sm90Config, DecodePrefetchAndFusedQuantizeRouteOverrides) {
   const MoeDesc d = flash_desc();
   const Sm90Config plain = selected(d, {});
@@ -460,6 +461,11 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
   EXPECT_NE(plan_of(flash_desc(Recipe::kNvfp4), fuse)
                 .find("(quantize x + routing (one launch), gemm1, nvfp4 of h, gemm2, combine)"),
             std::string::npos) << plan_of(flash_desc(Recipe::kNvfp4), fuse);
+  KernelOverrides nv_wgmma_fused = fuse;
+  nv_wgmma_fused.gemm = GemmKernel::kWgmma;
+  EXPECT_NE(plan_of(flash_desc(Recipe::kNvfp4), nv_wgmma_fused)
+                .find("(quantize x + routing (one launch), x to f16, gemm1, nvfp4 of h, h to f16, gemm2, combine)"),
+            std::string::npos) << plan_of(flash_desc(Recipe::kNvfp4), nv_wgmma_fused);
   const std::string nv = plan_of(flash_desc(Recipe::kNvfp4), {});
   EXPECT_NE(nv.find("(quantize x, routing, gemm1, nvfp4 of h, gemm2, combine)"), std::string::npos) << nv;
   MoeDesc caller = d;

@@ -14,7 +14,7 @@ namespace {
 struct Q8Blocks {
   using Params = Q8QuantizeParams;
   static int64_t grid_blocks(const Params& q) { return (q.rows * (q.cols / 32) + kPermuteThreads - 1) / kPermuteThreads; }
-  static __device__ __forceinline__ void run(const Params& q, int64_t block) {
+  static __device__ __forceinline__ void run(const Params& q, int64_t block, int32_t*) {
     const int64_t b = block * kPermuteThreads + threadIdx.x;
     if (b < q.rows * (q.cols / 32)) q8_quantize_block(q, b);
   }
@@ -23,12 +23,16 @@ struct Q8Blocks {
 struct Nvfp4Rows {
   using Params = Nvfp4QuantizeParams;
   static constexpr int kRowThreads = 128, kRowsPerBlock = kPermuteThreads / kRowThreads;
+  static_assert(sizeof(int32_t) * (2 + kPermuteWarps) >= sizeof(float) * kRowsPerBlock * (kRowThreads / 32),
+                "one expert's routing shared memory holds the groups' warp maxima");
   static int64_t grid_blocks(const Params& x) { return (x.max_rows + kRowsPerBlock - 1) / kRowsPerBlock; }
-  static __device__ __forceinline__ void run(const Params& x, int64_t block) {
-    __shared__ float warp_amax[kRowsPerBlock][kRowThreads / 32];
+  // The groups' warp maxima in the routing block's dynamic shared memory (136 E >= 128 bytes), so
+  // the kernel needs no more than the routing's size (the layer's check of E).
+  static __device__ __forceinline__ void run(const Params& x, int64_t block, int32_t* smem) {
     const int g = threadIdx.x / kRowThreads;
+    float* warp_amax = reinterpret_cast<float*>(smem) + g * (kRowThreads / 32);
     const int64_t row = block * kRowsPerBlock + g;
-    nvfp4_quantize_row<kRowThreads>(x, row, threadIdx.x % kRowThreads, row < x.max_rows, warp_amax[g]);
+    nvfp4_quantize_row<kRowThreads>(x, row, threadIdx.x % kRowThreads, row < x.max_rows, warp_amax);
   }
 };
 
@@ -43,7 +47,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
   }
   ptx::grid_dependency_wait();
   ptx::launch_dependents();
-  Work::run(x, static_cast<int64_t>(blockIdx.x) - 1);
+  Work::run(x, static_cast<int64_t>(blockIdx.x) - 1, smem);
 }
 
 template <class Work>
@@ -74,6 +78,7 @@ cudaError_t configure_sm90_nvfp4_quantize_route(int num_experts) { return config
 
 cudaError_t launch_sm90_nvfp4_quantize_route(const Nvfp4QuantizeParams& x, const PermuteParams& route,
                                              cudaStream_t stream) {
+  if (x.num_rows != nullptr) return cudaErrorInvalidValue;  // x.max_rows rows: no device row count
   return launch<Nvfp4Rows>(x, route, stream);
 }
 
