@@ -269,27 +269,29 @@ TEST_P(Sm90LayerTiny, ASmallerLayerLeavesLargerOnesTheirSharedMemoryLimits) {
   Problem many = tiny(GetParam(), 64), wide = tiny(GetParam(), 64);
   many.num_experts = 384;
   wide.hidden = 7168;
-  std::vector<Problem> larger = {many, fused(many), wide};
-  std::vector<WeightSet> weights;
+  struct Case {
+    Problem p;
+    WeightSet w;
+    Inputs in;
+    std::vector<double> ref;
+  };
+  // The larger layers, then the smaller one. CPU references first: one runtime per process, so no
+  // GPU layer may live while they run.
+  std::vector<Case> cases;
+  for (const Problem& p : {many, fused(many), wide, fused(tiny(GetParam(), 64))}) {
+    Case c{p, testsupport::random_weights(p, native_format(p), 21 + cases.size()), {}, {}};
+    c.in = testsupport::random_inputs(p, 9, 30 + cases.size());
+    c.ref = cpu_reference(p, c.w.pack(), c.in);
+    cases.push_back(std::move(c));
+  }
   std::vector<std::unique_ptr<Layer>> layers;
-  for (const Problem& p : larger) {
-    weights.push_back(testsupport::random_weights(p, native_format(p), 21 + weights.size()));
-    layers.push_back(make_gpu_layer(p, weights.back().pack()));
+  for (const Case& c : cases) layers.push_back(make_gpu_layer(c.p, c.w.pack()));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const std::vector<uint16_t> y = run_on_gpu(*layers[i], to_device(c.p, c.in));
+    EXPECT_LE(relative_error_rows(y, c.ref, c.p.hidden), same_recipe_tolerance(c.p.recipe))
+        << c.p.str() << " " << c.p.overrides.str();
   }
-  const Problem small = fused(tiny(GetParam(), 64));
-  const WeightSet ws = testsupport::random_weights(small, native_format(small), 29);
-  auto later = make_gpu_layer(small, ws.pack());
-  for (size_t i = 0; i < larger.size(); ++i) {
-    const Inputs in = testsupport::random_inputs(larger[i], 9, 30 + i);
-    const std::vector<uint16_t> y = run_on_gpu(*layers[i], to_device(larger[i], in));
-    EXPECT_LE(relative_error_rows(y, cpu_reference(larger[i], weights[i].pack(), in), larger[i].hidden),
-              same_recipe_tolerance(larger[i].recipe))
-        << larger[i].str() << " " << larger[i].overrides.str();
-  }
-  const Inputs in = testsupport::random_inputs(small, 9, 40);
-  EXPECT_LE(relative_error_rows(run_on_gpu(*later, to_device(small, in)), cpu_reference(small, ws.pack(), in),
-                                small.hidden),
-            same_recipe_tolerance(small.recipe));
 }
 
 TEST_P(Sm90LayerTiny, SmallCaseForSanitizers) {
