@@ -92,8 +92,9 @@ float f16_bits_to_float(uint16_t h) {
   return h & 0x8000 ? -mag : mag;
 }
 
-// Random NVFP4 rows (the library's quantizer, over 30 binades so every block scale exponent
-// occurs) -> f16 rows on the GPU, against the host: position nvfp4_f16_position_of_k(k) of each
+// Random NVFP4 rows (the library's quantizer; rows over 30 binades, and 16-value blocks over 12
+// binades within a row, so the e4m3 block scales span twelve binades while most values stay
+// nonzero) -> f16 rows on the GPU, against the host: position nvfp4_f16_position_of_k(k) of each
 // 128-wide step holds e2m1 * e4m3 block scale, exactly.
 TEST(Sm90RsCodecDevice, Nvfp4ToF16WritesEachValueExactlyAtItsPosition) {
   MOE_EP_REQUIRE_CUDA();
@@ -101,7 +102,8 @@ TEST(Sm90RsCodecDevice, Nvfp4ToF16WritesEachValueExactlyAtItsPosition) {
   std::mt19937 rng(37);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(rows * k);
-  for (int64_t i = 0; i < rows * k; ++i) x[i] = normal(rng) * std::ldexp(1.0f, static_cast<int>(i % 97) % 30 - 15);
+  for (int64_t i = 0; i < rows * k; ++i)
+    x[i] = normal(rng) * std::ldexp(1.0f, static_cast<int>(i / k % 30 - 15 + (i % k / 16) % 12 - 6));
   std::vector<uint8_t> packed(rows * k / 2), sc(rows * k / 16);
   std::vector<float> global(rows);
   quantize_nvfp4_rows(x.data(), rows, k, packed.data(), sc.data(), global.data());
