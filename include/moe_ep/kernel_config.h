@@ -48,6 +48,7 @@ struct KernelOverrides {
   std::optional<int> decode_prefetch;       // decode GEMMs: k steps of weights in flight per warp (2, 4;
                                             // 4 is refused where the decode GEMMs cannot run)
   std::optional<bool> fuse_quantize_route;  // GPUs: quantization of x and the routing in one launch
+                                            // (auto: SM90 mxfp4's decode buckets)
   std::optional<bool> fuse_combine;         // GPUs: the combine inside the decode GEMM 2 (no shared expert)
   int num_threads = 0;                      // CPU backend workers incl. the caller (0: all cores)
   int64_t cpu_batch_tokens = 0;             // CPU backend tokens per batch (0: 256 MiB budget)

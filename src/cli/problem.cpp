@@ -47,8 +47,13 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
       ->check(integer_at_least(1))->group(knobs);
   cmd.add_flag("--no-fold", o.no_fold, "mxfp4 on the GPU: keep E8M0 block scales (no FP8 folding)")
       ->group(knobs);
-  cmd.add_flag("--fuse-quantize-route", o.fuse_quantize_route,
-               "GPU: the quantization of x and the routing in one launch")->group(knobs);
+  auto* fuse = cmd.add_flag("--fuse-quantize-route", o.fuse_quantize_route,
+                            "GPU: the quantization of x and the routing in one launch (default: auto)")
+                   ->group(knobs);
+  cmd.add_flag("--no-fuse-quantize-route", o.no_fuse_quantize_route,
+               "GPU: the quantization of x and the routing in two launches")
+      ->group(knobs)
+      ->excludes(fuse);
   cmd.add_flag("--fuse-combine", o.fuse_combine,
                "GPU: the combine inside the decode GEMM 2 (one launch fewer at small T; no shared expert)")
       ->group(knobs);
@@ -89,7 +94,7 @@ KernelOverrides parse_overrides(const ProblemOptions& o) {
   if (o.decode_max_tokens >= 0) k.decode_max_tokens = o.decode_max_tokens;
   if (o.decode_prefetch > 0) k.decode_prefetch = o.decode_prefetch;
   if (o.no_fold) k.fold_fp8 = false;
-  if (o.fuse_quantize_route) k.fuse_quantize_route = true;
+  if (o.fuse_quantize_route || o.no_fuse_quantize_route) k.fuse_quantize_route = o.fuse_quantize_route;
   if (o.fuse_combine) k.fuse_combine = true;
   return k;
 }

@@ -45,6 +45,10 @@ const Sm90Bucket& Sm90Config::bucket(int64_t num_tokens) const {
   return buckets.back();
 }
 
+bool Sm90Config::fuses_quantize_route(const Sm90Bucket& b) const {
+  return quantize_input && fuse_quantize_route.value_or(recipe == Recipe::kMxfp4 && b.gemm == Sm90Gemm::kDecode);
+}
+
 bool Sm90Config::uses_16bit_activations() const {
   for (const Sm90Bucket& b : buckets)
     if (b.gemm == Sm90Gemm::kWgmmaBf16 || b.gemm == Sm90Gemm::kNvfp4Wgmma) return true;
@@ -257,8 +261,11 @@ void Sm90Config::describe(SelectedConfig& out) const {
                            ? "inside the decode GEMM 2 (overrides.fuse_combine); a launch of its own after the other GEMMs"
                            : "a launch of its own (inside the decode GEMM 2 by override: overrides.fuse_combine)");
     if (quantize_input)
-      out.add("quantize_route", fuse_quantize_route ? "one launch (overrides.fuse_quantize_route)"
-                                                    : "two launches (one by override: overrides.fuse_quantize_route)");
+      out.add("quantize_route", fuse_quantize_route ? *fuse_quantize_route ? "one launch (overrides.fuse_quantize_route)"
+                                                                           : "two launches (overrides.fuse_quantize_route)"
+                                : mxfp4 ? "one launch in the decode buckets, two elsewhere (auto; "
+                                          "overrides.fuse_quantize_route pins either)"
+                                        : "two launches (one by override: overrides.fuse_quantize_route)");
   };
   out.add("gemm", requested == GemmKernel::kAuto ? "auto (by T bucket)"
                                                  : fmt::format("{} (overrides.gemm)", gemm_kernel_name(requested)));

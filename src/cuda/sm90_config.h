@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,7 @@ struct Sm90Config {
   int64_t decode_max_tokens = kDecodeMaxTokens;
   int64_t wgmma_min_tokens = kWgmmaMinTokens;
   int decode_prefetch = kDecodePrefetch;     // k steps of weights in flight per decode warp
-  bool fuse_quantize_route = false;          // quantization of x and the routing in one launch
+  std::optional<bool> fuse_quantize_route;   // pinned (overrides.fuse_quantize_route); auto: fuses_quantize_route
   bool fuse_combine = false;                 // decode buckets: the combine inside GEMM 2
   bool quantize_input = true;                // desc.quantize_input: the layer quantizes x
   bool exact_accumulation = false, fast_math = false;
@@ -70,6 +71,9 @@ struct Sm90Config {
   std::vector<Sm90Bucket> buckets;           // ascending, covering 1..max_tokens_per_rank
 
   const Sm90Bucket& bucket(int64_t num_tokens) const;
+  // Whether a bucket quantizes x and routes in one launch: as pinned, else (auto) in mxfp4's decode
+  // buckets, where it measured faster (bench/RESULTS.md, stop 28); never when x comes quantized.
+  bool fuses_quantize_route(const Sm90Bucket& bucket) const;
   // Whether a bucket reads 16-bit activations (wgmma-bf16, nvfp4-wgmma: plan.h's h_16bit region).
   bool uses_16bit_activations() const;
   void describe(SelectedConfig& out) const;  // the entries (the plan adds its own lines)

@@ -88,7 +88,7 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
                     "num_experts = {} needs {} bytes of shared memory in the routing kernel; cuda:{} "
                     "allows {} per block", shape.num_experts, permute_smem, device_index, dev.shared_per_block_optin);
   MOE_EP_CUDA_CHECK(configure_sm90_permute(static_cast<int>(shape.num_experts)));
-  if (config_.fuse_quantize_route)
+  if (desc.quantize_input && config_.fuse_quantize_route.value_or(true))  // pinned on, or auto
     MOE_EP_CUDA_CHECK(mxfp4 ? configure_sm90_quantize_route(static_cast<int>(shape.num_experts))
                             : configure_sm90_nvfp4_quantize_route(static_cast<int>(shape.num_experts)));
   Sm90Facts facts;

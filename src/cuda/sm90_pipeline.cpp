@@ -44,7 +44,7 @@ cudaError_t quantize_nvfp4_step(const Launch& l, const Sm90Binding& b, cudaStrea
   return launch_sm90_nvfp4_quantize(x_nvfp4_of(l, b), s);
 }
 
-// Quantization of x and the routing in one launch (overrides.fuse_quantize_route).
+// Quantization of x and the routing in one launch (Sm90Config::fuses_quantize_route).
 cudaError_t quantize_route_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
   return launch_sm90_quantize_route(q8_of(l, b), routing_of(l, b), s);
 }
@@ -336,7 +336,7 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     l.combine.hidden = static_cast<int32_t>(H);
 
     // The fused launch (config: the layer quantizing x) replaces the quantization and the routing.
-    const bool fused = quantize_input && config.fuse_quantize_route;
+    const bool fused = quantize_input && config.fuses_quantize_route(bucket);
     if (quantize_input)
       l.steps.push_back(recipe.fp4_activations ? fused ? &quantize_nvfp4_route_step : &quantize_nvfp4_step
                         : fused                ? &quantize_route_step

@@ -5,7 +5,7 @@
 //
 //   [quantize x] -> routing (m tiles of the bucket's block_m) -> GEMM 1 (+ SwiGLU, + Q8 of h)
 //   -> [NVFP4 of h] -> GEMM 2 -> combine [+ the binding's y_add]
-// With config.fuse_quantize_route, the quantization of x and the routing are one launch; with
+// Where config.fuses_quantize_route, the quantization of x and the routing are one launch; with
 // config.fuse_combine, the decode buckets' GEMM 2 also combines.
 // wgmma-bf16 buckets also convert Q8 x (before routing) and Q8 h (before GEMM 2) to bf16.
 #pragma once

@@ -322,7 +322,10 @@ TEST(Sm90Config, DecodePrefetchAndFusedQuantizeRouteOverrides) {
   const MoeDesc d = flash_desc();
   const Sm90Config plain = selected(d, {});
   EXPECT_EQ(plain.decode_prefetch, kDecodePrefetch);
-  EXPECT_FALSE(plain.fuse_quantize_route);
+  EXPECT_FALSE(plain.fuse_quantize_route.has_value());  // auto: mxfp4's decode buckets fuse
+  EXPECT_TRUE(plain.fuses_quantize_route(plain.bucket(1)));
+  EXPECT_FALSE(plain.fuses_quantize_route(plain.bucket(8192)));
+  EXPECT_FALSE(selected(flash_desc(Recipe::kNvfp4), {}).fuses_quantize_route(plain.bucket(1)));
 
   KernelOverrides deep;
   deep.decode_prefetch = kDecodeDeepPrefetch;
@@ -351,19 +354,22 @@ TEST(Sm90Config, DecodePrefetchAndFusedQuantizeRouteOverrides) {
   KernelOverrides fuse;
   fuse.fuse_quantize_route = true;
   const Sm90Config fused = selected(d, fuse);
-  EXPECT_TRUE(fused.fuse_quantize_route);
+  EXPECT_TRUE(fused.fuses_quantize_route(fused.bucket(8192)));
   SelectedConfig out;
   fused.describe(out);
   EXPECT_NE(out.str().find("quantize_route = one launch (overrides.fuse_quantize_route)"), std::string::npos)
       << out.str();
-  EXPECT_TRUE(selected(flash_desc(Recipe::kNvfp4), fuse).fuse_quantize_route);  // NVFP4 of x fused likewise
+  const Sm90Config nv_fused = selected(flash_desc(Recipe::kNvfp4), fuse);
+  EXPECT_TRUE(nv_fused.fuses_quantize_route(nv_fused.bucket(1)));  // NVFP4 of x fused likewise
   MoeDesc caller = d;
   caller.quantize_input = false;
   expect_refused([&] { select_sm90_load_config(caller, fuse); }, ErrorCode::kUnsupported,
                  "overrides.fuse_quantize_route = true: this layer does not quantize x");
   KernelOverrides unfused;
   unfused.fuse_quantize_route = false;  // pinning the default is always honoured
-  EXPECT_FALSE(selected(caller, unfused).fuse_quantize_route);
+  const Sm90Config unfused_config = selected(d, unfused);
+  EXPECT_FALSE(unfused_config.fuses_quantize_route(unfused_config.bucket(1)));
+  EXPECT_FALSE(selected(caller, {}).fuses_quantize_route(plain.bucket(1)));  // x comes quantized
   SelectedConfig caller_out;
   selected(caller, {}).describe(caller_out);
   EXPECT_EQ(caller_out.str().find("quantize_route"), std::string::npos) << "x comes quantized: nothing to fuse";
@@ -416,11 +422,17 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
     pipeline.describe(out);
     return out.str();
   };
+  // Auto: mxfp4's decode bucket quantizes and routes in one launch, the wgmma bucket in two.
   const std::string plain = plan_of(d, {});
   EXPECT_NE(plain.find("plan T=1..512: decode GEMMs (2 k steps of weights in flight), routing m tiles of 16 rows; "
-                       "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 5 steps (quantize x, routing, gemm1, "
-                       "gemm2, combine)"),
+                       "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 4 steps (quantize x + routing (one "
+                       "launch), gemm1, gemm2, combine)"),
             std::string::npos) << plain;
+  EXPECT_NE(plain.find("plan T=513..1024: wgmma GEMMs, routing m tiles of 64 rows"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("5 steps (quantize x, routing, gemm1, gemm2, combine)"), std::string::npos) << plain;
+  KernelOverrides unfused;
+  unfused.fuse_quantize_route = false;
+  EXPECT_EQ(plan_of(d, unfused).find("(one launch)"), std::string::npos) << plan_of(d, unfused);
   KernelOverrides deep;
   deep.decode_prefetch = kDecodeDeepPrefetch;
   for (const Recipe r : {Recipe::kMxfp4, Recipe::kNvfp4}) {
