@@ -107,7 +107,8 @@ void layer_init(PyLayer* self, std::shared_ptr<Runtime> runtime, int64_t num_exp
                 const std::string& gemm, const std::string& tile,
                 std::optional<int64_t> decode_max_tokens, std::optional<bool> fold_fp8,
                 std::optional<int> decode_prefetch, std::optional<bool> fuse_quantize_route,
-                std::optional<bool> fuse_combine, int num_threads, int64_t cpu_batch_tokens, nb::handle shared_w13, nb::handle shared_w2) {
+                std::optional<bool> fuse_combine, int num_threads, int64_t cpu_batch_tokens, nb::handle shared_w13,
+                nb::handle shared_w2) {
   if (!runtime) throw nb::type_error("moe_ep: runtime is None; expected moe_ep.Runtime.acquire(...)");
   MoeDesc desc;
   desc.fleet = {num_experts, max_tokens_per_rank, hidden_size};
