@@ -211,9 +211,9 @@ struct SharedKernelRun {
     std::vector<uint16_t> t13 = w13h, t2 = w2h;
     if (cuda::shared_expert_tiles(H, I)) {
       for (int64_t r = 0; r < 2 * I; ++r)
-        for (int64_t k = 0; k < H; ++k) t13[cuda::shared_expert_tiled_index(r, k, H, I)] = w13h[r * H + k];
+        for (int64_t k = 0; k < H; ++k) t13[cuda::shared_expert_tiled_index(r, k, 2 * I, I)] = w13h[r * H + k];
       for (int64_t r = 0; r < H; ++r)
-        for (int64_t k = 0; k < I; ++k) t2[cuda::shared_expert_tiled_index(r, k, I, 0)] = w2h[r * I + k];
+        for (int64_t k = 0; k < I; ++k) t2[cuda::shared_expert_tiled_index(r, k, H, 0)] = w2h[r * I + k];
     }
     x = cuda::DeviceBuffer::upload(gaussian_bf16(T * H, 1.0f, seed + 2));
     w13 = cuda::DeviceBuffer::upload(w13h);
@@ -250,26 +250,32 @@ struct SharedKernelRun {
   }
 };
 
-// The tiled index is a permutation of each matrix, and a warp's stage (4 rows x 256 terms, the
-// rows each warp of the two kernels reads) is one contiguous 2 KB block.
+// The tiled index is a permutation of each matrix, a warp's stage (4 rows x 256 terms, the rows
+// each warp of the two kernels reads) is one contiguous 2 KB block, and the warps' blocks of one
+// stage follow each other.
 TEST(Sm90SharedExpertLayout, TiledIndexPermutesAndGroupsEachWarpsStage) {
   const int64_t H = 512, I = 256;
   std::vector<int> seen13(2 * I * H, 0), seen2(H * I, 0);
   for (int64_t r = 0; r < 2 * I; ++r)
-    for (int64_t k = 0; k < H; ++k) ++seen13[cuda::shared_expert_tiled_index(r, k, H, I)];
+    for (int64_t k = 0; k < H; ++k) ++seen13[cuda::shared_expert_tiled_index(r, k, 2 * I, I)];
   for (int64_t r = 0; r < H; ++r)
-    for (int64_t k = 0; k < I; ++k) ++seen2[cuda::shared_expert_tiled_index(r, k, I, 0)];
+    for (int64_t k = 0; k < I; ++k) ++seen2[cuda::shared_expert_tiled_index(r, k, H, 0)];
   EXPECT_EQ(std::count(seen13.begin(), seen13.end(), 1), static_cast<int64_t>(seen13.size()));
   EXPECT_EQ(std::count(seen2.begin(), seen2.end(), 1), static_cast<int64_t>(seen2.size()));
   // gate_up warp b = 3 (gate rows 6, 7, up rows I + 6, I + 7), stage 1: one block, in row order.
-  const int64_t base = cuda::shared_expert_tiled_index(6, 256, H, I);
-  EXPECT_EQ(base % 1024, 0);
+  const int64_t base = cuda::shared_expert_tiled_index(6, 256, 2 * I, I);
+  EXPECT_EQ(base, 2 * I * 256 + 3 * 1024);
   for (int r = 0; r < 4; ++r)
     for (int64_t k = 256; k < 512; ++k)
-      EXPECT_EQ(cuda::shared_expert_tiled_index(r < 2 ? 6 + r : I + 4 + r, k, H, I), base + r * 256 + k - 256);
-  // down warp b = 5 (rows 20 .. 23), stage 0.
-  for (int r = 0; r < 4; ++r)
-    EXPECT_EQ(cuda::shared_expert_tiled_index(20 + r, 7, I, 0), 5 * 4 * I + r * 256 + 7);
+      EXPECT_EQ(cuda::shared_expert_tiled_index(r < 2 ? 6 + r : I + 4 + r, k, 2 * I, I), base + r * 256 + k - 256);
+  // Warp b = 4's block of that stage follows warp 3's.
+  EXPECT_EQ(cuda::shared_expert_tiled_index(8, 256, 2 * I, I), base + 1024);
+  // down warp b = 5 (rows 20 .. 23), stages 0 and 1.
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(cuda::shared_expert_tiled_index(20 + r, 7, H, 0), 5 * 1024 + r * 256 + 7);
+    EXPECT_EQ(cuda::shared_expert_tiled_index(20 + r, 256 + 7, H, 0), H * 256 + 5 * 1024 + r * 256 + 7);
+  }
+  EXPECT_EQ(cuda::shared_expert_tiled_stage_stride(H), H * 256);
 }
 
 TEST(Sm90SharedExpert, TiledWeightsGiveTheRowMajorResultsBitForBit) {

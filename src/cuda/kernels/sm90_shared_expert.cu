@@ -143,12 +143,13 @@ __device__ __forceinline__ void dot_stage(uint32_t w_ldsm, const uint8_t* w_lane
 // cp.async groups: W_0 .. W_{kSlots-1}, then (kAligned) A_0 .. A_{kSlots-1}, then one per
 // iteration k with stage k + kSlots's copies; so wait_group<kSlots - 1> at iteration k leaves
 // stage k landed on either path.
-// kStageStride: the distance between two stages of a row, kStageTerms in the row-major layout,
-// kRows * kStageTerms in the tiled one (rows_lo = the warp's tile, rows_hi = + 2 rows' stage,
-// row_stride = kStageTerms).
-template <int kTokens, bool kAligned, int kSlots, int kStageStride = kStageTerms>
+// stage_stride: the distance between two stages of a row, kStageTerms in the row-major layout,
+// shared_expert_tiled_stage_stride(rows) in the tiled one (rows_lo = the warp's block of stage 0,
+// rows_hi = + 2 rows' stage, row_stride = kStageTerms).
+template <int kTokens, bool kAligned, int kSlots>
 __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, const uint16_t* __restrict__ rows_hi,
-                                         int64_t row_stride, Activations<kTokens, kAligned, kSlots> act, int n,
+                                         int64_t row_stride, int64_t stage_stride,
+                                         Activations<kTokens, kAligned, kSlots> act, int n,
                                          WarpSmem<kTokens, kSlots>& sm, float (&sum)[kTokens]) {
   const int lane = static_cast<int>(threadIdx.x % 32), r = lane / 8, q = lane % 8;
   const int stages = (n + kStageTerms - 1) / kStageTerms;
@@ -156,7 +157,7 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
   const uint32_t w_dst = ptx::smem_addr(&sm.w[0][r][16 * q]);
   auto copy_weights = [&](int stage, int slot) {
     const int left = n - stage * kStageTerms - 8 * q;  // n % 16 == 0: whole 8-term pieces
-    const uint16_t* src = w_src + stage * kStageStride;
+    const uint16_t* src = w_src + stage * stage_stride;
     const uint32_t dst = w_dst + slot * kSlotBytes;
 #pragma unroll
     for (int j = 0; j < kStageTerms / 64; ++j)
@@ -214,16 +215,16 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
   }
 }
 
-// The tiled layout (shared_expert_tiled_index): warp b's rows start in its tile of kRows rows
-// of k terms, rows 2 and 3 two stage pieces on, a stage of all four kRows * kStageTerms terms.
-constexpr int kTiledStageStride = kRows * kStageTerms;
-
+// The tiled layout (shared_expert_tiled_index) of a matrix of `rows` rows of k terms: warp b's
+// block of a stage holds its kRows rows' pieces in order, the next stage's block a stage of every
+// row further on.
 template <int kTokens, bool kAligned, int kSlots>
-__device__ __forceinline__ void dot_tiled_rows(const uint16_t* w, int64_t k, Activations<kTokens, kAligned, kSlots> act,
+__device__ __forceinline__ void dot_tiled_rows(const uint16_t* w, int64_t rows, int64_t k,
+                                               Activations<kTokens, kAligned, kSlots> act,
                                                WarpSmem<kTokens, kSlots>& sm, float (&sum)[kTokens]) {
-  const uint16_t* tile = w + static_cast<int64_t>(blockIdx.x) * kRows * k;
-  dot_rows<kTokens, kAligned, kSlots, kTiledStageStride>(tile, tile + 2 * kStageTerms, kStageTerms, act,
-                                                        static_cast<int>(k), sm, sum);
+  const uint16_t* block = w + static_cast<int64_t>(blockIdx.x) * kRows * kStageTerms;
+  dot_rows<kTokens, kAligned, kSlots>(block, block + 2 * kStageTerms, kStageTerms,
+                                      shared_expert_tiled_stage_stride(rows), act, static_cast<int>(k), sm, sum);
 }
 
 // Warp: h columns i0, i0 + 1 (i0 = 2 blockIdx.x); rows 0-1 their gate rows, 2-3 their up rows.
@@ -238,9 +239,10 @@ __global__ void __launch_bounds__(32) sm90_shared_gate_up_kernel(const __grid_co
   float acc[kTokens];
   const Activations<kTokens, kAligned, kSlots> act{p.x + tok0 * H + 8 * lane, H, p.hidden - 8 * lane, tokens, {}};
   if constexpr (kTiled)
-    dot_tiled_rows(p.w13, H, act, sm, acc);
+    dot_tiled_rows(p.w13, 2 * static_cast<int64_t>(p.intermediate), H, act, sm, acc);
   else
-    dot_rows<kTokens, kAligned, kSlots>(p.w13 + i0 * H, p.w13 + (p.intermediate + i0) * H, H, act, p.hidden, sm, acc);
+    dot_rows<kTokens, kAligned, kSlots>(p.w13 + i0 * H, p.w13 + (p.intermediate + i0) * H, H, kStageTerms, act,
+                                        p.hidden, sm, acc);
 #pragma unroll
   for (int tt = 0; tt < kTokens; ++tt) {
     const float up_sum = __shfl_down_sync(0xffffffffu, acc[tt], 16);
@@ -261,9 +263,9 @@ __global__ void __launch_bounds__(32) sm90_shared_down_kernel(const __grid_const
   float acc[kTokens];
   const Activations<kTokens, true, kSlots> act{p.h + tok0 * I + 8 * lane, I, p.intermediate - 8 * lane, tokens, {}};
   if constexpr (kTiled)
-    dot_tiled_rows(p.w2, I, act, sm, acc);
+    dot_tiled_rows(p.w2, static_cast<int64_t>(p.hidden), I, act, sm, acc);
   else
-    dot_rows<kTokens, true, kSlots>(p.w2 + n0 * I, p.w2 + (n0 + 2) * I, I, act, p.intermediate, sm, acc);
+    dot_rows<kTokens, true, kSlots>(p.w2 + n0 * I, p.w2 + (n0 + 2) * I, I, kStageTerms, act, p.intermediate, sm, acc);
   if (lane % 8 != 0) return;
 #pragma unroll
   for (int tt = 0; tt < kTokens; ++tt) {
@@ -321,7 +323,7 @@ __global__ void sm90_shared_expert_tile_kernel(const uint16_t* __restrict__ in, 
   const int64_t piece = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (piece >= rows * (k / 8)) return;
   const int64_t row = piece / (k / 8), col = piece % (k / 8) * 8;
-  *reinterpret_cast<uint4*>(out + shared_expert_tiled_index(row, col, k, intermediate)) =
+  *reinterpret_cast<uint4*>(out + shared_expert_tiled_index(row, col, rows, intermediate)) =
       *reinterpret_cast<const uint4*>(in + row * k + col);
 }
 

@@ -56,15 +56,19 @@ struct SharedExpertParams {
 };
 
 // The tiled layout of the weights: the 4 rows one dot-product warp reads (W13: gate rows 2b,
-// 2b + 1 and up rows I + 2b, I + 2b + 1; W2: rows 4b .. 4b + 3) stage by stage, 256 terms of
-// each per stage, [b][k / 256][4][256], so a warp's stage is one contiguous 2 KB block. Element
-// (row, k) of a [rows, K] matrix (w13: rows = 2I and `intermediate` = I; w2: intermediate = 0).
-// Any 8-aligned run of 8 terms of a row stays contiguous (16-byte loads keep their shape).
-constexpr int64_t shared_expert_tiled_index(int64_t row, int64_t k, int64_t K, int64_t intermediate) {
+// 2b + 1 and up rows I + 2b, I + 2b + 1; W2: rows 4b .. 4b + 3), 256 terms of each per stage,
+// stage-major: [k / 256][b][4][256]. A warp's stage is one contiguous 2 KB block, and the warps'
+// blocks of one stage are neighbours (warp b + 1's follows warp b's), so the warps streaming the
+// same stage at a time read one region instead of rows a whole matrix row apart. Element (row, k)
+// of a [rows, K] matrix (w13: rows = 2I and `intermediate` = I; w2: intermediate = 0). Any
+// 8-aligned run of 8 terms of a row stays contiguous (16-byte loads keep their shape); a stage
+// of every row is shared_expert_tiled_stage_stride(rows) elements.
+constexpr int64_t shared_expert_tiled_stage_stride(int64_t rows) { return rows * 256; }
+constexpr int64_t shared_expert_tiled_index(int64_t row, int64_t k, int64_t rows, int64_t intermediate) {
   const int64_t j = intermediate > 0 && row >= intermediate ? row - intermediate : row;
   const int64_t b = intermediate > 0 ? j / 2 : row / 4;
   const int64_t r = intermediate > 0 ? (row >= intermediate ? 2 : 0) + j % 2 : row % 4;
-  return b * 4 * K + (k / 256) * 1024 + r * 256 + k % 256;
+  return (k / 256) * shared_expert_tiled_stage_stride(rows) + b * 1024 + r * 256 + k % 256;
 }
 // Whether the tiled layout covers a shared expert of these sizes: whole stages of 256 terms, and
 // element offsets within 32 bits (the tensor-core loader keeps them so).

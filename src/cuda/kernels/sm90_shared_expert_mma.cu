@@ -32,8 +32,9 @@ __device__ __forceinline__ uint32_t swizzled(uint32_t base, int row, int chunk) 
 }
 
 // B tile row b of block column nb -> weight row; its terms live row-major ([N, K]) or in the
-// tiled layout (shared_expert_tiled_index with tiled_intermediate(); K % 256 == 0), where a row's
-// 64 terms of a stage stay one contiguous 128-byte run, so the stage loads keep their shape.
+// tiled layout (shared_expert_tiled_index with rows() and tiled_intermediate(); K % 256 == 0),
+// where a row's 64 terms of a stage stay one contiguous 128-byte run, so the stage loads keep
+// their shape.
 template <bool kTiled>
 struct GateUpRows {  // GEMM 1: B tile row -> W13 row
   static constexpr bool tiled = kTiled;
@@ -41,18 +42,21 @@ struct GateUpRows {  // GEMM 1: B tile row -> W13 row
   __device__ __forceinline__ int64_t operator()(int nb, int b) const {
     return static_cast<int64_t>(((b % 32) / 16) * intermediate + nb * 64 + (b / 32) * 16 + b % 16);
   }
+  __device__ __forceinline__ int64_t rows() const { return 2 * static_cast<int64_t>(intermediate); }
   __device__ __forceinline__ int64_t tiled_intermediate() const { return intermediate; }
 };
 template <bool kTiled>
 struct DownRows {  // GEMM 2: B tile row -> W2 row
   static constexpr bool tiled = kTiled;
+  int hidden;
   __device__ __forceinline__ int64_t operator()(int nb, int b) const { return static_cast<int64_t>(nb) * kBN + b; }
+  __device__ __forceinline__ int64_t rows() const { return hidden; }
   __device__ __forceinline__ int64_t tiled_intermediate() const { return 0; }
 };
 
 // The B rows one thread copies in every stage (kBN * 8 / kThreads of them). Tiled: where each
-// row's terms of stage 0 start, resolved once per block (the index's row part is uniform across
-// stages; a stage's k0 adds (k0 / 256) * 1024 + k0 % 256). Row-major keeps nothing: the loader
+// row's terms of stage 0 start, resolved once per block, and the stride between 256-term stages
+// (a stage's k0 adds (k0 / 256) * stage_stride + k0 % 256). Row-major keeps nothing: the loader
 // forms B + row * K + k as before.
 template <class BRows, bool kTiled = BRows::tiled>
 struct BSource {
@@ -61,11 +65,13 @@ struct BSource {
 template <class BRows>
 struct BSource<BRows, true> {
   uint32_t row[kBN * 8 / kThreads];  // element offsets from B (shared_expert_tiles: < 2^31)
-  __device__ __forceinline__ BSource(const uint16_t*, BRows brows, int nb, int K) {
+  uint32_t stage_stride;
+  __device__ __forceinline__ BSource(const uint16_t*, BRows brows, int nb, int) {
+    stage_stride = static_cast<uint32_t>(shared_expert_tiled_stage_stride(brows.rows()));
 #pragma unroll
     for (int i = 0; i < kBN * 8 / kThreads; ++i) {
       const int r = (static_cast<int>(threadIdx.x) + i * kThreads) / 8;
-      row[i] = static_cast<uint32_t>(shared_expert_tiled_index(brows(nb, r), 0, K, brows.tiled_intermediate()));
+      row[i] = static_cast<uint32_t>(shared_expert_tiled_index(brows(nb, r), 0, brows.rows(), brows.tiled_intermediate()));
     }
   }
 };
@@ -88,7 +94,7 @@ __device__ __forceinline__ void load_stage(uint32_t stage, const uint16_t* __res
   for (int i = 0; i < kBN * 8 / kThreads; ++i) {
     const int q = static_cast<int>(threadIdx.x) + i * kThreads, r = q / 8, c = q % 8;
     if constexpr (BRows::tiled)  // k0 % 64 == 0: the 64 terms stay inside one 256-term block
-      ptx::cp_async_16(swizzled(b_base, r, c), B + (bsrc.row[i] + (k0 / 256) * 1024 + k0 % 256 + c * 8));
+      ptx::cp_async_16(swizzled(b_base, r, c), B + (bsrc.row[i] + (k0 / 256) * bsrc.stage_stride + k0 % 256 + c * 8));
     else
       ptx::cp_async_16(swizzled(b_base, r, c), B + brows(nb, r) * K + k0 + c * 8);
   }
@@ -182,7 +188,7 @@ template <bool kTiled>
 __global__ void __launch_bounds__(kThreads) sm90_shared_down_mma_kernel(const __grid_constant__ SharedExpertParams p) {
   const int nb = static_cast<int>(blockIdx.x), m0 = static_cast<int>(blockIdx.y) * kBM;
   float acc[4][4][4];
-  block_tile(p.h, p.w2, DownRows<kTiled>{}, m0, p.num_tokens, nb, p.intermediate, acc);
+  block_tile(p.h, p.w2, DownRows<kTiled>{p.hidden}, m0, p.num_tokens, nb, p.intermediate, acc);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int wm = warp / 4, wn = warp % 4;
 #pragma unroll
