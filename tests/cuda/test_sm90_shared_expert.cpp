@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -224,7 +226,7 @@ struct SharedKernelRun {
     y = cuda::DeviceBuffer(T * H * 2);
   }
 
-  cuda::SharedExpertParams params(bool tiled) {
+  cuda::SharedExpertParams params(bool tiled, bool bulk = false) {
     cuda::SharedExpertParams p;
     p.x = x.get<uint16_t>();
     p.w13 = (tiled ? w13_tiled : w13).get<uint16_t>();
@@ -237,12 +239,13 @@ struct SharedKernelRun {
     p.clamp = 10.0f;
     p.path = cuda::SharedExpertPath::kDotProducts;
     p.tiled_weights = tiled ? 1 : 0;
+    p.bulk_weights = bulk ? 1 : 0;
     return p;
   }
 
-  std::vector<uint16_t> run(bool tiled) {
+  std::vector<uint16_t> run(bool tiled, bool bulk = false) {
     MOE_EP_CUDA_CHECK(cudaMemset(y.get(), 0xFF, y.bytes()));
-    MOE_EP_CUDA_CHECK(cuda::launch_sm90_shared_expert(params(tiled), nullptr));
+    MOE_EP_CUDA_CHECK(cuda::launch_sm90_shared_expert(params(tiled, bulk), nullptr));
     MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<uint16_t> out(T * H);
     MOE_EP_CUDA_CHECK(cudaMemcpy(out.data(), y.get(), y.bytes(), cudaMemcpyDeviceToHost));
@@ -283,12 +286,20 @@ TEST(Sm90SharedExpert, TiledWeightsGiveTheRowMajorResultsBitForBit) {
   for (const auto& [H, I, T] : {std::tuple<int64_t, int64_t, int64_t>{256, 256, 1}, {512, 256, 7},
                                 {4096, 2048, 1}, {4096, 2048, 5}}) {
     SharedKernelRun run(H, I, T, 17 + T);
-    const std::vector<uint16_t> plain = run.run(false), tiled = run.run(true);
-    int64_t nan = 0;
-    for (uint16_t v : tiled) nan += std::isnan(bf16_to_float(v));
-    EXPECT_EQ(nan, 0) << "H=" << H << " I=" << I << " T=" << T << ": unwritten (NaN-poisoned) outputs";
-    EXPECT_EQ(tiled, plain) << "H=" << H << " I=" << I << " T=" << T;
+    const std::vector<uint16_t> plain = run.run(false);
+    // Tiled, and both layouts through bulk weight copies.
+    for (const auto& [tiled, bulk] : {std::pair{true, false}, {false, true}, {true, true}}) {
+      const std::vector<uint16_t> got = run.run(tiled, bulk);
+      int64_t nan = 0;
+      for (uint16_t v : got) nan += std::isnan(bf16_to_float(v));
+      const std::string what = fmt::format("H={} I={} T={} tiled={} bulk={}", H, I, T, tiled, bulk);
+      EXPECT_EQ(nan, 0) << what << ": unwritten (NaN-poisoned) outputs";
+      EXPECT_EQ(got, plain) << what;
+    }
   }
+  // A partial last stage (H, I not multiples of 256) through bulk copies of the row-major rows.
+  SharedKernelRun part(400, 272, 3, 23);
+  EXPECT_EQ(part.run(false, true), part.run(false)) << "H=400 I=272 bulk";
   SharedKernelRun odd(384, 256, 1, 5);  // H % 256 != 0: the tiled layout is refused
   EXPECT_EQ(cuda::launch_sm90_shared_expert(odd.params(true), nullptr), cudaErrorInvalidValue);
 }
@@ -299,13 +310,17 @@ TEST(Sm90SharedExpertTiming, TiledWeightsAtSmallT) {
   cudaEvent_t a, b;
   MOE_EP_CUDA_CHECK(cudaEventCreate(&a));
   MOE_EP_CUDA_CHECK(cudaEventCreate(&b));
+  // Written between runs so each starts with none of the weights in L2 (as in a layer, where the
+  // routed experts stream through it).
+  cuda::DeviceBuffer flush(size_t{256} << 20);
   for (const auto& [name, H, I] : {std::tuple<const char*, int64_t, int64_t>{"flash", 4096, 2048}, {"pro", 7168, 3072}})
     for (int64_t T : {1, 4}) {
       SharedKernelRun run(H, I, T, 29);
-      for (bool tiled : {false, true}) {
-        const cuda::SharedExpertParams p = run.params(tiled);
+      for (const auto& [tiled, bulk] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+        const cuda::SharedExpertParams p = run.params(tiled, bulk);
         std::vector<double> us;
         for (int i = 0; i < 23; ++i) {
+          MOE_EP_CUDA_CHECK(cudaMemsetAsync(flush.get(), i, flush.bytes()));
           MOE_EP_CUDA_CHECK(cudaEventRecord(a));
           MOE_EP_CUDA_CHECK(cuda::launch_sm90_shared_expert(p, nullptr));
           MOE_EP_CUDA_CHECK(cudaEventRecord(b));
@@ -316,8 +331,9 @@ TEST(Sm90SharedExpertTiming, TiledWeightsAtSmallT) {
         }
         std::sort(us.begin(), us.end());
         const double bytes = 3.0 * H * I * 2;
-        fmt::print("[ shared   ] {:<5} T={} {:<10} {:8.2f} us  {:5.2f} TB/s of weights\n", name, T,
-                   tiled ? "tiled" : "row-major", us[us.size() / 2], bytes / us[us.size() / 2] * 1e-6);
+        fmt::print("[ shared   ] {:<5} T={} {:<9} {:<8} {:8.2f} us  {:5.2f} TB/s of weights\n", name, T,
+                   tiled ? "tiled" : "row-major", bulk ? "bulk" : "cp.async", us[us.size() / 2],
+                   bytes / us[us.size() / 2] * 1e-6);
       }
     }
   MOE_EP_CUDA_CHECK(cudaEventDestroy(a));

@@ -2,8 +2,10 @@
 
 #include "cuda/kernels/sm90_shared_expert_math.cuh"
 #include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/cp_async_bulk.cuh"
 #include "cuda/ptx/griddep.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/smem.cuh"
 
 namespace moe_ep::cuda {
@@ -41,6 +43,7 @@ struct WarpSmem {
   uint8_t w[kSlots][kRows][kRowBytes];
   uint16_t act_in[kSlots][kTokens][kStageTerms];  // bf16 as copied (16-byte aligned activations)
   float act[kTokens][8][kActStride];               // the stage being read, as fp32
+  uint64_t full[kSlots];                           // bulk weights: slot s's copies landed
 };
 
 // Lane l's activation terms [8l, + 8) of a stage for the block's tokens (rows past `tokens` are
@@ -146,7 +149,11 @@ __device__ __forceinline__ void dot_stage(uint32_t w_ldsm, const uint8_t* w_lane
 // stage_stride: the distance between two stages of a row, kStageTerms in the row-major layout,
 // shared_expert_tiled_stage_stride(rows) in the tiled one (rows_lo = the warp's block of stage 0,
 // rows_hi = + 2 rows' stage, row_stride = kStageTerms).
-template <int kTokens, bool kAligned, int kSlots>
+// kBulk: lane r < 4 copies row r's piece of a stage with one bulk copy, completing on full[slot]
+// (lane 0 adds the stage's bytes and arrives once); the W groups above stay, empty, so the
+// activations' waits keep their count. A slot's next copies follow the warp's reads of it
+// (__syncwarp) and lane 0's proxy fence.
+template <int kTokens, bool kAligned, int kSlots, bool kBulk>
 __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, const uint16_t* __restrict__ rows_hi,
                                          int64_t row_stride, int64_t stage_stride,
                                          Activations<kTokens, kAligned, kSlots> act, int n,
@@ -155,13 +162,36 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
   const int stages = (n + kStageTerms - 1) / kStageTerms;
   const uint16_t* w_src = (r < 2 ? rows_lo : rows_hi) + (r % 2) * row_stride + 8 * q;
   const uint32_t w_dst = ptx::smem_addr(&sm.w[0][r][16 * q]);
+  const uint16_t* bulk_src = (lane < 2 ? rows_lo : rows_hi) + (lane % 2) * row_stride;  // lanes < 4: row lane
+  const uint32_t bulk_dst = ptx::smem_addr(&sm.w[0][lane % kRows][0]);
+  uint64_t l2_policy = 0;
+  if constexpr (kBulk) {
+    l2_policy = ptx::l2_evict_first_policy();  // every weight is read once
+    if (lane == 0)
+      for (int s = 0; s < kSlots; ++s) ptx::mbarrier_init(&sm.full[s], 1);
+    ptx::fence_mbarrier_init();
+    __syncwarp();
+  }
   auto copy_weights = [&](int stage, int slot) {
-    const int left = n - stage * kStageTerms - 8 * q;  // n % 16 == 0: whole 8-term pieces
-    const uint16_t* src = w_src + stage * stage_stride;
-    const uint32_t dst = w_dst + slot * kSlotBytes;
+    if constexpr (kBulk) {
+      const int terms = min(kStageTerms, n - stage * kStageTerms);
+      if (terms <= 0) return;
+      if (lane == 0) {
+        ptx::fence_proxy_async_shared();
+        ptx::mbarrier_expect_tx(&sm.full[slot], kRows * 2 * terms);
+        ptx::mbarrier_arrive(&sm.full[slot]);
+      }
+      if (lane < kRows)
+        ptx::cp_async_bulk_g2s(bulk_dst + slot * kSlotBytes, bulk_src + stage * stage_stride, 2 * terms,
+                               &sm.full[slot], l2_policy);
+    } else {
+      const int left = n - stage * kStageTerms - 8 * q;  // n % 16 == 0: whole 8-term pieces
+      const uint16_t* src = w_src + stage * stage_stride;
+      const uint32_t dst = w_dst + slot * kSlotBytes;
 #pragma unroll
-    for (int j = 0; j < kStageTerms / 64; ++j)
-      if (64 * j < left) ptx::cp_async_16(dst + 128 * j, src + 64 * j);
+      for (int j = 0; j < kStageTerms / 64; ++j)
+        if (64 * j < left) ptx::cp_async_16(dst + 128 * j, src + 64 * j);
+    }
   };
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
@@ -192,6 +222,7 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
       const int k = k0 + slot;
       if (k >= stages) break;
       ptx::cp_async_wait<kSlots - 1>();
+      if constexpr (kBulk) ptx::mbarrier_wait_parity(&sm.full[slot], static_cast<uint32_t>(k / kSlots) & 1u);
       act.to_fp32(sm, slot);
       __syncwarp();  // stage k landed and widened for every lane
       if constexpr (!kAligned) act.load(k + 1);
@@ -218,17 +249,17 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
 // The tiled layout (shared_expert_tiled_index) of a matrix of `rows` rows of k terms: warp b's
 // block of a stage holds its kRows rows' pieces in order, the next stage's block a stage of every
 // row further on.
-template <int kTokens, bool kAligned, int kSlots>
+template <int kTokens, bool kAligned, int kSlots, bool kBulk>
 __device__ __forceinline__ void dot_tiled_rows(const uint16_t* w, int64_t rows, int64_t k,
                                                Activations<kTokens, kAligned, kSlots> act,
                                                WarpSmem<kTokens, kSlots>& sm, float (&sum)[kTokens]) {
   const uint16_t* block = w + static_cast<int64_t>(blockIdx.x) * kRows * kStageTerms;
-  dot_rows<kTokens, kAligned, kSlots>(block, block + 2 * kStageTerms, kStageTerms,
+  dot_rows<kTokens, kAligned, kSlots, kBulk>(block, block + 2 * kStageTerms, kStageTerms,
                                       shared_expert_tiled_stage_stride(rows), act, static_cast<int>(k), sm, sum);
 }
 
 // Warp: h columns i0, i0 + 1 (i0 = 2 blockIdx.x); rows 0-1 their gate rows, 2-3 their up rows.
-template <int kTokens, bool kAligned, bool kTiled>
+template <int kTokens, bool kAligned, bool kTiled, bool kBulk>
 __global__ void __launch_bounds__(32) sm90_shared_gate_up_kernel(const __grid_constant__ SharedExpertParams p) {
   constexpr int kSlots = kGateUpSlots;
   __shared__ __align__(16) WarpSmem<kTokens, kSlots> sm;
@@ -239,9 +270,9 @@ __global__ void __launch_bounds__(32) sm90_shared_gate_up_kernel(const __grid_co
   float acc[kTokens];
   const Activations<kTokens, kAligned, kSlots> act{p.x + tok0 * H + 8 * lane, H, p.hidden - 8 * lane, tokens, {}};
   if constexpr (kTiled)
-    dot_tiled_rows(p.w13, 2 * static_cast<int64_t>(p.intermediate), H, act, sm, acc);
+    dot_tiled_rows<kTokens, kAligned, kSlots, kBulk>(p.w13, 2 * static_cast<int64_t>(p.intermediate), H, act, sm, acc);
   else
-    dot_rows<kTokens, kAligned, kSlots>(p.w13 + i0 * H, p.w13 + (p.intermediate + i0) * H, H, kStageTerms, act,
+    dot_rows<kTokens, kAligned, kSlots, kBulk>(p.w13 + i0 * H, p.w13 + (p.intermediate + i0) * H, H, kStageTerms, act,
                                         p.hidden, sm, acc);
 #pragma unroll
   for (int tt = 0; tt < kTokens; ++tt) {
@@ -252,7 +283,7 @@ __global__ void __launch_bounds__(32) sm90_shared_gate_up_kernel(const __grid_co
 }
 
 // Warp: output features n0 .. n0 + 3 (n0 = 4 blockIdx.x), one W2 row each.
-template <int kTokens, bool kTiled>
+template <int kTokens, bool kTiled, bool kBulk>
 __global__ void __launch_bounds__(32) sm90_shared_down_kernel(const __grid_constant__ SharedExpertParams p) {
   constexpr int kSlots = kDownSlots;
   __shared__ __align__(16) WarpSmem<kTokens, kSlots> sm;
@@ -263,9 +294,9 @@ __global__ void __launch_bounds__(32) sm90_shared_down_kernel(const __grid_const
   float acc[kTokens];
   const Activations<kTokens, true, kSlots> act{p.h + tok0 * I + 8 * lane, I, p.intermediate - 8 * lane, tokens, {}};
   if constexpr (kTiled)
-    dot_tiled_rows(p.w2, static_cast<int64_t>(p.hidden), I, act, sm, acc);
+    dot_tiled_rows<kTokens, true, kSlots, kBulk>(p.w2, static_cast<int64_t>(p.hidden), I, act, sm, acc);
   else
-    dot_rows<kTokens, true, kSlots>(p.w2 + n0 * I, p.w2 + (n0 + 2) * I, I, kStageTerms, act, p.intermediate, sm, acc);
+    dot_rows<kTokens, true, kSlots, kBulk>(p.w2 + n0 * I, p.w2 + (n0 + 2) * I, I, kStageTerms, act, p.intermediate, sm, acc);
   if (lane % 8 != 0) return;
 #pragma unroll
   for (int tt = 0; tt < kTokens; ++tt) {
@@ -276,23 +307,29 @@ __global__ void __launch_bounds__(32) sm90_shared_down_kernel(const __grid_const
 }
 
 // Both kernels are programmatic dependents of the grid before them (ptx/griddep.cuh).
-template <int kTokens, bool kTiled>
+template <int kTokens, bool kTiled, bool kBulk>
 cudaError_t launch_dot_products(const SharedExpertParams& p, cudaStream_t stream) {
   const unsigned token_blocks = static_cast<unsigned>((p.num_tokens + kTokens - 1) / kTokens);
   const dim3 grid1(static_cast<unsigned>(p.intermediate / 2), token_blocks);
   // x rows are copied 16 bytes at a time when x allows (H % 16 == 0 keeps every row aligned alike).
   const cudaError_t e =
       reinterpret_cast<uintptr_t>(p.x) % 16 == 0
-          ? launch_dependent(sm90_shared_gate_up_kernel<kTokens, true, kTiled>, grid1, 32, 0, stream, p)
-          : launch_dependent(sm90_shared_gate_up_kernel<kTokens, false, kTiled>, grid1, 32, 0, stream, p);
+          ? launch_dependent(sm90_shared_gate_up_kernel<kTokens, true, kTiled, kBulk>, grid1, 32, 0, stream, p)
+          : launch_dependent(sm90_shared_gate_up_kernel<kTokens, false, kTiled, kBulk>, grid1, 32, 0, stream, p);
   if (e != cudaSuccess) return e;
   const dim3 grid2(static_cast<unsigned>(p.hidden / kRows), token_blocks);
-  return launch_dependent(sm90_shared_down_kernel<kTokens, kTiled>, grid2, 32, 0, stream, p);
+  return launch_dependent(sm90_shared_down_kernel<kTokens, kTiled, kBulk>, grid2, 32, 0, stream, p);
+}
+
+template <bool kTiled, bool kBulk>
+cudaError_t launch_dot_products(const SharedExpertParams& p, cudaStream_t stream) {
+  return p.num_tokens == 1 ? launch_dot_products<1, kTiled, kBulk>(p, stream)
+                           : launch_dot_products<kTok, kTiled, kBulk>(p, stream);
 }
 
 template <bool kTiled>
 cudaError_t launch_dot_products(const SharedExpertParams& p, cudaStream_t stream) {
-  return p.num_tokens == 1 ? launch_dot_products<1, kTiled>(p, stream) : launch_dot_products<kTok, kTiled>(p, stream);
+  return p.bulk_weights ? launch_dot_products<kTiled, true>(p, stream) : launch_dot_products<kTiled, false>(p, stream);
 }
 
 }  // namespace
@@ -310,6 +347,8 @@ bool shared_expert_uses_tensor_cores(const SharedExpertParams& p) {
 cudaError_t launch_sm90_shared_expert(const SharedExpertParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return cudaSuccess;
   if (p.tiled_weights && !shared_expert_tiles(p.hidden, p.intermediate)) return cudaErrorInvalidValue;
+  if (p.bulk_weights && (reinterpret_cast<uintptr_t>(p.w13) % 16 != 0 || reinterpret_cast<uintptr_t>(p.w2) % 16 != 0))
+    return cudaErrorInvalidValue;
   if (shared_expert_uses_tensor_cores(p)) return launch_sm90_shared_expert_mma(p, stream);
   const cudaError_t e = p.tiled_weights ? launch_dot_products<true>(p, stream) : launch_dot_products<false>(p, stream);
   return e != cudaSuccess ? e : cudaGetLastError();

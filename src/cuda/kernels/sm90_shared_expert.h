@@ -53,6 +53,10 @@ struct SharedExpertParams {
   // w13 / w2 in the tiled layout (shared_expert_tiled_index; shared_expert_tiles(H, I)), read by
   // both ways; launch_sm90_shared_expert refuses it for other shapes.
   int32_t tiled_weights = 0;
+  // The dot-product kernels copy each warp's weight stages with bulk copies (four 512-byte row
+  // pieces a stage, completing on a per-slot mbarrier) instead of 16-byte cp.async per lane;
+  // either layout, w13 / w2 16-byte aligned. The same terms in the same order: the same bits.
+  int32_t bulk_weights = 0;
 };
 
 // The tiled layout of the weights: the 4 rows one dot-product warp reads (W13: gate rows 2b,
