@@ -192,16 +192,20 @@ struct Kernels {
   test::RsFp8WeightPath rs_fp8_weights = test::RsFp8WeightPath::kCpAsync;
   int rs_fp8_work = kRsFp8All;
   int decode_prefetch = 0;  // > 0: the mxfp4 decode kernels (folded) with 2 or kDecodeDeepPrefetch k steps in flight
+  int rs_fp8_consumers = 2;  // rs fp8: consumer warpgroups (4: n tiles of 256 weight rows, a probe)
   bool folded() const { return wgmma || rs || rs_fp8_block_m > 0 || decode_prefetch > 0; }
   bool rs_fp8_probe() const {
-    return rs_fp8_block_m > 0 && (rs_fp8_weights != test::RsFp8WeightPath::kCpAsync || rs_fp8_work != kRsFp8All);
+    return rs_fp8_block_m > 0 && (rs_fp8_weights != test::RsFp8WeightPath::kCpAsync || rs_fp8_work != kRsFp8All ||
+                                  rs_fp8_consumers != 2);
   }
-  test::RsFp8Variant rs_fp8_variant() const { return {rs_fp8_block_m, rs_fp8_weights, rs_fp8_work}; }
+  test::RsFp8Variant rs_fp8_variant() const {
+    return {rs_fp8_block_m, rs_fp8_weights, rs_fp8_work, rs_fp8_consumers};
+  }
   std::string name() const {
     if (decode_prefetch > 0) return fmt::format("decode, {} steps ahead", decode_prefetch);
     if (rs) return "rs bf16";
     if (rs_fp8_block_m > 0)
-      return fmt::format("rs fp8 {}{}{}{}", rs_fp8_block_m,
+      return fmt::format("rs fp8 {}{}{}{}{}", rs_fp8_block_m, rs_fp8_consumers == 2 ? "" : "x256",
                          rs_fp8_weights == test::RsFp8WeightPath::kBulk        ? " bulk"
                          : rs_fp8_weights == test::RsFp8WeightPath::kRegisters ? " registers"
                                                                                : "",
@@ -222,7 +226,9 @@ inline const std::vector<Kernels>& wgmma_variants() {
                                          {std::nullopt, WgmmaDecode::kQuad, false, 96},
                                          {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kBulk},
                                          {std::nullopt, WgmmaDecode::kQuad, false, 96, test::RsFp8WeightPath::kBulk},
-                                         {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kRegisters}};
+                                         {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kRegisters},
+                                         {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
+                                          kRsFp8All, 0, 4}};
   return v;
 }
 

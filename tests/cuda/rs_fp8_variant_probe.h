@@ -1,7 +1,8 @@
 // rs fp8 grouped GEMMs (kernels/sm90_mxfp4_rs_fp8_mainloop.cuh) in configurations the library
 // does not launch (tests/cuda/rs_fp8_variant_probe.cu): the weights by bulk copies or straight
-// into the consumers' registers, and the mainloop with parts of its work left out, which splits
-// a kernel's time between the activation copies, the weight copies and the math.
+// into the consumers' registers, four consumer warpgroups, and the mainloop with parts of its
+// work left out, which splits a kernel's time between the activation copies, the weight copies
+// and the math.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,6 +19,8 @@ struct RsFp8Variant {
   int block_m = 64;  // 64 or 96 tokens per m tile
   RsFp8WeightPath weights = RsFp8WeightPath::kCpAsync;
   int work = 7;      // RsFp8Work bits: 1 activation copies, 2 weight copies, 4 math
+  int consumers = 2;  // consumer warpgroups: 2 (n tiles of 128 weight rows) or 4 (256; 64-token
+                      // tiles, cp.async weights, the whole kernel or its math only)
 };
 
 // Plan-time configuration of both GEMMs' kernels (blocks per SM of each).

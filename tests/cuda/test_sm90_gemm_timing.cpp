@@ -126,6 +126,7 @@ TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
     const double experts = static_cast<double>(mma.active_experts());
     const double bytes1 = experts * 2 * s.I * s.H * (0.5 + 1.0 / 32), bytes2 = experts * s.H * s.I * (0.5 + 1.0 / 32);
     using W = test::RsFp8WeightPath;
+    std::vector<Kernels> variants;
     for (const W weights : {W::kCpAsync, W::kBulk, W::kRegisters})
       for (int work : {kRsFp8All, 3, 2, 1, 4, 0}) {
         // Without weight copies the bulk form is the cp.async kernel; the registers form copies
@@ -136,20 +137,31 @@ TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
         k.rs_fp8_block_m = block_m;
         k.rs_fp8_weights = weights;
         k.rs_fp8_work = work;
-        GemmRun run(s, p, w, k);
-        const double t1 = median_us([&] { run.gemm1(); });
-        const double t2 = median_us([&] { run.gemm2(&mma); });
-        std::string check;
-        if (work == kRsFp8All) {
-          const GemmOutputs got = run.outputs();
-          const double err_h = rel_err_h(got, ref), err_o = rel_err_o(got, ref);
-          EXPECT_LE(err_h, tol) << "T=" << T << " " << k.name();
-          EXPECT_LE(err_o, tol) << "T=" << T << " " << k.name();
-          check = fmt::format("  h err {:.2e}, o err {:.2e}", err_h, err_o);
-        }
-        fmt::print("[ rs-split] {:>5} {:<34} {:>10.1f} {:>10.1f} {:>8.2f} {:>8.2f}{}\n", T, k.name(), t1, t2,
-                   bytes1 / t1 * 1e-6, bytes2 / t2 * 1e-6, check);
+        variants.push_back(k);
       }
+    for (int work : {kRsFp8All, 4}) {  // four consumer warpgroups (64-token tiles at every T)
+      Kernels k;
+      k.rs_fp8_block_m = 64;
+      k.rs_fp8_work = work;
+      k.rs_fp8_consumers = 4;
+      variants.push_back(k);
+    }
+    for (const Kernels& k : variants) {
+      const int work = k.rs_fp8_work;
+      GemmRun run(s, p, w, k);
+      const double t1 = median_us([&] { run.gemm1(); });
+      const double t2 = median_us([&] { run.gemm2(&mma); });
+      std::string check;
+      if (work == kRsFp8All) {
+        const GemmOutputs got = run.outputs();
+        const double err_h = rel_err_h(got, ref), err_o = rel_err_o(got, ref);
+        EXPECT_LE(err_h, tol) << "T=" << T << " " << k.name();
+        EXPECT_LE(err_o, tol) << "T=" << T << " " << k.name();
+        check = fmt::format("  h err {:.2e}, o err {:.2e}", err_h, err_o);
+      }
+      fmt::print("[ rs-split] {:>5} {:<34} {:>10.1f} {:>10.1f} {:>8.2f} {:>8.2f}{}\n", T, k.name(), t1, t2,
+                 bytes1 / t1 * 1e-6, bytes2 / t2 * 1e-6, check);
+    }
   }
 }
 

@@ -71,7 +71,13 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
 //               holds only the activations. 64-token tiles: at 96 the two register slots spill.
 enum class RsFp8Weights { kCpAsync, kBulk, kRegisters };
 
-template <int kBlockM_, RsFp8Weights kWeights_ = RsFp8Weights::kCpAsync, int kWork_ = kRsFp8AllWork>
+// kConsumers_ = 4: four consumer warpgroups (n tiles of 256 weight rows) at about half the
+// registers each, so a consumer keeps one partial set: it retires block j, promotes it and only
+// then issues block j + 1 into the same set, while the other three keep the tensor cores busy.
+// Twice the weight rows per copied token row, twice the warps per scheduler; 64-token tiles with
+// cp.async weights (the 1 KB of shift words a step is not one bulk unit).
+template <int kBlockM_, RsFp8Weights kWeights_ = RsFp8Weights::kCpAsync, int kWork_ = kRsFp8AllWork,
+          int kConsumers_ = 2>
 struct RsFp8TileConfig {
   // The kernel body (sm90_rs_kernel.cuh) and its launch check: folded weights only.
   template <class Epilogue, class Params>
@@ -84,20 +90,25 @@ struct RsFp8TileConfig {
   static constexpr bool kProducerWeights = kWeights != RsFp8Weights::kRegisters;
   static constexpr int kWork = kWork_;
   static constexpr int kBlockM = kBlockM_;  // token rows (the wgmma N side)
-  static constexpr int kBlockN = 128;       // weight rows (2 consumers x 64)
+  static constexpr int kConsumers = kConsumers_;
+  static constexpr int kBlockN = 64 * kConsumers;  // weight rows (64 per consumer)
   static constexpr int kBlockK = 128;
   static constexpr int kAcc = kBlockM / 2;  // fp32 accumulators per consumer thread (m64 n kBlockM)
   static constexpr float kAccScale = 1.0f;  // the accumulator is already in the fold's units
   static constexpr int kStages = kBlockM == 64 ? 8 : 7;
   static constexpr int kLookahead = 3;  // k steps in flight (kStages - 2 measured no faster)
-  static constexpr int kConsumers = 2;
+  static constexpr bool kOnePartialSet = kConsumers == 4;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kProducerRegs = 56;
-  static constexpr int kConsumerRegs = 224;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 224 : 104;
   static_assert(kBlockM == 64 || kBlockM == 96, "m64n64k32 or m64n96k32 (n128 spills)");
   static_assert(kWeights_ != RsFp8Weights::kRegisters || kBlockM == 64, "the register slots spill at n96");
-  // setmaxnreg moves registers within the block's allocation: 384 threads x 168 at launch.
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register file");
+  static_assert(kConsumers == 2 || (kConsumers == 4 && kBlockM == 64 && kWeights_ == RsFp8Weights::kCpAsync),
+                "four consumers: 64-token tiles, cp.async weights");
+  // setmaxnreg moves registers within the block's allocation: kThreads x the launch's share of
+  // the register file (whole multiples of 8): 384 x 168, 640 x 96.
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs, "register file");
   // The producer signals full(i) after issuing step i + kLookahead, which needs step
   // i + kLookahead - kStages released; a consumer waits for step i before it releases step
   // i - 1, so the ring needs kStages >= kLookahead + 2.
@@ -109,7 +120,7 @@ struct RsFp8TileConfig {
   static constexpr int kWChunksPerThread = kWBytes / 16 / 128;  // producer: 16-byte weight chunks
   static constexpr int kDBytes = kBlockN * 4;
   static constexpr int kBulkCopies = kBlockN / 8 + 1;  // bulk: the 16 micro-tiles, then D
-  static_assert(kDBytes == kWeightMicroTileBytes, "bulk: W and D are 17 adjacent 512-byte copies");
+  static_assert(!kBulkWeights || kDBytes == kWeightMicroTileBytes, "bulk: W and D are 17 adjacent 512-byte copies");
   static constexpr int kSaBytes = kBlockM * 4;
   static constexpr int kSfBytes = 4 * kBlockM * 4;
   static constexpr int kOffW = kABytes, kOffD = kOffW + kWBytes, kOffSa = kOffD + kDBytes,
@@ -280,7 +291,7 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
     float acc[Cfg::kAcc];
 #pragma unroll
     for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
-    float part[2][Cfg::kAcc];
+    float part[Cfg::kOnePartialSet ? 1 : 2][Cfg::kAcc];
     uint32_t frag[2][4];
     uint4 w_g, w_g8;  // this k step's packed words of rows g and g + 8
     uint32_t d_g, d_g8;
@@ -323,17 +334,20 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
     // into the other partial set and promote this one while it runs. The tile's last block
     // (kFinal) only retires and promotes.
     // load_next (block 3 only): takes the next step's weight words.
+    // kOnePartialSet: the block is promoted before the next is issued into the same set.
     auto block = [&](auto final_constant, auto kb_constant, int ks, int s, auto&& load_next) {
       constexpr bool kFinal = decltype(final_constant)::value;
       constexpr int kb = decltype(kb_constant)::value, kb_next = (kb + 1) % 4, set = kb % 2, next = 1 - set;
+      constexpr int set_p = Cfg::kOnePartialSet ? 0 : set, next_p = Cfg::kOnePartialSet ? 0 : next;
       if constexpr (!kFinal) {
         if constexpr (kb == 3) load_next();
         decode(kb_next, frag[next]);
       }
       ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(part[set]);
-      if constexpr (!kFinal) issue(part[next], frag[next], kb == 3 ? (item + ks + 1) % S : s, kb_next);
-      promote(part[set], s, kb);
+      ptx::fence_operands(part[set_p]);
+      if constexpr (Cfg::kOnePartialSet) promote(part[set_p], s, kb);
+      if constexpr (!kFinal) issue(part[next_p], frag[next], kb == 3 ? (item + ks + 1) % S : s, kb_next);
+      if constexpr (!Cfg::kOnePartialSet) promote(part[set_p], s, kb);
     };
     using Next = std::false_type;
     using Final = std::true_type;
