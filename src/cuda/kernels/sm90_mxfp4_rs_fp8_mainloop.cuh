@@ -9,30 +9,32 @@
 // products and the promotion of the FP8 wgmma kernel (sm90_mxfp4_wgmma_mainloop.cuh), on the
 // transposed tile. The epilogues multiply by the column factor (sm90_rs_epilogues.cuh).
 //
-// Block of 3 warpgroups (384 threads), one block per SM, persistent over the (m tile, n tile)
-// list of the routing kernel (m tiles of kBlockM tokens, n tiles of 128 weight rows):
+// Block of 1 + kConsumers warpgroups (384 threads; 640 with four consumers), one block per SM,
+// persistent over the (m tile, n tile) list of the routing kernel (m tiles of kBlockM tokens, n
+// tiles of kBlockN = 64 kConsumers weight rows):
 //   WG 0      producer: per k step, cp.async of the tile's token rows (a_row_index gathers;
-//             zero-filled past the tile's rows), their E8M0 scale words, the n tile's 16 weight
-//             micro-tiles and its 128 shift words (or, kBulkWeights, 17 bulk copies of 512 bytes
+//             zero-filled past the tile's rows), their E8M0 scale words, the n tile's kBlockN / 8
+//             weight micro-tiles and kBlockN shift words (or, kBulkWeights, 17 bulk copies of 512 bytes
 //             for the latter two); kLookahead steps later each thread converts its token's scale
 //             word to four fp32 factors, fences and arrives on the full barrier.
-//   WG 1, 2   consumers: weight rows 64 c .. 64 c + 63 of the n tile each. One m64 n(kBlockM)
+//   WG 1 ..   consumers: weight rows 64 c .. 64 c + 63 of the n tile each. One m64 n(kBlockM)
 //             k32 wgmma in flight per consumer, into one of two partial sets: after wait_group 0
 //             retires block j, block j + 1 (decoded meanwhile into the other fragment set) is
 //             issued into the other set and block j is promoted while it runs. (ptxas follows
 //             wgmma registers only through wait_group 0: reading a set retired by wait_group 1
 //             while another wgmma is in flight serializes every wgmma (C7514). Closed groups of
 //             2 or 4 wgmmas in flight, which avoid that, measured 4-8% slower.) While one
-//             consumer promotes, the other's wgmma keeps the tensor cores busy.
+//             consumer promotes, the other's wgmma keeps the tensor cores busy. (Four
+//             consumers keep one partial set each: see RsFp8TileConfig.)
 //
 // Shared memory (base aligned to 1024 bytes):
 //   stage s < kStages, kStageBytes (a multiple of 1024) apart:
 //     A   kBlockM token rows x 128 B, K-major with the 128-byte swizzle of ptx/wgmma.cuh
-//     W   16 micro-tiles x 512 B: weight rows 8u .. 8u + 7 of the n tile, this k step
-//     D   128 shift words (the 4 k32 blocks of one weight row)   (W, D unused with kRegisters)
+//     W   kBlockN / 8 micro-tiles x 512 B: weight rows 8u .. 8u + 7 of the n tile, this k step
+//     D   kBlockN shift words (the 4 k32 blocks of one weight row)   (W, D unused with kRegisters)
 //     SA  kBlockM E8M0 words (the 4 k32 blocks of one token), as copied
 //     SF  4 x kBlockM fp32: 2^(sa - 127) of k32 block kb at [kb][rs_fp8_scale_slot(token)]
-//   amax   [2 consumers][4 warps][kBlockM] fp32 (GEMM 1 epilogue: Q8 amax per token)
+//   amax   [kConsumers][4 warps][kBlockM] fp32 (GEMM 1 epilogue: Q8 amax per token)
 //   table  16 x 8 B: e4m3 magnitude bytes of codes 0..7 for shift d (15 unused)
 //   full[kStages], empty[kStages]  mbarriers (full: 128 producer arrivals; empty: one per
 //                                  consumer warp)
@@ -169,7 +171,7 @@ struct RsFp8Producer {
   const uint8_t* a_src[Cfg::kRowsPerThread];  // token rows tid / 8 + 16 j at chunk tid % 8; null past the tile
   const uint8_t* sa_src;  // token tid's scale words (tid < kBlockM), null past the tile
   const uint8_t* w_src;   // micro-tile tid / 32 of the n tile, lane chunk tid % 32, k step 0
-  const uint8_t* d_src;   // 16 bytes (4 weight rows) of the n tile's shift words, k step 0 (tid < 32)
+  const uint8_t* d_src;   // 16 bytes (4 weight rows) of the n tile's shift words, k step 0 (tid < kDBytes / 16)
   // kBulkWeights: copy tid < kBulkCopies of a step (micro-tile tid, or D for tid = 16) at k step 0,
   // the distance between k steps, and the weights' L2 policy (read once: evict first).
   const uint8_t* bulk_src;

@@ -152,7 +152,7 @@ __device__ __forceinline__ void dot_stage(uint32_t w_ldsm, const uint8_t* w_lane
 // kBulk: lane r < 4 copies row r's piece of a stage with one bulk copy, completing on full[slot]
 // (lane 0 adds the stage's bytes and arrives once); the W groups above stay, empty, so the
 // activations' waits keep their count. A slot's next copies follow the warp's reads of it
-// (__syncwarp) and lane 0's proxy fence.
+// (__syncwarp) and the copying lane's proxy fence.
 template <int kTokens, bool kAligned, int kSlots, bool kBulk>
 __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, const uint16_t* __restrict__ rows_hi,
                                          int64_t row_stride, int64_t stage_stride,
@@ -166,7 +166,8 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
   const uint32_t bulk_dst = ptx::smem_addr(&sm.w[0][lane % kRows][0]);
   uint64_t l2_policy = 0;
   if constexpr (kBulk) {
-    l2_policy = ptx::l2_evict_first_policy();  // every weight is read once
+    // One token block reads every weight once; more (T > kTok) read them again.
+    l2_policy = gridDim.y == 1 ? ptx::l2_evict_first_policy() : ptx::l2_evict_normal_policy();
     if (lane == 0)
       for (int s = 0; s < kSlots; ++s) ptx::mbarrier_init(&sm.full[s], 1);
     ptx::fence_mbarrier_init();
@@ -177,13 +178,14 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
       const int terms = min(kStageTerms, n - stage * kStageTerms);
       if (terms <= 0) return;
       if (lane == 0) {
-        ptx::fence_proxy_async_shared();
         ptx::mbarrier_expect_tx(&sm.full[slot], kRows * 2 * terms);
         ptx::mbarrier_arrive(&sm.full[slot]);
       }
-      if (lane < kRows)
+      if (lane < kRows) {
+        ptx::fence_proxy_async_shared();
         ptx::cp_async_bulk_g2s(bulk_dst + slot * kSlotBytes, bulk_src + stage * stage_stride, 2 * terms,
                                &sm.full[slot], l2_policy);
+      }
     } else {
       const int left = n - stage * kStageTerms - 8 * q;  // n % 16 == 0: whole 8-term pieces
       const uint16_t* src = w_src + stage * stage_stride;

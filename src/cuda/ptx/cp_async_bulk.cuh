@@ -20,6 +20,13 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   return policy;
 }
 
+// The same for data other blocks may read again (no eviction hint).
+__device__ __forceinline__ uint64_t l2_evict_normal_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
 // Adds `bytes` to the transaction count of the barrier's current phase (no arrival).
 __device__ __forceinline__ void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
