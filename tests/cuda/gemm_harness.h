@@ -193,6 +193,7 @@ struct Kernels {
   int rs_fp8_work = kRsFp8All;
   int decode_prefetch = 0;  // > 0: the mxfp4 decode kernels (folded) with 2 or kDecodeDeepPrefetch k steps in flight
   int rs_fp8_consumers = 2;  // rs fp8: consumer warpgroups (4: n tiles of 256 weight rows, a probe)
+  int decode_split = 1;      // decode kernels: K in 1 or 2 parts per block (2: kDecodePrefetch only)
   bool folded() const { return wgmma || rs || rs_fp8_block_m > 0 || decode_prefetch > 0; }
   bool rs_fp8_probe() const {
     return rs_fp8_block_m > 0 && (rs_fp8_weights != test::RsFp8WeightPath::kCpAsync || rs_fp8_work != kRsFp8All ||
@@ -202,6 +203,7 @@ struct Kernels {
     return {rs_fp8_block_m, rs_fp8_weights, rs_fp8_work, rs_fp8_consumers};
   }
   std::string name() const {
+    if (decode_prefetch > 0 && decode_split > 1) return fmt::format("decode, K split in {}", decode_split);
     if (decode_prefetch > 0) return fmt::format("decode, {} steps ahead", decode_prefetch);
     if (rs) return "rs bf16";
     if (rs_fp8_block_m > 0)
@@ -255,7 +257,10 @@ class GemmRun {
     poison();
     int sms = 0, per_sm1 = 0, per_sm2 = 0;
     MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    if (k.decode_prefetch > 0) {
+    if (k.decode_prefetch > 0 && k.decode_split > 1) {
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_decode_split_gemm1(static_cast<int>(s.H), &per_sm1));
+      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_decode_split_gemm2(static_cast<int>(s.I), &per_sm2));
+    } else if (k.decode_prefetch > 0) {
       const bool deep = k.decode_prefetch == kDecodeDeepPrefetch;
       MOE_EP_CUDA_CHECK((deep ? configure_sm90_mxfp4_decode_deep_gemm1 : configure_sm90_mxfp4_decode_gemm1)(
           static_cast<int>(s.H), &per_sm1));
@@ -309,7 +314,9 @@ class GemmRun {
     g1.epilogue.intermediate = static_cast<int32_t>(s_.I);
     g1.epilogue.h_q = h_.get();
     g1.epilogue.h_scale = h_scale_.get();
-    if (k_.decode_prefetch > 0) {
+    if (k_.decode_prefetch > 0 && k_.decode_split > 1) {
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_decode_split_gemm1(g1, static_cast<int>(r_.max_tiles), nullptr));
+    } else if (k_.decode_prefetch > 0) {
       const bool deep = k_.decode_prefetch == kDecodeDeepPrefetch;
       MOE_EP_CUDA_CHECK((deep ? launch_sm90_mxfp4_decode_deep_gemm1 : launch_sm90_mxfp4_decode_gemm1)(
           g1, static_cast<int>(r_.max_tiles), nullptr));
@@ -340,7 +347,9 @@ class GemmRun {
     g2.op.w_scale = k_.folded() ? w_.w2.shifts.get() : w_.w2.e8m0_scales.get();
     g2.op.w_col_scale = k_.folded() ? w_.w2.col_scale.get<float>() : nullptr;
     g2.epilogue.out = o_.get<uint16_t>();
-    if (k_.decode_prefetch > 0) {
+    if (k_.decode_prefetch > 0 && k_.decode_split > 1) {
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_decode_split_gemm2(g2, static_cast<int>(r_.max_tiles), nullptr));
+    } else if (k_.decode_prefetch > 0) {
       const bool deep = k_.decode_prefetch == kDecodeDeepPrefetch;
       MOE_EP_CUDA_CHECK((deep ? launch_sm90_mxfp4_decode_deep_gemm2 : launch_sm90_mxfp4_decode_gemm2)(
           g2, static_cast<int>(r_.max_tiles), nullptr));

@@ -57,7 +57,8 @@ TEST(Sm90WgmmaTiming, FlashSizeRandomBytesMatchMmaAndKernelTimes) {
 }
 
 // The decode kernels at small T, 2 against kDecodeDeepPrefetch k steps of weights in flight per
-// warp, at the flash size (random bytes, outputs checked bitwise against each other). Weight TB/s
+// warp and against K split in two halves per block, at the flash size (random bytes, outputs
+// checked bitwise against each other; the split form within the recipe threshold). Weight TB/s
 // = the active experts' FP4 weights and shift words over the time; the floor is the copy rate.
 TEST(Sm90WgmmaTiming, DecodePrefetchDepthAtSmallT) {
   MOE_EP_REQUIRE_WGMMA_TIMING();
@@ -68,15 +69,17 @@ TEST(Sm90WgmmaTiming, DecodePrefetchDepthAtSmallT) {
   for (int64_t T : timing_tokens({1, 2, 4, 8, 32, 128})) {
     const DeviceProblem p = random_problem(s, T, 300 + T);
     std::optional<GemmOutputs> first;
-    for (int prefetch : {2, kDecodeDeepPrefetch}) {
+    for (int form = 0; form < 3; ++form) {  // 2 ahead, 4 ahead, 2 ahead with K split in two
       Kernels k;
-      k.decode_prefetch = prefetch;
+      k.decode_prefetch = form == 1 ? kDecodeDeepPrefetch : kDecodePrefetch;
+      k.decode_split = form == 2 ? 2 : 1;
       GemmRun run(s, p, w, k);
       const double t1 = median_us([&] { run.gemm1(); });
       const double t2 = median_us([&] { run.gemm2(); });
       const GemmOutputs got = run.outputs();
       if (!first) first = got;
-      else EXPECT_TRUE(got.h == first->h && got.o == first->o) << "T=" << T << ": the deep decode kernels differ";
+      else if (form == 1) EXPECT_TRUE(got.h == first->h && got.o == first->o) << "T=" << T << ": the deep decode kernels differ";
+      else EXPECT_LE(rel_err_o(got, *first), cudatest::wgmma_recipe_tolerance()) << "T=" << T << ": K split";
       const double experts = static_cast<double>(run.active_experts());
       const double bytes1 = experts * 2 * s.I * s.H * (0.5 + 1.0 / 32), bytes2 = experts * s.H * s.I * (0.5 + 1.0 / 32);
       fmt::print("[ decode  ] {:>5} {:<24} {:>10.1f} {:>10.1f} {:>8.2f} {:>8.2f}\n", T, k.name(), t1, t2,

@@ -578,6 +578,55 @@ TEST_F(Sm90WgmmaKernels, DeepDecodeIsBitwiseTheDecodeKernels) {
   }
 }
 
+// The decode kernels with K split in two halves per block: the same products, summed as two
+// halves (so within the recipe threshold of the regular decode kernels, not bitwise), every row
+// written (NaN-poisoned outputs), the same bits on every rerun; K not whole chunks per half
+// (tiny: 2 k steps) refused. Flash/E32 shape: tiles of 1, 7 and 16 rows, holes, one expert.
+TEST_F(Sm90WgmmaKernels, SplitDecodeMatchesTheDecodeKernels) {
+  const Shape s{"flash/E32", 32, 4096, 2048, 6};
+  const DeviceWeights& w = cached_device_weights(s, 47);
+  const double tol = cudatest::wgmma_recipe_tolerance();
+  Kernels regular, split;
+  regular.decode_prefetch = split.decode_prefetch = kDecodePrefetch;
+  split.decode_split = 2;
+  for (const RoutingCase& c : std::vector<RoutingCase>{{"random", 1, 0.0},
+                                                       {"random", 2, 0.0},
+                                                       {"random, 10% holes", 7, 0.1},
+                                                       {"one expert, all rows", 16, 0.0, -1, 9},
+                                                       {"random", 300, 0.05}}) {
+    SCOPED_TRACE(fmt::format("{} T={}", c.name, c.T));
+    const DeviceProblem p = make_problem(s, make_inputs(s, c, 61 + static_cast<uint64_t>(c.T)));
+    GemmRun a(s, p, w, regular), b(s, p, w, split);
+    a.gemm1();
+    a.gemm2();
+    b.gemm1();
+    b.gemm2(&a);  // GEMM 2 alone on the same h
+    const GemmOutputs ra = a.outputs(), same_h = b.outputs();
+    const double err_h = rel_err_h(same_h, ra), err_o = rel_err_o(same_h, ra);
+    EXPECT_LE(err_h, tol) << "GEMM 1 h";
+    EXPECT_LE(err_o, tol) << "GEMM 2 on the same h";
+    int64_t nan = 0;
+    for (uint16_t v : same_h.o) nan += std::isnan(bf16_to_float(v));
+    EXPECT_EQ(nan, 0) << "unwritten (NaN-poisoned) outputs";
+    b.poison();
+    b.gemm1();
+    b.gemm2();
+    const GemmOutputs chain = b.outputs();
+    EXPECT_LE(rel_err_o(chain, ra), tol) << "GEMM 1 + GEMM 2";
+    b.poison();
+    b.gemm1();
+    b.gemm2();
+    const GemmOutputs again = b.outputs();
+    EXPECT_TRUE(again.h == chain.h && again.h_scale == chain.h_scale && again.o == chain.o) << "a rerun differs";
+    fmt::print("[ split   ] {:<22} T={:<4} h err={:.2e} (bytes equal {:.4f})  o err={:.2e}\n", c.name, c.T, err_h,
+               equal_share(same_h.h, ra.h), err_o);
+  }
+  Gemm1Params tiny;  // K = 256: 2 k steps, not whole chunks per half
+  tiny.op.n = 256;
+  tiny.op.k = 256;
+  EXPECT_EQ(launch_sm90_mxfp4_decode_split_gemm1(tiny, 1, nullptr), cudaErrorInvalidValue);
+}
+
 // Small case for compute-sanitizer (racecheck / memcheck / synccheck): both tiles, a few tiles.
 TEST_F(Sm90WgmmaKernels, SmallCaseForSanitizers) {
   const Shape s{"tiny", 16, 256, 128, 4};

@@ -11,6 +11,7 @@
 
 #include "cuda/kernels/sm90_decode_tile.cuh"
 #include "cuda/kernels/sm90_gemm_epilogues.cuh"
+#include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/sync.cuh"
 #include "cuda/tile/bf16x8_sum.cuh"
 
@@ -31,14 +32,27 @@ __device__ __forceinline__ void for_each_tile_row(const DecodeTile& t, F&& f) {
     }
 }
 
+// The barrier among the warps that run a decode epilogue: the block's, or (a block of kBlockRows
+// < kDecodeBlockN weight rows, whose other warps have left) theirs alone.
+template <int kBlockRows>
+__device__ __forceinline__ void decode_epilogue_sync() {
+  if constexpr (kBlockRows == kDecodeBlockN)
+    __syncthreads();
+  else
+    ptx::named_barrier_sync(1, 2 * kBlockRows);  // 32 threads per 16 rows
+}
+
 // mxfp4 GEMM 1: SwiGLU, then Q8 of h. A Q8 block of 32 h columns is warps 4q .. 4q + 3: amax
 // over g by shuffles, over the 4 warps in shared memory (SwigluQ8Epilogue's arithmetic).
+// kBlockRows: the block's weight rows (kDecodeBlockN, or 64 with K split: one Q8 block).
 struct DecodeSwigluQ8 {
+  template <int kBlockRows = kDecodeBlockN>
   static __device__ __forceinline__ void apply(const SwigluEpilogueParams& ep, const GroupedGemmOperands& op,
                                                const DecodeTile& t, const DecodeAccumulators& acc, uint8_t* smem) {
+    static_assert(kBlockRows % 64 == 0, "whole Q8 blocks of 32 h columns");
     float* amax_smem = reinterpret_cast<float*>(smem);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
-    const int gate_col = t.n_chunk * kDecodeBlockN + 16 * warp + g;
+    const int gate_col = t.n_chunk * kBlockRows + 16 * warp + g;
     const float gate_scale = col_scale(op, t.expert, gate_col), up_scale = col_scale(op, t.expert, gate_col + 8);
     float h[2][2];
 #pragma unroll
@@ -55,8 +69,8 @@ struct DecodeSwigluQ8 {
         for (int off = 4; off < 32; off *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
         if (g == 0) amax_smem[warp * 16 + r] = amax;
       }
-    __syncthreads();
-    const int q = warp / 4, h_col = t.n_chunk * (kDecodeBlockN / 2) + 8 * warp + g;
+    decode_epilogue_sync<kBlockRows>();
+    const int q = warp / 4, h_col = t.n_chunk * (kBlockRows / 2) + 8 * warp + g;
     for_each_tile_row(t, [&](int hh, int c, int r) {
       float amax = amax_smem[(4 * q) * 16 + r];
 #pragma unroll
@@ -93,10 +107,11 @@ struct DecodeSwigluF32 {
 // bf16(acc * (weight_scale_2 / g_row)) (nvfp4), features 16w + g and 16w + 8 + g of the chunk.
 template <bool kNvfp4>
 struct DecodeStoreBf16 {
+  template <int kBlockRows = kDecodeBlockN>
   static __device__ __forceinline__ void apply(const StoreEpilogueParams& ep, const GroupedGemmOperands& op,
                                                const DecodeTile& t, const DecodeAccumulators& acc, uint8_t*) {
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
-    const int col0 = t.n_chunk * kDecodeBlockN + 16 * warp + g;
+    const int col0 = t.n_chunk * kBlockRows + 16 * warp + g;
     float s0 = 1.0f, s1 = 1.0f;
     if constexpr (!kNvfp4) {
       s0 = col_scale(op, t.expert, col0);

@@ -40,8 +40,10 @@ __device__ __forceinline__ void zero_accumulators(DecodeAccumulators& acc) {
     for (int c = 0; c < 4; ++c) acc[h][c] = 0.0f;
 }
 
+// kBlockRows: the weight rows of a block (kDecodeBlockN; half of it with K split in two).
+template <int kBlockRows = kDecodeBlockN>
 __device__ __forceinline__ bool decode_tile(const GroupedGemmSchedule& s, int n, DecodeTile& t) {
-  const int n_chunks = n / kDecodeBlockN;
+  const int n_chunks = n / kBlockRows;
   const int m_tile = blockIdx.x / n_chunks;
   if (m_tile >= *s.num_m_tiles) return false;
   t.n_chunk = blockIdx.x % n_chunks;
@@ -58,7 +60,9 @@ __device__ __forceinline__ bool decode_tile(const GroupedGemmSchedule& s, int n,
 // layout of sm90_grouped_gemm.h). Slot s holds k step ks with ks % kPrefetch = s: the caller
 // consumes a slot, refills it with fetch(slot) (the next k step in order) and calls advance()
 // after every round of kPrefetch slots, so nothing is copied between registers.
-template <class ScaleWord, int kPrefetch>
+// kGroups: the block's 16-row groups (warp w streams group w % kGroups); first_step, steps: the
+// k steps this warp streams (all of them, or its part of a split K).
+template <class ScaleWord, int kPrefetch, int kGroups = kDecodeWarps>
 struct DecodeWeightStream {
   static constexpr int kScaleBytes = sizeof(ScaleWord);
   const uint8_t* w_ptr[2];  // micro-tile j at the round's first k step
@@ -67,18 +71,23 @@ struct DecodeWeightStream {
   uint4 w[kPrefetch][2];
   ScaleWord s[kPrefetch][2];
 
-  // Fetches k steps 0 .. kPrefetch - 1 (those below k_steps).
-  __device__ __forceinline__ DecodeWeightStream(const GroupedGemmOperands& op, const DecodeTile& t, int k_steps) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
-    const int64_t n8 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_chunk * (kDecodeBlockN / 8) + 2 * warp;
+  // Fetches k steps first_step .. first_step + kPrefetch - 1 (those of the warp's steps).
+  __device__ __forceinline__ DecodeWeightStream(const GroupedGemmOperands& op, const DecodeTile& t, int k_steps,
+                                                int first_step = 0, int steps = -1) {
+    const int warp = kGroups == kDecodeWarps ? threadIdx.x / 32 : (threadIdx.x / 32) % kGroups;
+    const int lane = threadIdx.x % 32, g = lane / 4;
+    const int64_t n8 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_chunk * (2 * kGroups) + 2 * warp;
 #pragma unroll
-    for (int j = 0; j < 2; ++j) w_ptr[j] = op.w + (n8 + j) * k_steps * kWeightMicroTileBytes + lane * 16;
-    s_ptr = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n +
-                          static_cast<int64_t>(t.n_chunk) * kDecodeBlockN + 16 * warp + g) * kScaleBytes;
+    for (int j = 0; j < 2; ++j)
+      w_ptr[j] = op.w + ((n8 + j) * k_steps + first_step) * kWeightMicroTileBytes + lane * 16;
     s_step = static_cast<int64_t>(op.n) * kScaleBytes;
+    s_ptr = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n +
+                          static_cast<int64_t>(t.n_chunk) * (16 * kGroups) + 16 * warp + g) * kScaleBytes +
+            first_step * s_step;
+    if (steps < 0) steps = k_steps;
 #pragma unroll
     for (int slot = 0; slot < kPrefetch; ++slot)
-      if (slot < k_steps) fetch(slot);
+      if (slot < steps) fetch(slot);
     advance();
   }
 

@@ -210,6 +210,15 @@ cudaError_t configure_sm90_mxfp4_decode_deep_gemm1(int k, int* blocks_per_sm);
 cudaError_t configure_sm90_mxfp4_decode_deep_gemm2(int k, int* blocks_per_sm);
 cudaError_t launch_sm90_mxfp4_decode_deep_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
 cudaError_t launch_sm90_mxfp4_decode_deep_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
+// The mxfp4 decode GEMMs with K split in two halves inside each block (blocks of 64 weight rows:
+// m_tile_bound x n / 64 of them): two warps walk each row group's K, so a warp's serial walk is
+// half as long, for the one or two tokens a tile where that walk bounds the GEMM. The halves'
+// sums are added in a fixed order (deterministic; not bitwise the kernels above: within the
+// recipe's threshold). k a multiple of 1024 (whole A chunks per half), else cudaErrorInvalidValue.
+cudaError_t configure_sm90_mxfp4_decode_split_gemm1(int k, int* blocks_per_sm);
+cudaError_t configure_sm90_mxfp4_decode_split_gemm2(int k, int* blocks_per_sm);
+cudaError_t launch_sm90_mxfp4_decode_split_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
+cudaError_t launch_sm90_mxfp4_decode_split_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
 // The nvfp4 decode GEMMs (sm90_nvfp4_decode_mainloop.cuh): the same blocks and launch rule, f16
 // mma.sync on NVFP4 operands decoded in registers; outputs those of the nvfp4 kernels above.
 cudaError_t configure_sm90_nvfp4_decode_gemm1(int k, int* blocks_per_sm);

@@ -11,10 +11,12 @@ namespace {
 
 // Three blocks of 8 warps per SM (<= 80 registers; shared memory is the 24 KB A ring plus 2 * K
 // bytes of fp32 scales) with 2 k steps of weights in flight per warp; two blocks with 4 (deep).
-// The epilogue gets the shared memory after the activation scales.
-template <bool kFolded, class Epilogue, class Params, int kPrefetch>
+// The epilogue gets the shared memory after the activation scales. kSplit = 2: K in two halves
+// (Mxfp4DecodeMainloop), blocks of 64 weight rows, an A ring per half.
+template <bool kFolded, class Epilogue, class Params, int kPrefetch, int kSplit = 1>
 __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
     sm90_mxfp4_decode_kernel(const __grid_constant__ Params p) {
+  using Mainloop = Mxfp4DecodeMainloop<kFolded, kPrefetch, kSplit>;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ DecodeTables tables;
   // The schedule, A and (GEMM 2) the rows written by GEMM 1. No early launch of the next grid:
@@ -23,29 +25,38 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
   ptx::grid_dependency_wait();
   if constexpr (FusedCombineEpilogue<Epilogue>) Epilogue::zero_unslotted_tokens(p.epilogue, p.op.n);
   DecodeTile t;
-  if (!decode_tile(p.schedule, p.op.n, t)) return;
+  if (!decode_tile<Mainloop::kBlockRows>(p.schedule, p.op.n, t)) return;
   DecodeAccumulators acc;
-  Mxfp4DecodeMainloop<kFolded, kPrefetch>::run(p.op, t, smem, tables, acc);
-  Epilogue::apply(p.epilogue, p.op, t, acc, smem + decode_epilogue_offset(p.op.k));
+  Mainloop::run(p.op, t, smem, tables, acc);
+  uint8_t* epilogue_smem = smem + decode_epilogue_offset(p.op.k, kSplit);
+  if constexpr (kSplit == 1) {
+    Epilogue::apply(p.epilogue, p.op, t, acc, epilogue_smem);
+  } else {
+    if (Mainloop::part() != 0) return;  // its sums are in the first half's accumulators
+    Epilogue::template apply<Mainloop::kBlockRows>(p.epilogue, p.op, t, acc, epilogue_smem);
+  }
 }
 
-template <class Epilogue, class Params, int kPrefetch = kDecodePrefetch>
+template <class Epilogue, class Params, int kPrefetch = kDecodePrefetch, int kSplit = 1>
 cudaError_t configure_decode(int k, int* blocks_per_sm) {
-  return configure_persistent_kernels(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kPrefetch>, decode_shared_bytes(k),
-                                      sm90_mxfp4_decode_kernel<false, Epilogue, Params, kPrefetch>,
-                                      decode_shared_bytes(k), kDecodeThreads, blocks_per_sm);
+  return configure_persistent_kernels(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kPrefetch, kSplit>,
+                                      decode_shared_bytes(k, kSplit),
+                                      sm90_mxfp4_decode_kernel<false, Epilogue, Params, kPrefetch, kSplit>,
+                                      decode_shared_bytes(k, kSplit), kDecodeThreads, blocks_per_sm);
 }
 
-template <class Epilogue, int kPrefetch = kDecodePrefetch, class Params>
+template <class Epilogue, int kPrefetch = kDecodePrefetch, int kSplit = 1, class Params>
 cudaError_t launch_decode(const Params& p, int m_tile_bound, cudaStream_t stream) {
-  const int blocks = m_tile_bound * (p.op.n / kDecodeBlockN);
+  constexpr int kBlockRows = Mxfp4DecodeMainloop<true, kPrefetch, kSplit>::kBlockRows;
+  if (kSplit > 1 && (p.op.k / kGemmBlockK) % (kSplit * kAChunkSteps) != 0) return cudaErrorInvalidValue;
+  const int blocks = m_tile_bound * (p.op.n / kBlockRows);
   if (blocks <= 0) return cudaSuccess;
-  const int smem = decode_shared_bytes(p.op.k);
+  const int smem = decode_shared_bytes(p.op.k, kSplit);
   if (p.op.w_col_scale)
-    return launch_dependent(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kPrefetch>, blocks, kDecodeThreads, smem,
-                            stream, p);
-  return launch_dependent(sm90_mxfp4_decode_kernel<false, Epilogue, Params, kPrefetch>, blocks, kDecodeThreads, smem,
-                          stream, p);
+    return launch_dependent(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kPrefetch, kSplit>, blocks,
+                            kDecodeThreads, smem, stream, p);
+  return launch_dependent(sm90_mxfp4_decode_kernel<false, Epilogue, Params, kPrefetch, kSplit>, blocks,
+                          kDecodeThreads, smem, stream, p);
 }
 
 }  // namespace
@@ -80,6 +91,22 @@ cudaError_t launch_sm90_mxfp4_decode_deep_gemm1(const Gemm1Params& p, int m_tile
 
 cudaError_t launch_sm90_mxfp4_decode_deep_gemm2(const Gemm2Params& p, int m_tile_bound, cudaStream_t stream) {
   return launch_decode<DecodeStoreBf16<false>, kDecodeDeepPrefetch>(p, m_tile_bound, stream);
+}
+
+cudaError_t configure_sm90_mxfp4_decode_split_gemm1(int k, int* blocks_per_sm) {
+  return configure_decode<DecodeSwigluQ8, Gemm1Params, kDecodePrefetch, 2>(k, blocks_per_sm);
+}
+
+cudaError_t configure_sm90_mxfp4_decode_split_gemm2(int k, int* blocks_per_sm) {
+  return configure_decode<DecodeStoreBf16<false>, Gemm2Params, kDecodePrefetch, 2>(k, blocks_per_sm);
+}
+
+cudaError_t launch_sm90_mxfp4_decode_split_gemm1(const Gemm1Params& p, int m_tile_bound, cudaStream_t stream) {
+  return launch_decode<DecodeSwigluQ8, kDecodePrefetch, 2>(p, m_tile_bound, stream);
+}
+
+cudaError_t launch_sm90_mxfp4_decode_split_gemm2(const Gemm2Params& p, int m_tile_bound, cudaStream_t stream) {
+  return launch_decode<DecodeStoreBf16<false>, kDecodePrefetch, 2>(p, m_tile_bound, stream);
 }
 
 cudaError_t configure_sm90_mxfp4_decode_gemm2_combine(int prefetch, int k, int* blocks_per_sm) {

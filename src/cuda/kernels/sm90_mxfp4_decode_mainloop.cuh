@@ -49,9 +49,14 @@ inline constexpr int kAChunkRowBytes = kAChunkSteps * kGemmBlockK;    // 512
 inline constexpr int kAChunkBytes = kDecodeBlockM * kAChunkRowBytes;  // 8 KB
 inline constexpr int kARing = 3, kAAhead = kARing - 1;
 
-constexpr int decode_saf_offset() { return kARing * kAChunkBytes; }
-constexpr int decode_epilogue_offset(int k) { return decode_saf_offset() + (k / 32) * kDecodeBlockM * 4; }
-constexpr int decode_shared_bytes(int k) { return decode_epilogue_offset(k) + kDecodeWarps * 16 * 4; }
+// split: the K parts of a block (Mxfp4DecodeMainloop's kSplit), each with its own A ring.
+constexpr int decode_saf_offset(int split = 1) { return split * kARing * kAChunkBytes; }
+constexpr int decode_epilogue_offset(int k, int split = 1) {
+  return decode_saf_offset(split) + (k / 32) * kDecodeBlockM * 4;
+}
+constexpr int decode_shared_bytes(int k, int split = 1) {
+  return decode_epilogue_offset(k, split) + kDecodeWarps * 16 * 4;
+}
 
 // The folded decode tables: entry d = the e4m3 magnitude bytes of codes 0..7 for shift d.
 struct DecodeTables {
@@ -61,12 +66,14 @@ struct DecodeTables {
 // The copies of the tile's A rows into the ring: thread i copies 16-byte column i % 32 of rows
 // i / 32 and i / 32 + 8 (the second only for tiles of more than 8 rows) of every chunk. The
 // rows' sources are re-read from shared memory (source[16], -1 past the tile) at each chunk, so
-// nothing of the copies stays in registers through the main loop.
+// nothing of the copies stays in registers through the main loop. ring_chunk: the chunk's place
+// in its ring (chunk itself, or its index within a K part).
 __device__ __forceinline__ void decode_copy_a_chunk(const GroupedGemmOperands& op, const int32_t* source,
-                                                    uint32_t a_base, int chunk, int k_steps, bool two_rows) {
+                                                    uint32_t a_base, int chunk, int k_steps, bool two_rows,
+                                                    int ring_chunk) {
   const int col = threadIdx.x % 32, first = chunk * kAChunkSteps;
   if (first + col / 8 >= k_steps) return;  // past K (last, partial chunk)
-  const uint32_t slot = a_base + (chunk % kARing) * kAChunkBytes;
+  const uint32_t slot = a_base + (ring_chunk % kARing) * kAChunkBytes;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     if (j == 1 && !two_rows) break;
@@ -79,10 +86,35 @@ __device__ __forceinline__ void decode_copy_a_chunk(const GroupedGemmOperands& o
   }
 }
 
-template <bool kFolded, int kPrefetch_ = 2>
+// kSplit = 2 (for one or two tokens a tile, where a warp's serial walk over K bounds the GEMM): the
+// block's 8 warps are 4 row groups x 2 halves of K; each half has its own A ring, and after the
+// main loop the second half's warps hand their sums to the first's through shared memory, which
+// add them (acc = first half + second half: the same order every run) and alone run the
+// epilogue on the block's 64 rows. K must be whole chunks per half (k_steps % 8 == 0).
+template <bool kFolded, int kPrefetch_ = 2, int kSplit = 1>
 struct Mxfp4DecodeMainloop {
   static constexpr int kPrefetch = kPrefetch_;  // k steps of weights in registers ahead of the MMAs
   static_assert(kAChunkSteps % kPrefetch == 0, "a chunk holds whole rounds of the weight ring");
+  static_assert(kSplit == 1 || kSplit == 2, "K in one or two parts");
+  static constexpr int kGroups = kDecodeWarps / kSplit;  // 16-row groups of a block
+  static constexpr int kBlockRows = 16 * kGroups;
+
+  static __device__ __forceinline__ bool fits(int k_steps) {
+    return kSplit == 1 || k_steps % (kSplit * kAChunkSteps) == 0;
+  }
+  // The warp's K part, and its chunks of A (all of them, or its part's).
+  static __device__ __forceinline__ int part() { return kSplit == 1 ? 0 : static_cast<int>(threadIdx.x / 32) / kGroups; }
+  static __device__ __forceinline__ int part_chunks(int k_steps) {
+    return kSplit == 1 ? (k_steps + kAChunkSteps - 1) / kAChunkSteps : k_steps / kSplit / kAChunkSteps;
+  }
+  // Chunk c of every part into its ring (part p's chunks start at p * part_chunks).
+  static __device__ __forceinline__ void copy_chunks(const GroupedGemmOperands& op, const int32_t* source,
+                                                     uint32_t a_base, int c, int k_steps, bool two_rows) {
+    const int chunks = part_chunks(k_steps);
+#pragma unroll
+    for (int p = 0; p < kSplit; ++p)
+      decode_copy_a_chunk(op, source, a_base + p * kARing * kAChunkBytes, p * chunks + c, k_steps, two_rows, c);
+  }
 
   // Source rows, the first kAAhead chunks of A, and the scales as fp32 (plain loads, converted
   // once).
@@ -91,7 +123,7 @@ struct Mxfp4DecodeMainloop {
     const int k = op.k;
     const bool two_rows = t.num_rows > 8;
     // The tile's source rows once, in the epilogue's (not yet used) shared memory.
-    int32_t* source = reinterpret_cast<int32_t*>(smem + decode_epilogue_offset(k));
+    int32_t* source = reinterpret_cast<int32_t*>(smem + decode_epilogue_offset(k, kSplit));
     if (threadIdx.x < kDecodeBlockM)
       source[threadIdx.x] = static_cast<int>(threadIdx.x) < t.num_rows ? a_source_row(op, t.row_begin + threadIdx.x) : -1;
     __syncthreads();
@@ -99,12 +131,12 @@ struct Mxfp4DecodeMainloop {
     const int k_steps = k / kGemmBlockK;
 #pragma unroll
     for (int c = 0; c < kAAhead; ++c) {
-      decode_copy_a_chunk(op, source, a_base, c, k_steps, two_rows);
+      copy_chunks(op, source, a_base, c, k_steps, two_rows);
       ptx::cp_async_commit();
     }
     // Scales: thread kb converts k32 block kb of every row (8 independent loads in flight per
     // group of 8 rows) and stores them as 16-byte vectors.
-    float* saf = reinterpret_cast<float*>(smem + decode_saf_offset());
+    float* saf = reinterpret_cast<float*>(smem + decode_saf_offset(kSplit));
     for (int kb = threadIdx.x; kb < k / 32; kb += kDecodeThreads) {
 #pragma unroll
       for (int r0 = 0; r0 < kDecodeBlockM; r0 += 8) {
@@ -127,10 +159,12 @@ struct Mxfp4DecodeMainloop {
     const int lane = threadIdx.x % 32, tq = lane % 4;
     const int k = op.k, k_steps = k / kGemmBlockK;
     const bool two_halves = t.num_rows > 8;  // block-uniform
+    const int chunks = part_chunks(k_steps), first_step = part() * chunks * kAChunkSteps;
+    const int steps = kSplit == 1 ? k_steps : chunks * kAChunkSteps;  // this warp's k steps
     zero_accumulators(acc);
 
     // This warp's weights and the shift / scale words of its rows, kPrefetch k steps ahead.
-    DecodeWeightStream<uint32_t, kPrefetch> ws(op, t, k_steps);
+    DecodeWeightStream<uint32_t, kPrefetch, kGroups> ws(op, t, k_steps, first_step, steps);
 
     if constexpr (kFolded)
       if (threadIdx.x < 16)
@@ -138,36 +172,58 @@ struct Mxfp4DecodeMainloop {
                                         ? make_uint2(folded_table_word(threadIdx.x, 0), folded_table_word(threadIdx.x, 4))
                                         : make_uint2(0u, 0u);
     load_a(op, t, smem);
-    const int32_t* source = reinterpret_cast<const int32_t*>(smem + decode_epilogue_offset(k));
+    const int32_t* source = reinterpret_cast<const int32_t*>(smem + decode_epilogue_offset(k, kSplit));
 
-    // Per-lane shared addresses in chunk slot 0, k step 0: ldmatrix rows of n8 half 0 for k32
-    // pair p (half 1: rows + 8, the same swizzle, 8 * kAChunkRowBytes further) and the fp32
-    // scales of tokens 2t, 2t + 1.
+    // Per-lane shared addresses in chunk slot 0 of the warp's ring, k step 0: ldmatrix rows of
+    // n8 half 0 for k32 pair p (half 1: rows + 8, the same swizzle, 8 * kAChunkRowBytes further)
+    // and the fp32 scales of tokens 2t, 2t + 1 (from the warp's first k step).
     const uint32_t a_base = ptx::smem_addr(smem);
+    const uint32_t ring = a_base + part() * kARing * kAChunkBytes;
     uint32_t a_lane[2];
 #pragma unroll
     for (int p = 0; p < 2; ++p)
-      a_lane[p] = a_base + (lane & 7) * kAChunkRowBytes + ((((4 * p + (lane >> 3)) ^ lane) & 7) << 4);
-    const float* saf = reinterpret_cast<const float*>(smem + decode_saf_offset()) + 2 * tq;
-    const int a_chunks = (k_steps + kAChunkSteps - 1) / kAChunkSteps;
-    for (int c = 0; c < a_chunks; ++c) {
+      a_lane[p] = ring + (lane & 7) * kAChunkRowBytes + ((((4 * p + (lane >> 3)) ^ lane) & 7) << 4);
+    const float* saf = reinterpret_cast<const float*>(smem + decode_saf_offset(kSplit)) + 2 * tq +
+                       first_step * 4 * kDecodeBlockM;
+    for (int c = 0; c < chunks; ++c) {
       // Chunk c has landed (this thread's copies, then everyone's), and every warp is done with
       // chunk c - 1, whose slot the copy of chunk c + kAAhead reuses. The scales and the tables
       // are ordered by the first of these barriers.
       ptx::cp_async_wait<kAAhead - 1>();
       __syncthreads();
-      if (c + kAAhead < a_chunks) decode_copy_a_chunk(op, source, a_base, c + kAAhead, k_steps, two_halves);
+      if (c + kAAhead < chunks) copy_chunks(op, source, a_base, c + kAAhead, k_steps, two_halves);
       ptx::cp_async_commit();
       const int slot_off = (c % kARing) * kAChunkBytes;
 #pragma unroll
       for (int s = 0; s < kAChunkSteps; ++s) {
-        const int ks = c * kAChunkSteps + s;
-        if (ks >= k_steps) break;
+        const int ks = c * kAChunkSteps + s;  // of the warp's steps
+        if (ks >= steps) break;
         step(a_lane, slot_off + s * kGemmBlockK, saf + ks * 4 * kDecodeBlockM, tables, two_halves,
              ws.w[s % kPrefetch][0], ws.w[s % kPrefetch][1], ws.s[s % kPrefetch][0], ws.s[s % kPrefetch][1], acc);
-        if (ks + kPrefetch < k_steps) ws.fetch(s % kPrefetch);
+        if (ks + kPrefetch < steps) ws.fetch(s % kPrefetch);
         if (s % kPrefetch == kPrefetch - 1) ws.advance();
       }
+    }
+    if constexpr (kSplit == 2) add_second_half(smem, acc);
+  }
+
+  // The second half's warps store their sums in the (now unused) A rings; the first half's add
+  // them to their own.
+  static __device__ __forceinline__ void add_second_half(uint8_t* smem, DecodeAccumulators& acc) {
+    float* sums = reinterpret_cast<float*>(smem) + (threadIdx.x % (32 * kGroups)) * 8;
+    __syncthreads();  // every warp is done with the rings
+    if (part() == 1) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) sums[4 * h + c] = acc[h][c];
+    }
+    __syncthreads();
+    if (part() == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[h][c] = __fadd_rn(acc[h][c], sums[4 * h + c]);
     }
   }
 
