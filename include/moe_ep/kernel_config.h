@@ -47,6 +47,8 @@ struct KernelOverrides {
   std::optional<bool> fold_fp8;             // mxfp4 on GPUs: fold weights into the FP8 window
   std::optional<int> decode_prefetch;       // decode GEMMs: k steps of weights in flight per warp (2, 4;
                                             // 4 is refused where the decode GEMMs cannot run)
+  std::optional<int> decode_split_k;        // decode GEMMs: K in 1 or 2 parts per block (2: SM90 mxfp4,
+                                            // H and I multiples of 1024, 2 k steps in flight, no fused combine)
   std::optional<bool> fuse_quantize_route;  // GPUs: quantization of x and the routing in one launch
                                             // (auto: SM90 mxfp4's decode buckets)
   std::optional<bool> fuse_combine;         // GPUs: the combine inside the decode GEMM 2 (no shared expert)

@@ -45,6 +45,9 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
   cmd.add_option("--decode-prefetch", o.decode_prefetch,
                  "decode GEMMs: k steps of weights in flight per warp (2: three blocks per SM, 4: two)")
       ->check(integer_at_least(1))->group(knobs);
+  cmd.add_option("--decode-split-k", o.decode_split_k,
+                 "decode GEMMs: K in 1 or 2 parts per block (2: two warps walk each row group's K)")
+      ->check(integer_at_least(1))->group(knobs);
   cmd.add_flag("--no-fold", o.no_fold, "mxfp4 on the GPU: keep E8M0 block scales (no FP8 folding)")
       ->group(knobs);
   auto* fuse = cmd.add_flag("--fuse-quantize-route", o.fuse_quantize_route,
@@ -93,6 +96,7 @@ KernelOverrides parse_overrides(const ProblemOptions& o) {
   if (!o.tile.empty()) k.tile = parse_tile_shape(o.tile, "--tile");
   if (o.decode_max_tokens >= 0) k.decode_max_tokens = o.decode_max_tokens;
   if (o.decode_prefetch > 0) k.decode_prefetch = o.decode_prefetch;
+  if (o.decode_split_k > 0) k.decode_split_k = o.decode_split_k;
   if (o.no_fold) k.fold_fp8 = false;
   if (o.fuse_quantize_route || o.no_fuse_quantize_route) k.fuse_quantize_route = o.fuse_quantize_route;
   if (o.fuse_combine) k.fuse_combine = true;

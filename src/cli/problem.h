@@ -33,6 +33,7 @@ struct ProblemOptions {
   std::string kernel, tile;
   int64_t decode_max_tokens = -1;
   int decode_prefetch = 0;  // 0: the implementation's
+  int decode_split_k = 0;   // 0: the implementation's
   bool no_fold = false;
   bool fuse_quantize_route = false, no_fuse_quantize_route = false;  // neither: the implementation's
   bool fuse_combine = false;

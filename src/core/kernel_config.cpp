@@ -57,6 +57,7 @@ std::string KernelOverrides::str() const {
   if (decode_max_tokens) add(fmt::format("decode_max_tokens={}", *decode_max_tokens));
   if (fold_fp8) add(fmt::format("fold_fp8={}", *fold_fp8));
   if (decode_prefetch) add(fmt::format("decode_prefetch={}", *decode_prefetch));
+  if (decode_split_k) add(fmt::format("decode_split_k={}", *decode_split_k));
   if (fuse_quantize_route) add(fmt::format("fuse_quantize_route={}", *fuse_quantize_route));
   if (fuse_combine) add(fmt::format("fuse_combine={}", *fuse_combine));
   if (num_threads) add(fmt::format("num_threads={}", num_threads));

@@ -106,6 +106,11 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
                  kDecodePrefetch, kDecodeDeepPrefetch);
     c.decode_prefetch = *o.decode_prefetch;
   }
+  if (o.decode_split_k) {
+    MOE_EP_CHECK(*o.decode_split_k == 1 || *o.decode_split_k == 2,
+                 "overrides.decode_split_k = {} is invalid; expected 1 or 2 parts", *o.decode_split_k);
+    c.decode_split = *o.decode_split_k;
+  }
   if (o.fuse_quantize_route.value_or(false)) {
     MOE_EP_CHECK_CODE(desc.quantize_input, ErrorCode::kUnsupported,
                       "overrides.fuse_quantize_route = true: this layer does not quantize x "
@@ -130,6 +135,25 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
   MOE_EP_CHECK_CODE(!c.fuse_combine || facts.decode_unavailable.empty(), ErrorCode::kUnsupported,
                     "overrides.fuse_combine = true: the combine is fused into the decode GEMMs, which cannot "
                     "run this layer: {}", facts.decode_unavailable);
+  if (c.decode_split == 2) {  // only by override
+    MOE_EP_CHECK_CODE(desc.recipe == Recipe::kMxfp4, ErrorCode::kUnsupported,
+                      "overrides.decode_split_k = 2: only the mxfp4 decode GEMMs split K (recipe {})",
+                      recipe_name(desc.recipe));
+    MOE_EP_CHECK_CODE(facts.decode_unavailable.empty(), ErrorCode::kUnsupported,
+                      "overrides.decode_split_k = 2: the decode GEMMs cannot run this layer: {}",
+                      facts.decode_unavailable);
+    MOE_EP_CHECK_CODE(desc.fleet.hidden_size % 1024 == 0 && desc.intermediate_size % 1024 == 0,
+                      ErrorCode::kUnsupported,
+                      "overrides.decode_split_k = 2: each half of K must be whole 512-wide chunks; hidden = {} "
+                      "and intermediate = {} must be multiples of 1024", desc.fleet.hidden_size,
+                      desc.intermediate_size);
+    MOE_EP_CHECK_CODE(c.decode_prefetch == kDecodePrefetch && !c.fuse_combine, ErrorCode::kUnsupported,
+                      "overrides.decode_split_k = 2 has no form with overrides.decode_prefetch = {} or "
+                      "overrides.fuse_combine = true", c.decode_prefetch);
+    MOE_EP_CHECK_CODE(facts.decode_split_blocks_per_sm[0] > 0 && facts.decode_split_blocks_per_sm[1] > 0,
+                      ErrorCode::kUnsupported,
+                      "overrides.decode_split_k = 2: the split decode kernels do not fit on this device");
+  }
   if (c.decode_prefetch == kDecodeDeepPrefetch) {  // only by override
     MOE_EP_CHECK_CODE(facts.decode_unavailable.empty(), ErrorCode::kUnsupported,
                       "overrides.decode_prefetch = {}: the decode GEMMs cannot run this layer: {}",
@@ -248,13 +272,17 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
 
 void Sm90Config::describe(SelectedConfig& out) const {
   const bool mxfp4 = recipe == Recipe::kMxfp4;
-  const bool deep = decode_prefetch == kDecodeDeepPrefetch;
-  const int* decode_per_sm = deep ? facts.decode_deep_blocks_per_sm : facts.decode_blocks_per_sm;
+  const bool deep = decode_prefetch == kDecodeDeepPrefetch, split = decode_split == 2;
+  const int* decode_per_sm = deep    ? facts.decode_deep_blocks_per_sm
+                             : split ? facts.decode_split_blocks_per_sm
+                                     : facts.decode_blocks_per_sm;
   const std::string decode_line =
       facts.decode_unavailable.empty()
-          ? fmt::format("available: 16x128 tiles, auto up to T = {}, {} k steps of weights in flight per warp{}, "
-                        "blocks/SM {} / {}", decode_max_tokens, decode_prefetch,
-                        deep ? " (overrides.decode_prefetch)" : "", decode_per_sm[0], decode_per_sm[1])
+          ? fmt::format("available: {} tiles, auto up to T = {}, {} k steps of weights in flight per warp{}{}, "
+                        "blocks/SM {} / {}", split ? "16x64" : "16x128", decode_max_tokens, decode_prefetch,
+                        deep ? " (overrides.decode_prefetch)" : "",
+                        split ? ", K split in two per block (overrides.decode_split_k)" : "", decode_per_sm[0],
+                        decode_per_sm[1])
           : "unavailable: " + facts.decode_unavailable;
   auto add_launch_fusions = [&] {
     out.add("combine", fuse_combine

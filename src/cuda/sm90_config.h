@@ -37,6 +37,7 @@ struct Sm90Facts {
   std::string decode_unavailable;  // why the decode kernels (of the recipe) cannot run ("" when they can)
   int decode_blocks_per_sm[2] = {0, 0};
   int decode_deep_blocks_per_sm[2] = {0, 0};  // kDecodeDeepPrefetch form; 0 when it does not fit
+  int decode_split_blocks_per_sm[2] = {0, 0};  // mxfp4 with K split in two; 0 when it does not fit
   int mma_blocks_per_sm[2] = {0, 0};    // mma.sync (mxfp4) or f16 mma.sync (nvfp4) GEMMs
   int wgmma_blocks_per_sm[2] = {0, 0};  // of the selected tile; 0 when not configured
   int wgmma_bf16_blocks_per_sm[2] = {0, 0};  // 0 when not configured
@@ -58,6 +59,7 @@ struct Sm90Config {
   int64_t decode_max_tokens = kDecodeMaxTokens;
   int64_t wgmma_min_tokens = kWgmmaMinTokens;
   int decode_prefetch = kDecodePrefetch;     // k steps of weights in flight per decode warp
+  int decode_split = 1;                      // K parts per decode block (2: overrides.decode_split_k)
   std::optional<bool> fuse_quantize_route;   // pinned (overrides.fuse_quantize_route); auto: fuses_quantize_route
   bool fuse_combine = false;                 // decode buckets: the combine inside GEMM 2
   bool quantize_input = true;                // desc.quantize_input: the layer quantizes x

@@ -67,6 +67,14 @@ void probe_decode(const LayerShape& shape, Sm90Facts& f) {
     (void)cudaGetLastError();
     f.decode_deep_blocks_per_sm[0] = f.decode_deep_blocks_per_sm[1] = 0;
   }
+  // mxfp4 with K split in two (overrides.decode_split_k): likewise.
+  if (mxfp4 && (configure_sm90_mxfp4_decode_split_gemm1(static_cast<int>(shape.hidden),
+                                                        &f.decode_split_blocks_per_sm[0]) != cudaSuccess ||
+                configure_sm90_mxfp4_decode_split_gemm2(static_cast<int>(shape.intermediate),
+                                                        &f.decode_split_blocks_per_sm[1]) != cudaSuccess)) {
+    (void)cudaGetLastError();
+    f.decode_split_blocks_per_sm[0] = f.decode_split_blocks_per_sm[1] = 0;
+  }
 }
 
 }  // namespace

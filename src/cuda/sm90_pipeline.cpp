@@ -161,6 +161,9 @@ GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
   const Sm90Facts& f = c.facts;
   switch (bucket.gemm) {
     case Sm90Gemm::kDecode:
+      if (c.decode_split == 2)
+        return {&launch_sm90_mxfp4_decode_split_gemm1, &launch_sm90_mxfp4_decode_split_gemm2, kDecodeBlockN / 2,
+                false, f.decode_split_blocks_per_sm};
       if (c.decode_prefetch == kDecodeDeepPrefetch)
         return {&launch_sm90_mxfp4_decode_deep_gemm1, &launch_sm90_mxfp4_decode_deep_gemm2, kDecodeBlockN, false,
                 f.decode_deep_blocks_per_sm};
@@ -293,6 +296,7 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     l.gemm2_fn = fam.gemm2;
     const bool decode = bucket.gemm == Sm90Gemm::kDecode || bucket.gemm == Sm90Gemm::kNvfp4Decode;
     // Named from the launcher taken, so the plan says what runs.
+    if (decode) l.decode_split = fam.gemm1 == &launch_sm90_mxfp4_decode_split_gemm1;
     if (decode)
       l.decode_prefetch =
           fam.gemm1 == &launch_sm90_mxfp4_decode_deep_gemm1 || fam.gemm1 == &launch_sm90_nvfp4_decode_deep_gemm1
@@ -386,7 +390,8 @@ void Sm90Pipeline::describe(SelectedConfig& out) const {
     out.plan.push_back({fmt::format("T={}..{}", std::max<int64_t>(1, l.bucket.min_tokens), l.bucket.max_tokens),
                         fmt::format("{} GEMMs{}, routing m tiles of {} rows; gemm1 grid {}, gemm2 grid {}; {} steps ({})",
                                     sm90_gemm_name(l.bucket.gemm),
-                                    l.decode_prefetch ? fmt::format(" ({} k steps of weights in flight)", l.decode_prefetch)
+                                    l.decode_prefetch ? fmt::format(" ({} k steps of weights in flight{})", l.decode_prefetch,
+                                                                    l.decode_split ? ", K split in two per block" : "")
                                                       : std::string(),
                                     l.bucket.block_m, grid_str(l.grid1), grid_str(l.grid2), l.steps.size(), steps)});
   }

@@ -93,6 +93,7 @@ class Sm90Pipeline {
     Gemm1Fn gemm1_fn = nullptr;
     Gemm2Fn gemm2_fn = nullptr;
     int decode_prefetch = 0;  // decode buckets: k steps of weights in flight per warp
+    bool decode_split = false;  // decode buckets: K split in two per block
     GridRule grid1, grid2;
     CombineParams combine;
     std::vector<Step> steps;

@@ -252,6 +252,47 @@ TEST_P(Sm90Decode, DeepPrefetchAndFusedQuantizeRouteGiveTheDefaultBits) {
   }
 }
 
+// KernelOverrides::decode_split_k = 2 (mxfp4: K split in two halves per decode block) changes the
+// order of the fp32 sums, so it is checked against the CPU at the recipe's threshold (not bitwise
+// against the default plan), on the structured cases above at H = I = 1024 (8 k steps: two whole
+// A chunks per half), folded and with E8M0 block scales; reruns and graph replays are bitwise
+// equal to the first forward.
+TEST(Sm90DecodeSplit, LayerWithinThresholdOfTheCpuRerunsAndReplaysEqual) {
+  MOE_EP_REQUIRE_CUDA();
+  for (const bool folded : {true, false}) {
+    Problem p = testsupport::tiny_problem("mxfp4");
+    if (!folded) p.overrides.fold_fp8 = false;
+    p.hidden = p.intermediate = 1024;
+    p.max_tokens = 400;
+    const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 35);
+    const std::vector<PlanCase> cases = plan_cases(p, w, true);
+    Problem split = p;
+    split.overrides.gemm = GemmKernel::kDecode;
+    split.overrides.decode_split_k = 2;
+    auto layer = make_gpu_layer(split, w.pack());
+    const std::string config = layer->info().config.str();
+    EXPECT_NE(config.find("decode GEMMs (2 k steps of weights in flight, K split in two per block)"),
+              std::string::npos) << config;
+    for (const PlanCase& c : cases) {
+      const DeviceInputs d = to_device(p, c.in);
+      const std::vector<uint16_t> got = run_on_gpu(*layer, d), again = run_on_gpu(*layer, d);
+      const std::string what = fmt::format("folded={} {}: {}", folded, split.overrides.str(), c.what);
+      const double err = relative_error_rows(got, c.cpu, p.hidden);
+      EXPECT_LE(err, same_recipe_tolerance(p.recipe)) << what;
+      EXPECT_EQ(again, got) << what << ": rerun";
+      fmt::print("[ split   ] {:<72} rel_err={:.3e}\n", what, err);
+    }
+    EXPECT_EQ(layer->read_error_flags(), 0u);
+    const DeviceInputs d = to_device(p, cases[1].in);  // random, T = 7
+    const std::vector<uint16_t> eager = run_on_gpu(*layer, d);
+    cudaStream_t stream;
+    MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (const std::vector<uint16_t>& replay : replay_forward_graph(*layer, d, stream, 3))
+      EXPECT_EQ(replay, eager) << "folded=" << folded << ": graph replay";
+    MOE_EP_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Weights, Sm90Decode,
                          ::testing::Values(DecodeCase{"mxfp4", true, "Folded"},
                                            DecodeCase{"mxfp4", false, "BlockScales"},

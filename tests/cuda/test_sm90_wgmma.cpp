@@ -102,6 +102,7 @@ Sm90Facts all_available() {
   f.w13_folded = f.w2_folded = true;
   f.decode_blocks_per_sm[0] = f.decode_blocks_per_sm[1] = 2;
   f.decode_deep_blocks_per_sm[0] = f.decode_deep_blocks_per_sm[1] = 2;
+  f.decode_split_blocks_per_sm[0] = f.decode_split_blocks_per_sm[1] = 3;
   f.mma_blocks_per_sm[0] = f.mma_blocks_per_sm[1] = 1;
   f.wgmma_blocks_per_sm[0] = f.wgmma_blocks_per_sm[1] = 1;
   f.wgmma_bf16_blocks_per_sm[0] = f.wgmma_bf16_blocks_per_sm[1] = 1;
@@ -316,6 +317,54 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
                  "the wgmma-rs GEMMs cannot run this layer: the kernels do not fit on this device");
 }
 
+// decode_split_k = 2 takes the mxfp4 decode kernels with K split in two per block; refused naming
+// it for nvfp4, where the decode kernels cannot run or do not fit, for K not whole chunks per
+// half, with the deep form or the fused combine, and for a part count other than 1 or 2.
+TEST(Sm90Config, DecodeSplitKOverride) {
+  const MoeDesc d = flash_desc();
+  EXPECT_EQ(selected(d, {}).decode_split, 1);
+  KernelOverrides split;
+  split.decode_split_k = 2;
+  EXPECT_EQ(split.str(), "decode_split_k=2");
+  const Sm90Config c = selected(d, split);
+  EXPECT_EQ(c.decode_split, 2);
+  EXPECT_EQ(c.bucket(1).gemm, Sm90Gemm::kDecode);
+  SelectedConfig out;
+  c.describe(out);
+  EXPECT_NE(out.str().find("16x64 tiles, auto up to T = 512, 2 k steps of weights in flight per warp, K split in two "
+                           "per block (overrides.decode_split_k), blocks/SM 3 / 3"),
+            std::string::npos) << out.str();
+  KernelOverrides one;
+  one.decode_split_k = 1;  // pinning the default is always honoured
+  EXPECT_EQ(selected(flash_desc(Recipe::kNvfp4), one).decode_split, 1);
+  expect_refused([&] { selected(flash_desc(Recipe::kNvfp4), split); }, ErrorCode::kUnsupported,
+                 "overrides.decode_split_k = 2: only the mxfp4 decode GEMMs split K (recipe nvfp4)");
+  Sm90Facts no_decode = all_available();
+  no_decode.decode_unavailable = "16 rows of A do not fit";
+  expect_refused([&] { selected(d, split, no_decode); }, ErrorCode::kUnsupported,
+                 "overrides.decode_split_k = 2: the decode GEMMs cannot run this layer: 16 rows of A do not fit");
+  Sm90Facts no_split = all_available();
+  no_split.decode_split_blocks_per_sm[0] = 0;
+  expect_refused([&] { selected(d, split, no_split); }, ErrorCode::kUnsupported,
+                 "overrides.decode_split_k = 2: the split decode kernels do not fit on this device");
+  MoeDesc narrow = d;
+  narrow.intermediate_size = 1536;
+  expect_refused([&] { selected(narrow, split); }, ErrorCode::kUnsupported,
+                 "hidden = 4096 and intermediate = 1536 must be multiples of 1024");
+  KernelOverrides deep_split = split;
+  deep_split.decode_prefetch = kDecodeDeepPrefetch;
+  expect_refused([&] { selected(d, deep_split); }, ErrorCode::kUnsupported,
+                 "overrides.decode_split_k = 2 has no form with overrides.decode_prefetch = 4");
+  KernelOverrides combine_split = split;
+  combine_split.fuse_combine = true;
+  expect_refused([&] { selected(d, combine_split); }, ErrorCode::kUnsupported,
+                 "or overrides.fuse_combine = true");
+  KernelOverrides three;
+  three.decode_split_k = 3;
+  expect_refused([&] { select_sm90_load_config(d, three); }, ErrorCode::kInvalidArgument,
+                 "overrides.decode_split_k = 3 is invalid; expected 1 or 2 parts");
+}
+
 // decode_prefetch picks the decode kernels' form; fuse_quantize_route makes the quantization of x
 // and the routing one launch; fuse_combine puts the combine inside the decode GEMM 2. Each is
 // refused, naming it, where it cannot be honoured.
@@ -442,6 +491,12 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
     const std::string deep_plan = plan_of(dr, deep);
     EXPECT_NE(deep_plan.find("decode GEMMs (4 k steps of weights in flight)"), std::string::npos) << deep_plan;
   }
+  KernelOverrides split;
+  split.decode_split_k = 2;
+  const std::string split_plan = plan_of(d, split);
+  EXPECT_NE(split_plan.find("plan T=1..512: decode GEMMs (2 k steps of weights in flight, K split in two per block), "
+                            "routing m tiles of 16 rows"),
+            std::string::npos) << split_plan;
   KernelOverrides fuse;
   fuse.fuse_quantize_route = true;
   const std::string fused = plan_of(d, fuse);

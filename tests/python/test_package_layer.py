@@ -201,6 +201,7 @@ def test_bad_construction_names_the_parameter():
         moe_ep.Layer(rt, **{**kw, "weights": object()})
     # GPU kernel choices are refused by the CPU backend, each named, never ignored.
     for pin, name in [(dict(gemm="wgmma"), "gemm=wgmma"), (dict(decode_prefetch=4), "decode_prefetch=4"),
+                      (dict(decode_split_k=2), "decode_split_k=2"),
                       (dict(fuse_quantize_route=True), "fuse_quantize_route=true"),
                       (dict(fuse_combine=True), "fuse_combine=true")]:
         with pytest.raises(moe_ep.UnsupportedError, match=name):
