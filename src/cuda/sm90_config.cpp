@@ -147,6 +147,9 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
                       "overrides.decode_split_k = 2: each half of K must be whole 512-wide chunks; hidden = {} "
                       "and intermediate = {} must be multiples of 1024", desc.fleet.hidden_size,
                       desc.intermediate_size);
+    MOE_EP_CHECK_CODE(!c.exact_accumulation, ErrorCode::kUnsupported,
+                      "overrides.decode_split_k = 2 adds the two halves' fp32 sums: the decode GEMMs are then "
+                      "not bitwise the CPU layer's, which exact_accumulation asks for");
     MOE_EP_CHECK_CODE(c.decode_prefetch == kDecodePrefetch && !c.fuse_combine, ErrorCode::kUnsupported,
                       "overrides.decode_split_k = 2 has no form with overrides.decode_prefetch = {} or "
                       "overrides.fuse_combine = true", c.decode_prefetch);
@@ -265,6 +268,9 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
   bool decode = false;  // a bucket of T >= 1 runs the decode GEMMs
   for (const Sm90Bucket& b : c.buckets)
     decode = decode || ((b.gemm == Sm90Gemm::kDecode || b.gemm == Sm90Gemm::kNvfp4Decode) && b.max_tokens >= 1);
+  MOE_EP_CHECK_CODE(c.decode_split == 1 || decode, ErrorCode::kUnsupported,
+                    "overrides.decode_split_k = 2: no T bucket runs the decode GEMMs it splits (overrides.gemm = "
+                    "{}, decode up to T = {})", gemm_kernel_name(o.gemm), c.decode_max_tokens);
   MOE_EP_CHECK_CODE(!c.fuse_combine || decode, ErrorCode::kUnsupported,
                     "overrides.fuse_combine = true: no T bucket runs the decode GEMMs it is fused into "
                     "(overrides.gemm = {}, decode up to T = {})", gemm_kernel_name(o.gemm), c.decode_max_tokens);

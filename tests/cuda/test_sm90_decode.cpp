@@ -254,15 +254,16 @@ TEST_P(Sm90Decode, DeepPrefetchAndFusedQuantizeRouteGiveTheDefaultBits) {
 
 // KernelOverrides::decode_split_k = 2 (mxfp4: K split in two halves per decode block) changes the
 // order of the fp32 sums, so it is checked against the CPU at the recipe's threshold (not bitwise
-// against the default plan), on the structured cases above at H = I = 1024 (8 k steps: two whole
-// A chunks per half), folded and with E8M0 block scales; reruns and graph replays are bitwise
-// equal to the first forward.
+// against the default plan), on the structured cases above at H = 3072, I = 1024 (GEMM 1: 3 A
+// chunks per half, the ring refilled; GEMM 2: one), folded and with E8M0 block scales; reruns and
+// graph replays are bitwise equal to the first forward.
 TEST(Sm90DecodeSplit, LayerWithinThresholdOfTheCpuRerunsAndReplaysEqual) {
   MOE_EP_REQUIRE_CUDA();
   for (const bool folded : {true, false}) {
     Problem p = testsupport::tiny_problem("mxfp4");
     if (!folded) p.overrides.fold_fp8 = false;
-    p.hidden = p.intermediate = 1024;
+    p.hidden = 3072;
+    p.intermediate = 1024;
     p.max_tokens = 400;
     const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 35);
     const std::vector<PlanCase> cases = plan_cases(p, w, true);

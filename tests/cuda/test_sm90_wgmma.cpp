@@ -359,6 +359,14 @@ TEST(Sm90Config, DecodeSplitKOverride) {
   combine_split.fuse_combine = true;
   expect_refused([&] { selected(d, combine_split); }, ErrorCode::kUnsupported,
                  "or overrides.fuse_combine = true");
+  KernelOverrides mma_split = split;
+  mma_split.gemm = GemmKernel::kMma;
+  expect_refused([&] { selected(d, mma_split); }, ErrorCode::kUnsupported,
+                 "overrides.decode_split_k = 2: no T bucket runs the decode GEMMs it splits (overrides.gemm = mma");
+  MoeDesc exact = d;
+  exact.numerics.exact_accumulation = true;
+  expect_refused([&] { selected(exact, split); }, ErrorCode::kUnsupported,
+                 "not bitwise the CPU layer's, which exact_accumulation asks for");
   KernelOverrides three;
   three.decode_split_k = 3;
   expect_refused([&] { select_sm90_load_config(d, three); }, ErrorCode::kInvalidArgument,
@@ -640,7 +648,7 @@ TEST_F(Sm90WgmmaKernels, DeepDecodeIsBitwiseTheDecodeKernels) {
 TEST_F(Sm90WgmmaKernels, SplitDecodeMatchesTheDecodeKernels) {
   const Shape s{"flash/E32", 32, 4096, 2048, 6};
   const DeviceWeights& w = cached_device_weights(s, 47);
-  const double tol = cudatest::wgmma_recipe_tolerance();
+  const double tol = cudatest::same_recipe_tolerance(Recipe::kMxfp4);  // fp32 sums, reordered
   Kernels regular, split;
   regular.decode_prefetch = split.decode_prefetch = kDecodePrefetch;
   split.decode_split = 2;

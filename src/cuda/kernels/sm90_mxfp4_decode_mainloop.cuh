@@ -9,7 +9,9 @@
 // weights read once per m tile without a shared-memory round trip.
 //
 // Block: kDecodeThreads (8 warps) = kDecodeBlockN weight rows (16 per warp) x one m tile of
-// kDecodeBlockM rows (routing block_m); block b = m_tile * (N / kDecodeBlockN) + n chunk.
+// kDecodeBlockM rows (routing block_m); block b = m_tile * (N / kDecodeBlockN) + n chunk. With K
+// split in two (kSplit = 2): 64 weight rows (4 row groups x 2 halves of K, an A ring per half),
+// the sums of the two halves added in a fixed order: not bitwise the kernels above.
 // Weights stream from global memory kPrefetch k steps ahead of the MMAs (read once, L1 bypassed);
 // the tile's A rows stream through a ring of kARing chunks of kAChunkSteps k steps, kAAhead
 // chunks ahead (cp.async), so shared memory does not grow with K and three blocks fit per SM.
@@ -99,18 +101,17 @@ struct Mxfp4DecodeMainloop {
   static constexpr int kGroups = kDecodeWarps / kSplit;  // 16-row groups of a block
   static constexpr int kBlockRows = 16 * kGroups;
 
-  static __device__ __forceinline__ bool fits(int k_steps) {
-    return kSplit == 1 || k_steps % (kSplit * kAChunkSteps) == 0;
-  }
   // The warp's K part, and its chunks of A (all of them, or its part's).
   static __device__ __forceinline__ int part() { return kSplit == 1 ? 0 : static_cast<int>(threadIdx.x / 32) / kGroups; }
   static __device__ __forceinline__ int part_chunks(int k_steps) {
     return kSplit == 1 ? (k_steps + kAChunkSteps - 1) / kAChunkSteps : k_steps / kSplit / kAChunkSteps;
   }
-  // Chunk c of every part into its ring (part p's chunks start at p * part_chunks).
+  // Chunk c of every part into its ring (part p's chunks start at p * part_chunks; none past a
+  // part's last).
   static __device__ __forceinline__ void copy_chunks(const GroupedGemmOperands& op, const int32_t* source,
                                                      uint32_t a_base, int c, int k_steps, bool two_rows) {
     const int chunks = part_chunks(k_steps);
+    if (kSplit > 1 && c >= chunks) return;
 #pragma unroll
     for (int p = 0; p < kSplit; ++p)
       decode_copy_a_chunk(op, source, a_base + p * kARing * kAChunkBytes, p * chunks + c, k_steps, two_rows, c);
@@ -211,6 +212,7 @@ struct Mxfp4DecodeMainloop {
   // them to their own.
   static __device__ __forceinline__ void add_second_half(uint8_t* smem, DecodeAccumulators& acc) {
     float* sums = reinterpret_cast<float*>(smem) + (threadIdx.x % (32 * kGroups)) * 8;
+    ptx::cp_async_wait<0>();  // no copy into the rings is left in flight
     __syncthreads();  // every warp is done with the rings
     if (part() == 1) {
 #pragma unroll
