@@ -183,6 +183,17 @@ std::vector<PlanCase> plan_cases(const Problem& p, const WeightSet& w, bool stru
   return cases;
 }
 
+// Three CUDA-graph replays of the layer's forward on d equal its eager forward.
+template <class L>
+void expect_replays_equal_eager(L& layer, const DeviceInputs& d, const std::string& what) {
+  const std::vector<uint16_t> eager = run_on_gpu(layer, d);
+  cudaStream_t stream;
+  MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const std::vector<uint16_t>& replay : replay_forward_graph(layer, d, stream, 3))
+    EXPECT_EQ(replay, eager) << what << ": graph replay";
+  MOE_EP_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 TEST_P(Sm90Decode, DeepPrefetchAndFusedQuantizeRouteGiveTheDefaultBits) {
   const DecodeCase& dc = GetParam();
   const bool mxfp4 = std::string(dc.family) == "mxfp4";
@@ -240,13 +251,8 @@ TEST_P(Sm90Decode, DeepPrefetchAndFusedQuantizeRouteGiveTheDefaultBits) {
         }
         EXPECT_EQ(layer->read_error_flags(), 0u);
         // Graph replays equal the eager forward (the fused combine's counters reset inside the graph).
-        const DeviceInputs d = to_device(p, cases[1].in);  // random, T = 7
-        const std::vector<uint16_t> eager = run_on_gpu(*layer, d);
-        cudaStream_t stream;
-        MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-        for (const std::vector<uint16_t>& replay : replay_forward_graph(*layer, d, stream, 3))
-          EXPECT_EQ(replay, eager) << dc.name << " " << v.overrides.str() << ": graph replay";
-        MOE_EP_CUDA_CHECK(cudaStreamDestroy(stream));
+        expect_replays_equal_eager(*layer, to_device(p, cases[1].in),  // random, T = 7
+                                   std::string(dc.name) + " " + v.overrides.str());
       }
     }
   }
@@ -284,13 +290,7 @@ TEST(Sm90DecodeSplit, LayerWithinThresholdOfTheCpuRerunsAndReplaysEqual) {
       fmt::print("[ split   ] {:<72} rel_err={:.3e}\n", what, err);
     }
     EXPECT_EQ(layer->read_error_flags(), 0u);
-    const DeviceInputs d = to_device(p, cases[1].in);  // random, T = 7
-    const std::vector<uint16_t> eager = run_on_gpu(*layer, d);
-    cudaStream_t stream;
-    MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    for (const std::vector<uint16_t>& replay : replay_forward_graph(*layer, d, stream, 3))
-      EXPECT_EQ(replay, eager) << "folded=" << folded << ": graph replay";
-    MOE_EP_CUDA_CHECK(cudaStreamDestroy(stream));
+    expect_replays_equal_eager(*layer, to_device(p, cases[1].in), fmt::format("folded={}", folded));  // T = 7
   }
 }
 
