@@ -135,7 +135,7 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
   MOE_EP_CHECK_CODE(!c.fuse_combine || facts.decode_unavailable.empty(), ErrorCode::kUnsupported,
                     "overrides.fuse_combine = true: the combine is fused into the decode GEMMs, which cannot "
                     "run this layer: {}", facts.decode_unavailable);
-  if (c.decode_split == 2) {  // only by override
+  if (c.decode_split == 2) {  // pinned
     MOE_EP_CHECK_CODE(desc.recipe == Recipe::kMxfp4, ErrorCode::kUnsupported,
                       "overrides.decode_split_k = 2: only the mxfp4 decode GEMMs split K (recipe {})",
                       recipe_name(desc.recipe));
@@ -229,6 +229,13 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
       default: return kGemmBlockM;
     }
   };
+  // The decode buckets split K up to split_hi: every one when pinned, else (auto) the smallest T
+  // where the split kernels fit.
+  const bool split_fits = decode_ok && desc.fleet.hidden_size % 1024 == 0 && desc.intermediate_size % 1024 == 0 &&
+                          !c.exact_accumulation && c.decode_prefetch == kDecodePrefetch && !c.fuse_combine &&
+                          facts.decode_split_blocks_per_sm[0] > 0 && facts.decode_split_blocks_per_sm[1] > 0;
+  const int64_t split_hi = c.decode_split ? (*c.decode_split == 2 ? max_tokens : -1)
+                                          : (split_fits ? kDecodeSplitMaxTokens : -1);
   auto bucket = [&](int64_t lo, int64_t hi, Sm90Gemm g) {
     if (lo > hi) return;
     if (g == Sm90Gemm::kWgmmaRs && c.wgmma_rs_block_m == 0 && lo < kWgmmaRsWideMinTokens &&
@@ -236,7 +243,13 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
       c.buckets.push_back({lo, kWgmmaRsWideMinTokens - 1, g, block_m_of(g, lo)});
       lo = kWgmmaRsWideMinTokens;
     }
-    if (!c.buckets.empty() && c.buckets.back().gemm == g && c.buckets.back().block_m == block_m_of(g, lo)) {
+    if (g == Sm90Gemm::kDecode && lo <= split_hi) {  // K split in two up to split_hi
+      c.buckets.push_back({lo, std::min(hi, split_hi), g, block_m_of(g, lo), 2});
+      lo = split_hi + 1;
+      if (lo > hi) return;
+    }
+    if (!c.buckets.empty() && c.buckets.back().gemm == g && c.buckets.back().block_m == block_m_of(g, lo) &&
+        c.buckets.back().decode_split == 1) {
       c.buckets.back().max_tokens = hi;
       return;
     }
@@ -268,7 +281,7 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
   bool decode = false;  // a bucket of T >= 1 runs the decode GEMMs
   for (const Sm90Bucket& b : c.buckets)
     decode = decode || ((b.gemm == Sm90Gemm::kDecode || b.gemm == Sm90Gemm::kNvfp4Decode) && b.max_tokens >= 1);
-  MOE_EP_CHECK_CODE(c.decode_split == 1 || decode, ErrorCode::kUnsupported,
+  MOE_EP_CHECK_CODE(c.decode_split != 2 || decode, ErrorCode::kUnsupported,
                     "overrides.decode_split_k = 2: no T bucket runs the decode GEMMs it splits (overrides.gemm = "
                     "{}, decode up to T = {})", gemm_kernel_name(o.gemm), c.decode_max_tokens);
   MOE_EP_CHECK_CODE(!c.fuse_combine || decode, ErrorCode::kUnsupported,
@@ -279,16 +292,21 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
 void Sm90Config::describe(SelectedConfig& out) const {
   const bool mxfp4 = recipe == Recipe::kMxfp4;
   const bool deep = decode_prefetch == kDecodeDeepPrefetch, split = decode_split == 2;
-  const int* decode_per_sm = deep    ? facts.decode_deep_blocks_per_sm
-                             : split ? facts.decode_split_blocks_per_sm
-                                     : facts.decode_blocks_per_sm;
+  int64_t split_hi = 0;  // the last T whose decode bucket splits K
+  for (const Sm90Bucket& b : buckets)
+    if (b.decode_split == 2) split_hi = b.max_tokens;
+  const int* decode_per_sm = deep ? facts.decode_deep_blocks_per_sm : facts.decode_blocks_per_sm;
+  const std::string split_note =
+      split      ? fmt::format("; K split in two per block (overrides.decode_split_k), blocks/SM {} / {}",
+                               facts.decode_split_blocks_per_sm[0], facts.decode_split_blocks_per_sm[1])
+      : split_hi ? fmt::format("; K split in two per block up to T = {} (auto), blocks/SM {} / {}", split_hi,
+                               facts.decode_split_blocks_per_sm[0], facts.decode_split_blocks_per_sm[1])
+                 : std::string();
   const std::string decode_line =
       facts.decode_unavailable.empty()
-          ? fmt::format("available: {} tiles, auto up to T = {}, {} k steps of weights in flight per warp{}{}, "
-                        "blocks/SM {} / {}", split ? "16x64" : "16x128", decode_max_tokens, decode_prefetch,
-                        deep ? " (overrides.decode_prefetch)" : "",
-                        split ? ", K split in two per block (overrides.decode_split_k)" : "", decode_per_sm[0],
-                        decode_per_sm[1])
+          ? fmt::format("available: 16x128 tiles, auto up to T = {}, {} k steps of weights in flight per warp{}, "
+                        "blocks/SM {} / {}{}", decode_max_tokens, decode_prefetch,
+                        deep ? " (overrides.decode_prefetch)" : "", decode_per_sm[0], decode_per_sm[1], split_note)
           : "unavailable: " + facts.decode_unavailable;
   auto add_launch_fusions = [&] {
     out.add("combine", fuse_combine

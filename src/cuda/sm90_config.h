@@ -29,6 +29,10 @@ inline constexpr int64_t kNvfp4DecodeMaxTokens = 1536;
 inline constexpr int64_t kWgmmaMinTokens = 256;
 // wgmma-rs m tiles: 64 tokens below this many tokens, 96 from here on (experts of ~100+ rows).
 inline constexpr int64_t kWgmmaRsWideMinTokens = 4096;
+// Auto: mxfp4's decode GEMMs split K in two per block up to this many tokens, where they fit
+// (H and I multiples of 1024; not with exact accumulation). Measured on an H100, flash: T = 1
+// 59.0 -> 52.3 µs; T = 2 79.2 -> 87.4 (bench/RESULTS.md, stop 29).
+inline constexpr int64_t kDecodeSplitMaxTokens = 1;
 
 // What the device and the loaded weights allow, measured before selection.
 struct Sm90Facts {
@@ -49,6 +53,7 @@ struct Sm90Bucket {
   int64_t min_tokens = 0, max_tokens = 0;  // T in [min, max]
   Sm90Gemm gemm = Sm90Gemm::kMma;
   int block_m = kGemmBlockM;               // rows per m tile the routing lists
+  int decode_split = 1;                    // decode buckets: K parts per block (1 or 2)
 };
 
 struct Sm90Config {
@@ -59,7 +64,7 @@ struct Sm90Config {
   int64_t decode_max_tokens = kDecodeMaxTokens;
   int64_t wgmma_min_tokens = kWgmmaMinTokens;
   int decode_prefetch = kDecodePrefetch;     // k steps of weights in flight per decode warp
-  int decode_split = 1;                      // K parts per decode block (2: overrides.decode_split_k)
+  std::optional<int> decode_split;           // pinned (overrides.decode_split_k); auto: up to kDecodeSplitMaxTokens
   std::optional<bool> fuse_quantize_route;   // pinned (overrides.fuse_quantize_route); auto: fuses_quantize_route
   bool fuse_combine = false;                 // decode buckets: the combine inside GEMM 2
   bool quantize_input = true;                // desc.quantize_input: the layer quantizes x

@@ -161,7 +161,7 @@ GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
   const Sm90Facts& f = c.facts;
   switch (bucket.gemm) {
     case Sm90Gemm::kDecode:
-      if (c.decode_split == 2)
+      if (bucket.decode_split == 2)
         return {&launch_sm90_mxfp4_decode_split_gemm1, &launch_sm90_mxfp4_decode_split_gemm2, kDecodeBlockN / 2,
                 false, f.decode_split_blocks_per_sm};
       if (c.decode_prefetch == kDecodeDeepPrefetch)

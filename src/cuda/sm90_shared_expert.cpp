@@ -102,6 +102,7 @@ SharedExpertParams Sm90SharedExpert::params(int64_t T) const {
   p.intermediate = static_cast<int32_t>(I_);
   p.clamp = clamp_;
   p.tiled_weights = tiled_ ? 1 : 0;
+  p.bulk_weights = T <= kSharedExpertBulkMaxTokens ? 1 : 0;  // the weights are cudaMalloc'd (aligned)
   p.path = way_ == Way::kDotProducts   ? SharedExpertPath::kDotProducts
            : way_ == Way::kTensorCores ? SharedExpertPath::kTensorCores
                                        : SharedExpertPath::kAuto;

@@ -132,8 +132,11 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   using G = Sm90Gemm;
   const MoeDesc d = flash_desc();
   const Sm90Config c = selected(d, {});
-  ASSERT_EQ(c.buckets.size(), 2u);
+  ASSERT_EQ(c.buckets.size(), 3u);  // decode with K split at T = 1, decode, wgmma
   EXPECT_EQ(c.bucket(1).gemm, G::kDecode);
+  EXPECT_EQ(c.bucket(kDecodeSplitMaxTokens).decode_split, 2);
+  EXPECT_EQ(c.bucket(kDecodeSplitMaxTokens + 1).gemm, G::kDecode);
+  EXPECT_EQ(c.bucket(kDecodeSplitMaxTokens + 1).decode_split, 1);
   EXPECT_EQ(c.bucket(kDecodeMaxTokens).gemm, G::kDecode);
   EXPECT_EQ(c.bucket(kDecodeMaxTokens + 1).gemm, G::kWgmma);
   EXPECT_EQ(c.bucket(8192).gemm, G::kWgmma);
@@ -144,6 +147,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   exact.numerics.exact_accumulation = true;
   EXPECT_EQ(selected(exact, {}).bucket(kDecodeMaxTokens + 1).gemm, G::kMma);
   EXPECT_EQ(selected(exact, {}).bucket(1).gemm, G::kDecode);
+  EXPECT_EQ(selected(exact, {}).bucket(1).decode_split, 1);  // the split's sums are not the CPU's
 
   KernelOverrides low;  // the decode limit below the wgmma threshold: mma.sync fills the gap
   low.decode_max_tokens = 16;
@@ -166,8 +170,9 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   for (const GemmKernel k : {GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma}) {
     forced.gemm = k;
     const Sm90Config f = selected(d, forced);
-    ASSERT_EQ(f.buckets.size(), 1u);
+    ASSERT_EQ(f.buckets.size(), k == GemmKernel::kDecode ? 2u : 1u);  // decode: T = 1 splits K
     EXPECT_EQ(f.bucket(1).gemm, k == GemmKernel::kDecode ? G::kDecode : k == GemmKernel::kMma ? G::kMma : G::kWgmma);
+    EXPECT_EQ(f.bucket(8192).gemm, f.bucket(1).gemm);
   }
   // wgmma-bf16 runs by override only (its gain at T = 8192 does not pay for its bf16 h), every
   // T, 128-row m tiles.
@@ -322,21 +327,39 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
 // half, with the deep form or the fused combine, and for a part count other than 1 or 2.
 TEST(Sm90Config, DecodeSplitKOverride) {
   const MoeDesc d = flash_desc();
-  EXPECT_EQ(selected(d, {}).decode_split, 1);
+  const Sm90Config plain = selected(d, {});  // auto: the T = 1 bucket splits where it fits
+  EXPECT_FALSE(plain.decode_split.has_value());
+  EXPECT_EQ(plain.bucket(1).decode_split, 2);
+  EXPECT_EQ(plain.bucket(2).decode_split, 1);
+  SelectedConfig plain_out;
+  plain.describe(plain_out);
+  EXPECT_NE(plain_out.str().find("; K split in two per block up to T = 1 (auto), blocks/SM 3 / 3"), std::string::npos)
+      << plain_out.str();
+  MoeDesc narrow_auto = d;  // K not whole chunks per half: auto does not split
+  narrow_auto.intermediate_size = 1536;
+  EXPECT_EQ(selected(narrow_auto, {}).bucket(1).decode_split, 1);
+  Sm90Facts no_split_auto = all_available();  // the split kernels do not fit: auto does not split
+  no_split_auto.decode_split_blocks_per_sm[1] = 0;
+  EXPECT_EQ(selected(d, {}, no_split_auto).bucket(1).decode_split, 1);
+  KernelOverrides deep_auto;  // the deep form has no split: auto does not split
+  deep_auto.decode_prefetch = kDecodeDeepPrefetch;
+  EXPECT_EQ(selected(d, deep_auto).bucket(1).decode_split, 1);
   KernelOverrides split;
   split.decode_split_k = 2;
   EXPECT_EQ(split.str(), "decode_split_k=2");
   const Sm90Config c = selected(d, split);
   EXPECT_EQ(c.decode_split, 2);
   EXPECT_EQ(c.bucket(1).gemm, Sm90Gemm::kDecode);
+  EXPECT_EQ(c.bucket(kDecodeMaxTokens).decode_split, 2);
   SelectedConfig out;
   c.describe(out);
-  EXPECT_NE(out.str().find("16x64 tiles, auto up to T = 512, 2 k steps of weights in flight per warp, K split in two "
-                           "per block (overrides.decode_split_k), blocks/SM 3 / 3"),
+  EXPECT_NE(out.str().find("16x128 tiles, auto up to T = 512, 2 k steps of weights in flight per warp, blocks/SM "
+                           "2 / 2; K split in two per block (overrides.decode_split_k), blocks/SM 3 / 3"),
             std::string::npos) << out.str();
   KernelOverrides one;
-  one.decode_split_k = 1;  // pinning the default is always honoured
-  EXPECT_EQ(selected(flash_desc(Recipe::kNvfp4), one).decode_split, 1);
+  one.decode_split_k = 1;  // pinning the default is always honoured: no bucket splits
+  EXPECT_EQ(selected(d, one).bucket(1).decode_split, 1);
+  EXPECT_EQ(selected(flash_desc(Recipe::kNvfp4), one).bucket(1).decode_split, 1);
   expect_refused([&] { selected(flash_desc(Recipe::kNvfp4), split); }, ErrorCode::kUnsupported,
                  "overrides.decode_split_k = 2: only the mxfp4 decode GEMMs split K (recipe nvfp4)");
   Sm90Facts no_decode = all_available();
@@ -482,7 +505,11 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
   };
   // Auto: mxfp4's decode bucket quantizes and routes in one launch, the wgmma bucket in two.
   const std::string plain = plan_of(d, {});
-  EXPECT_NE(plain.find("plan T=1..512: decode GEMMs (2 k steps of weights in flight), routing m tiles of 16 rows; "
+  EXPECT_NE(plain.find("plan T=1..1: decode GEMMs (2 k steps of weights in flight, K split in two per block), "
+                       "routing m tiles of 16 rows; gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 4 steps "
+                       "(quantize x + routing (one launch), gemm1, gemm2, combine)"),
+            std::string::npos) << plain;
+  EXPECT_NE(plain.find("plan T=2..512: decode GEMMs (2 k steps of weights in flight), routing m tiles of 16 rows; "
                        "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 4 steps (quantize x + routing (one "
                        "launch), gemm1, gemm2, combine)"),
             std::string::npos) << plain;

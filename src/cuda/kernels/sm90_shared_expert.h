@@ -58,6 +58,10 @@ struct SharedExpertParams {
   // either layout, w13 / w2 16-byte aligned. The same terms in the same order: the same bits.
   int32_t bulk_weights = 0;
 };
+// The layer's shared expert copies its weights with bulk copies up to this many tokens (the
+// one-token kernels): on an H100 with L2 flushed, flash T = 1 32.5 -> 27.9 µs (row-major), pro
+// 62.6 -> 57.9; at T = 4 the bulk form measured 2-12% slower (bench/RESULTS.md, stop 29).
+inline constexpr int kSharedExpertBulkMaxTokens = 1;
 
 // The tiled layout of the weights: the 4 rows one dot-product warp reads (W13: gate rows 2b,
 // 2b + 1 and up rows I + 2b, I + 2b + 1; W2: rows 4b .. 4b + 3), 256 terms of each per stage,
