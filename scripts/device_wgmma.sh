@@ -5,13 +5,14 @@
 #
 #   scripts/device_pack.sh build-wgmma .device-bin-wgmma   (here, then on the device:)
 #   MOE_EP_DEVICE_BIN=.device-bin-wgmma scripts/device_wgmma.sh
-#   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench small nvfp4 sanitizer flash ncu ncu-source"
+#   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench small wide nvfp4 sanitizer flash ncu ncu-source"
 #                              (default: all but split, decode, shared, small, nvfp4, ncu and ncu-source)
 #   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight
 #   small: the layer at T <= 128 (flash, tiny; pro T = 1, 8), default against --decode-prefetch 4,
 #     --fuse-quantize-route, --fuse-combine and all of them (nvfp4 flash: default and all)
 #   shared: the shared expert's dot-product kernels at T = 1, 4, row-major against tiled weights
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
+#   wide: the layer at T = 512, 2048, 8192 (flash, pro), auto against wgmma-rs and wgmma-rs 64x256
 #   split: the rs fp8 kernels' time split by work (Sm90WgmmaTiming.RsFp8WorkSplit)
 #   ncu-source: per-instruction stall samples (scripts/ncu_stall_ledger.py) of the kernels matching
 #     MOE_EP_NCU_KERNEL (default RsFp8TileConfig: the wgmma-rs kernels), MOE_EP_NCU_SKIP launches skipped, 2 profiled
@@ -154,6 +155,21 @@ if has small; then  # timings only: the tests above check these plans' bits
       --compute-tflops 1457 --bandwidth-gbps 4240 $pin > "$WORK/small.log" 2>&1
     note "bench small $preset [${pin:-default}]: rc=$?  ($(elapsed) s)"
     grep -E "^ +[0-9]+ " "$WORK/small.log" | sed 's/^/  /' >> "$SUMMARY"
+  done
+fi
+
+# 4a'. Prefill in the layer: auto against wgmma-rs on its two tiles and on 64x256 (four consumer
+# warpgroups), flash and pro.
+if has wide; then  # timings only: Kernels/Sm90WgmmaFlashLayer checks the 64x256 plan's results
+  for preset in flash pro; do
+    for run in "auto:" "wgmma-rs:" "wgmma-rs:--tile 64x256"; do
+      kernel=${run%%:*} pin=${run#*:}
+      # shellcheck disable=SC2086  # $pin is a list of options
+      run_limited 90 "$CLI" bench --device cuda --preset deepseek-v4-$preset --kernel "$kernel" $pin \
+        --tokens "${MOE_EP_WIDE_TOKENS:-512,2048,8192}" --iters 20 --warmup 3 > "$WORK/wide.log" 2>&1
+      note "bench wide $preset [$kernel ${pin:-}]: rc=$?  ($(elapsed) s)"
+      grep -E "^ +[0-9]+ " "$WORK/wide.log" | sed 's/^/  /' >> "$SUMMARY"
+    done
   done
 fi
 

@@ -42,7 +42,7 @@ TileShape parse_tile_shape(std::string_view text, std::string_view option = "til
 // policy (wgmma with exact_accumulation) is refused, never silently preferred.
 struct KernelOverrides {
   GemmKernel gemm = GemmKernel::kAuto;
-  TileShape tile;                           // wgmma output tile (SM90: 64x256, 128x128)
+  TileShape tile;                           // wgmma output tile (SM90: 64x256, 128x128; wgmma-rs: 64x128, 96x128, 64x256)
   std::optional<int64_t> decode_max_tokens;  // auto: decode kernels up to this many tokens
   std::optional<bool> fold_fp8;             // mxfp4 on GPUs: fold weights into the FP8 window
   std::optional<int> decode_prefetch;       // decode GEMMs: k steps of weights in flight per warp (2, 4;

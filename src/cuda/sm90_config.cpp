@@ -14,12 +14,12 @@ namespace {
 // 128 are the plan's own rule) cannot run this layer, "" when it can: `weights` (a reason of the
 // loaded weights, or ""), then the shape, then whether its kernels fit on the device.
 std::string register_operand_unavailable(const MoeDesc& desc, const std::string& weights,
-                                         const int (&blocks_per_sm)[2]) {
-  static_assert(kRsFp8BlockN == 128, "the register-operand families take n tiles of 128");
+                                         const int (&blocks_per_sm)[2], int block_n = kRsFp8BlockN) {
+  static_assert(kRsFp8BlockN == 128, "the register-operand families take n tiles of 128 (wgmma-rs: or 256)");
   if (!weights.empty()) return weights;
-  if (desc.fleet.hidden_size % 128 != 0 || (2 * desc.intermediate_size) % 128 != 0)
-    return fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of 128", desc.fleet.hidden_size,
-                       2 * desc.intermediate_size);
+  if (desc.fleet.hidden_size % block_n != 0 || (2 * desc.intermediate_size) % block_n != 0)
+    return fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of {}", desc.fleet.hidden_size,
+                       2 * desc.intermediate_size, block_n);
   return blocks_per_sm[0] < 1 || blocks_per_sm[1] < 1 ? "the kernels do not fit on this device" : "";
 }
 
@@ -84,9 +84,13 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
     MOE_EP_CHECK_CODE(mxfp4, ErrorCode::kUnsupported, "overrides.tile = {}: recipe '{}' has no "
                       "tile choice on SM90", o.tile.str(), recipe_name(desc.recipe));
     if (o.gemm == GemmKernel::kWgmmaRs) {
-      MOE_EP_CHECK_CODE(o.tile == (TileShape{64, 128}) || o.tile == (TileShape{96, 128}), ErrorCode::kUnsupported,
-                        "overrides.tile = {} is not a wgmma-rs tile of SM90; allowed: 64x128, 96x128", o.tile.str());
-      c.wgmma_rs_block_m = o.tile.m;
+      MOE_EP_CHECK_CODE(o.tile == (TileShape{64, 128}) || o.tile == (TileShape{96, 128}) ||
+                            o.tile == (TileShape{64, 256}),
+                        ErrorCode::kUnsupported,
+                        "overrides.tile = {} is not a wgmma-rs tile of SM90; allowed: 64x128, 96x128, 64x256",
+                        o.tile.str());
+      c.wgmma_rs_block_m = static_cast<int>(o.tile.m);
+      c.wgmma_rs_block_n = static_cast<int>(o.tile.n);
     } else if (o.tile == TileShape{64, 256})
       c.wgmma_tile = WgmmaTile::k64x256;
     else if (o.tile == TileShape{128, 128})
@@ -204,7 +208,10 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
       : c.fold ? "the weights are not inside the FP8 window (SPEC.md §5), so they are not folded"
                : "folding is off (overrides.fold_fp8 = false)";
   c.wgmma_bf16_unavailable = register_operand_unavailable(desc, unfolded, facts.wgmma_bf16_blocks_per_sm);
-  c.wgmma_rs_unavailable = register_operand_unavailable(desc, unfolded, facts.wgmma_rs_blocks_per_sm);
+  c.wgmma_rs_unavailable =
+      c.wgmma_rs_block_n == kRsFp8WideBlockN
+          ? register_operand_unavailable(desc, unfolded, facts.wgmma_rs_wide_blocks_per_sm, kRsFp8WideBlockN)
+          : register_operand_unavailable(desc, unfolded, facts.wgmma_rs_blocks_per_sm);
   const bool decode_ok = facts.decode_unavailable.empty(), wgmma_ok = c.wgmma_unavailable.empty();
   MOE_EP_CHECK_CODE(decode_ok || o.gemm != GemmKernel::kDecode, ErrorCode::kUnsupported,
                     "overrides.gemm = decode: the decode GEMMs cannot run this layer: {}",
@@ -353,11 +360,13 @@ void Sm90Config::describe(SelectedConfig& out) const {
                                           "blocks/SM {} / {}", kRsBlockM, facts.wgmma_bf16_blocks_per_sm[0],
                                           facts.wgmma_bf16_blocks_per_sm[1])
                             : "unavailable: " + wgmma_bf16_unavailable);
+  const int* rs_per_sm =
+      wgmma_rs_block_n == kRsFp8WideBlockN ? facts.wgmma_rs_wide_blocks_per_sm : facts.wgmma_rs_blocks_per_sm;
   out.add("wgmma_rs", wgmma_rs_unavailable.empty()
                           ? fmt::format("available by override (overrides.gemm = wgmma-rs): {} tiles, blocks/SM {} / {}",
-                                        wgmma_rs_block_m ? fmt::format("{}x128", wgmma_rs_block_m)
+                                        wgmma_rs_block_m ? fmt::format("{}x{}", wgmma_rs_block_m, wgmma_rs_block_n)
                                                          : fmt::format("64x128 (96x128 from T = {})", kWgmmaRsWideMinTokens),
-                                        facts.wgmma_rs_blocks_per_sm[0], facts.wgmma_rs_blocks_per_sm[1])
+                                        rs_per_sm[0], rs_per_sm[1])
                           : "unavailable: " + wgmma_rs_unavailable);
   out.add("mma", fmt::format("64x128x128 tiles, blocks/SM {} / {}", facts.mma_blocks_per_sm[0],
                              facts.mma_blocks_per_sm[1]));

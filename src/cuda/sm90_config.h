@@ -46,6 +46,7 @@ struct Sm90Facts {
   int wgmma_blocks_per_sm[2] = {0, 0};  // of the selected tile; 0 when not configured
   int wgmma_bf16_blocks_per_sm[2] = {0, 0};  // 0 when not configured
   int wgmma_rs_blocks_per_sm[2] = {0, 0};    // both m tiles (the smaller count); 0 when not configured
+  int wgmma_rs_wide_blocks_per_sm[2] = {0, 0};  // the 64x256 tile (four consumers); 0 when it does not fit
   int nvfp4_wgmma_blocks_per_sm[2] = {0, 0}; // 0 when not configured
 };
 
@@ -74,6 +75,7 @@ struct Sm90Config {
   std::string wgmma_rs_unavailable;          // the same for wgmma-rs
   std::string nvfp4_wgmma_unavailable;       // the same for nvfp4's f16 wgmma (overrides.gemm = wgmma)
   int wgmma_rs_block_m = 0;                  // overrides.tile's m for wgmma-rs; 0: by T
+  int wgmma_rs_block_n = kRsFp8BlockN;       // overrides.tile's n for wgmma-rs (256: four consumers)
   Sm90Facts facts;
   std::vector<Sm90Bucket> buckets;           // ascending, covering 1..max_tokens_per_rank
 

@@ -186,6 +186,14 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
           }
         }
         facts.wgmma_rs_blocks_per_sm[g] = std::min(per_sm[0], per_sm[1]);
+        // The 64x256 tile (four consumer warpgroups), likewise.
+        const cudaError_t wide =
+            g == 0 ? configure_sm90_mxfp4_rs_fp8_grouped_gemm1(64, &facts.wgmma_rs_wide_blocks_per_sm[g], kRsFp8WideBlockN)
+                   : configure_sm90_mxfp4_rs_fp8_grouped_gemm2(64, &facts.wgmma_rs_wide_blocks_per_sm[g], kRsFp8WideBlockN);
+        if (wide != cudaSuccess) {
+          (void)cudaGetLastError();
+          facts.wgmma_rs_wide_blocks_per_sm[g] = 0;
+        }
       }
     }
   } else if (configure_sm90_nvfp4_rs_grouped_gemm1(&facts.nvfp4_wgmma_blocks_per_sm[0]) != cudaSuccess ||

@@ -147,14 +147,14 @@ Sm90Pipeline::Gemm2Fn decode_gemm2_combine_fn(bool nvfp4, int prefetch) {
   return deep ? &decode_gemm2_combine<false, kDecodeDeepPrefetch> : &decode_gemm2_combine<false, kDecodePrefetch>;
 }
 
-template <int kBlockM>
+template <int kBlockM, int kBlockN = kRsFp8BlockN>
 cudaError_t rs_fp8_gemm1(const Gemm1Params& p, int grid, cudaStream_t s) {
-  return launch_sm90_mxfp4_rs_fp8_grouped_gemm1(kBlockM, p, grid, s);
+  return launch_sm90_mxfp4_rs_fp8_grouped_gemm1(kBlockM, p, grid, s, kBlockN);
 }
 
-template <int kBlockM>
+template <int kBlockM, int kBlockN = kRsFp8BlockN>
 cudaError_t rs_fp8_gemm2(const Gemm2Params& p, int grid, cudaStream_t s) {
-  return launch_sm90_mxfp4_rs_fp8_grouped_gemm2(kBlockM, p, grid, s);
+  return launch_sm90_mxfp4_rs_fp8_grouped_gemm2(kBlockM, p, grid, s, kBlockN);
 }
 
 GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
@@ -188,6 +188,9 @@ GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
       return {&launch_sm90_mxfp4_rs_grouped_gemm1, &launch_sm90_mxfp4_rs_grouped_gemm2, 128, true,
               f.wgmma_bf16_blocks_per_sm};
     case Sm90Gemm::kWgmmaRs:
+      if (c.wgmma_rs_block_n == kRsFp8WideBlockN)
+        return {&rs_fp8_gemm1<64, kRsFp8WideBlockN>, &rs_fp8_gemm2<64, kRsFp8WideBlockN>, kRsFp8WideBlockN, true,
+                f.wgmma_rs_wide_blocks_per_sm};
       if (bucket.block_m == 96)
         return {&rs_fp8_gemm1<96>, &rs_fp8_gemm2<96>, kRsFp8BlockN, true, f.wgmma_rs_blocks_per_sm};
       return {&rs_fp8_gemm1<64>, &rs_fp8_gemm2<64>, kRsFp8BlockN, true, f.wgmma_rs_blocks_per_sm};

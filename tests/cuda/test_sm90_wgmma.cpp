@@ -107,6 +107,7 @@ Sm90Facts all_available() {
   f.wgmma_blocks_per_sm[0] = f.wgmma_blocks_per_sm[1] = 1;
   f.wgmma_bf16_blocks_per_sm[0] = f.wgmma_bf16_blocks_per_sm[1] = 1;
   f.wgmma_rs_blocks_per_sm[0] = f.wgmma_rs_blocks_per_sm[1] = 1;
+  f.wgmma_rs_wide_blocks_per_sm[0] = f.wgmma_rs_wide_blocks_per_sm[1] = 1;
   f.nvfp4_wgmma_blocks_per_sm[0] = f.nvfp4_wgmma_blocks_per_sm[1] = 1;
   return f;
 }
@@ -197,6 +198,27 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   const Sm90Config rs96 = selected(d, forced);
   ASSERT_EQ(rs96.buckets.size(), 1u);
   EXPECT_EQ(rs96.bucket(1).block_m, 96);
+  // 64x256: four consumer warpgroups on 64-token tiles, every T; refused where they do not fit.
+  forced.tile = {64, 256};
+  const Sm90Config rs_wide = selected(d, forced);
+  ASSERT_EQ(rs_wide.buckets.size(), 1u);
+  EXPECT_EQ(rs_wide.bucket(8192).block_m, 64);
+  EXPECT_EQ(rs_wide.wgmma_rs_block_n, kRsFp8WideBlockN);
+  SelectedConfig wide_out;
+  rs_wide.describe(wide_out);
+  EXPECT_NE(wide_out.str().find("wgmma_rs = available by override (overrides.gemm = wgmma-rs): 64x256 tiles"),
+            std::string::npos) << wide_out.str();
+  Sm90Facts no_wide = all_available();
+  no_wide.wgmma_rs_wide_blocks_per_sm[1] = 0;
+  expect_refused([&] { selected(d, forced, no_wide); }, ErrorCode::kUnsupported,
+                 "the wgmma-rs GEMMs cannot run this layer: the kernels do not fit on this device");
+  MoeDesc narrow = d;
+  narrow.intermediate_size = 1088;  // 2I = 2176: tiles of 128, not of 256
+  expect_refused([&] { selected(narrow, forced); }, ErrorCode::kUnsupported,
+                 "hidden = 4096 and 2 * intermediate = 2176 must be multiples of 256");
+  forced.tile = {96, 256};
+  expect_refused([&] { selected(d, forced); }, ErrorCode::kUnsupported,
+                 "overrides.tile = 96x256 is not a wgmma-rs tile of SM90; allowed: 64x128, 96x128, 64x256");
   forced.tile = {};
   EXPECT_STREQ(sm90_gemm_name(G::kWgmmaRs), "wgmma-rs");
   // nvfp4 auto: its decode kernels up to kNvfp4DecodeMaxTokens, its mma.sync kernels above; the
@@ -742,7 +764,8 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
   };
   for (const Variant v : {Variant{"64x256", GemmKernel::kWgmma, "64x256"}, Variant{"128x128", GemmKernel::kWgmma, "128x128"},
                           Variant{"wgmma-bf16", GemmKernel::kWgmmaBf16, ""}, Variant{"rs 64x128", GemmKernel::kWgmmaRs, ""},
-                          Variant{"rs 96x128", GemmKernel::kWgmmaRs, "96x128"}}) {
+                          Variant{"rs 96x128", GemmKernel::kWgmmaRs, "96x128"},
+                          Variant{"rs 64x256", GemmKernel::kWgmmaRs, "64x256"}}) {
     const char* tile = v.name;
     Problem p = testsupport::tiny_problem("mxfp4");
     p.max_tokens = 4096;
@@ -830,6 +853,7 @@ struct FlashKernel {
   const char* name;
   GemmKernel gemm;
   Recipe recipe;
+  const char* tile = "";  // "" = the family's own choice
 };
 
 void PrintTo(const FlashKernel& k, std::ostream* os) { *os << k.name; }
@@ -843,6 +867,7 @@ TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
   Problem p = preset_problem("deepseek-v4-flash", std::string(recipe_name(fk.recipe)), 4096);
   p.exact_accumulation = false;
   p.overrides.gemm = fk.gemm;
+  if (*fk.tile) p.overrides.tile = parse_tile_shape(fk.tile);
   const bool mxfp4 = fk.recipe == Recipe::kMxfp4;
   const testing::HostWeights weights = preset_weights(p, mxfp4 ? WeightFormat::kMXFP4 : WeightFormat::kNVFP4, 2027);
   // The FP8 products have their own threshold; nvfp4's f16 ones are exact (the recipe's).
@@ -889,6 +914,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, Sm90WgmmaFlashLayer,
                          ::testing::Values(FlashKernel{"wgmma", GemmKernel::kWgmma, Recipe::kMxfp4},
                                            FlashKernel{"wgmma_bf16", GemmKernel::kWgmmaBf16, Recipe::kMxfp4},
                                            FlashKernel{"wgmma_rs", GemmKernel::kWgmmaRs, Recipe::kMxfp4},
+                                           FlashKernel{"wgmma_rs_64x256", GemmKernel::kWgmmaRs, Recipe::kMxfp4, "64x256"},
                                            FlashKernel{"nvfp4_wgmma", GemmKernel::kWgmma, Recipe::kNvfp4}),
                          [](const ::testing::TestParamInfo<FlashKernel>& info) { return std::string(info.param.name); });
 

@@ -176,14 +176,17 @@ cudaError_t launch_sm90_nvfp4_to_rs_f16(const uint8_t* packed, const uint8_t* sc
 // FP8-wgmma mxfp4 grouped GEMMs with the weights as the register operand
 // (sm90_mxfp4_rs_fp8_mainloop.cuh), FOLDED weights only: A and its scales are the Q8 rows as for
 // the kernels above, m tiles of block_m = 64 or 96 rows (the routing must list tiles of that
-// size), n a multiple of kRsFp8BlockN, k of 128. Same params and outputs as the kernels above.
+// size), n a multiple of block_n, k of 128. Same params and outputs as the kernels above.
+// block_n = kRsFp8BlockN (two consumer warpgroups), or kRsFp8WideBlockN with block_m = 64 (four:
+// the same outputs, bit for bit).
 inline constexpr int kRsFp8BlockN = 128;
-cudaError_t configure_sm90_mxfp4_rs_fp8_grouped_gemm1(int block_m, int* blocks_per_sm);
-cudaError_t configure_sm90_mxfp4_rs_fp8_grouped_gemm2(int block_m, int* blocks_per_sm);
+inline constexpr int kRsFp8WideBlockN = 256;
+cudaError_t configure_sm90_mxfp4_rs_fp8_grouped_gemm1(int block_m, int* blocks_per_sm, int block_n = kRsFp8BlockN);
+cudaError_t configure_sm90_mxfp4_rs_fp8_grouped_gemm2(int block_m, int* blocks_per_sm, int block_n = kRsFp8BlockN);
 cudaError_t launch_sm90_mxfp4_rs_fp8_grouped_gemm1(int block_m, const Gemm1Params& params, int grid,
-                                                   cudaStream_t stream);
+                                                   cudaStream_t stream, int block_n = kRsFp8BlockN);
 cudaError_t launch_sm90_mxfp4_rs_fp8_grouped_gemm2(int block_m, const Gemm2Params& params, int grid,
-                                                   cudaStream_t stream);
+                                                   cudaStream_t stream, int block_n = kRsFp8BlockN);
 
 // Decode (small-batch) mxfp4 grouped GEMMs (sm90_mxfp4_decode_mainloop.cuh): mma.sync with the
 // weights on the m16 side, 16-row m tiles (the routing must list tiles of kDecodeBlockM rows),
