@@ -8,9 +8,10 @@
 #   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench small wide nvfp4 sanitizer flash ncu ncu-source"
 #                              (default: all but split, decode, shared, small, nvfp4, ncu and ncu-source)
 #   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight
-#   small: the layer at T <= 128 (flash, tiny; pro T = 1, 8), default against --decode-prefetch 4,
+#   small: the layer at T <= 128 (flash, tiny; pro T = 1, 8), default against --decode-split-k 1 (no split
+#     at T = 1), --decode-prefetch 4,
 #     --fuse-quantize-route, --fuse-combine and all of them (nvfp4 flash: default and all)
-#   shared: the shared expert's dot-product kernels at T = 1, 4, row-major against tiled weights
+#   shared: the shared expert's dot-product kernels at T = 1, 4, row-major and tiled weights, cp.async and bulk copies
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
 #   wide: the layer at T = 512, 2048, 8192 (flash, pro), auto against wgmma-rs and wgmma-rs 64x256
 #   split: the rs fp8 kernels' time split by work (Sm90WgmmaTiming.RsFp8WorkSplit)
@@ -85,7 +86,7 @@ fi
 if has tests; then
   group=0
   for filter in 'Sm90Kernels.Permute*:Sm90SharedExpert.Tiled*:Sm90Fp4Codec*:Sm90RsCodec*:Sm90Config*' \
-                'Sm90WgmmaKernels.*:Sm90Nvfp4Kernels.*' 'Sm90WgmmaLayer.*:*Sm90Decode.DeepPrefetch*'; do
+                'Sm90WgmmaKernels.*:Sm90Nvfp4Kernels.*' 'Sm90WgmmaLayer.*:*Sm90Decode.DeepPrefetch*:Sm90DecodeSplit*'; do
     group=$((group + 1))
     run_limited 150 "$TESTS" --gtest_filter="$filter" > "$WORK/tests$group.log" 2>&1
     rc=$?
@@ -144,7 +145,8 @@ fi
 if has small; then  # timings only: the tests above check these plans' bits
   fused="--fuse-quantize-route --fuse-combine" all="--decode-prefetch 4 --fuse-quantize-route --fuse-combine"
   nv="--backend nvfp4"
-  for run in "flash:" "flash:--decode-prefetch 4" "flash:--fuse-quantize-route" "flash:--fuse-combine" "flash:$all" \
+  for run in "flash:" "flash:--decode-split-k 1" "flash:--decode-prefetch 4" "flash:--fuse-quantize-route" \
+             "flash:--fuse-combine" "flash:$all" \
              "flash:$nv" "flash:$nv $all" "pro:" "pro:$all" "tiny:" "tiny:$fused" "tiny:$all"; do
     preset=${run%%:*} pin=${run#*:}
     [[ $preset != tiny ]] && preset=deepseek-v4-$preset
