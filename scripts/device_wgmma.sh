@@ -6,8 +6,8 @@
 #   scripts/device_pack.sh build-wgmma .device-bin-wgmma   (here, then on the device:)
 #   MOE_EP_DEVICE_BIN=.device-bin-wgmma scripts/device_wgmma.sh
 #   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench small wide nvfp4 sanitizer flash ncu ncu-source"
-#                              (default: all but split, decode, shared, small, nvfp4, ncu and ncu-source)
-#   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight
+#                              (default: all but split, decode, shared, small, wide, nvfp4, ncu and ncu-source)
+#   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight and K split in two
 #   small: the layer at T <= 128 (flash, tiny; pro T = 1, 8), default against --decode-split-k 1 (no split
 #     at T = 1), --decode-prefetch 4,
 #     --fuse-quantize-route, --fuse-combine and all of them (nvfp4 flash: default and all)
