@@ -23,6 +23,27 @@ std::string register_operand_unavailable(const MoeDesc& desc, const std::string&
   return blocks_per_sm[0] < 1 || blocks_per_sm[1] < 1 ? "the kernels do not fit on this device" : "";
 }
 
+// Why the mxfp4 decode GEMMs with K split in two cannot run this layer, as the rest of a sentence
+// on overrides.decode_split_k = 2; "" when they can (then auto takes them up to
+// kDecodeSplitMaxTokens).
+std::string decode_split_unavailable(const Sm90Config& c, const MoeDesc& desc, const Sm90Facts& facts) {
+  if (desc.recipe != Recipe::kMxfp4)
+    return fmt::format(": only the mxfp4 decode GEMMs split K (recipe {})", recipe_name(desc.recipe));
+  if (!facts.decode_unavailable.empty()) return ": the decode GEMMs cannot run this layer: " + facts.decode_unavailable;
+  if (desc.fleet.hidden_size % 1024 != 0 || desc.intermediate_size % 1024 != 0)
+    return fmt::format(": each half of K must be whole 512-wide chunks; hidden = {} and intermediate = {} must be "
+                       "multiples of 1024", desc.fleet.hidden_size, desc.intermediate_size);
+  if (c.exact_accumulation)
+    return " adds the two halves' fp32 sums: the decode GEMMs are then not bitwise the CPU layer's, which "
+           "exact_accumulation asks for";
+  if (c.decode_prefetch != kDecodePrefetch || c.fuse_combine)
+    return fmt::format(" has no form with overrides.decode_prefetch = {} or overrides.fuse_combine = true",
+                       c.decode_prefetch);
+  if (facts.decode_split_blocks_per_sm[0] < 1 || facts.decode_split_blocks_per_sm[1] < 1)
+    return ": the split decode kernels do not fit on this device";
+  return "";
+}
+
 }  // namespace
 
 const char* sm90_gemm_name(Sm90Gemm gemm) {
@@ -139,28 +160,9 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
   MOE_EP_CHECK_CODE(!c.fuse_combine || facts.decode_unavailable.empty(), ErrorCode::kUnsupported,
                     "overrides.fuse_combine = true: the combine is fused into the decode GEMMs, which cannot "
                     "run this layer: {}", facts.decode_unavailable);
-  if (c.decode_split == 2) {  // pinned
-    MOE_EP_CHECK_CODE(desc.recipe == Recipe::kMxfp4, ErrorCode::kUnsupported,
-                      "overrides.decode_split_k = 2: only the mxfp4 decode GEMMs split K (recipe {})",
-                      recipe_name(desc.recipe));
-    MOE_EP_CHECK_CODE(facts.decode_unavailable.empty(), ErrorCode::kUnsupported,
-                      "overrides.decode_split_k = 2: the decode GEMMs cannot run this layer: {}",
-                      facts.decode_unavailable);
-    MOE_EP_CHECK_CODE(desc.fleet.hidden_size % 1024 == 0 && desc.intermediate_size % 1024 == 0,
-                      ErrorCode::kUnsupported,
-                      "overrides.decode_split_k = 2: each half of K must be whole 512-wide chunks; hidden = {} "
-                      "and intermediate = {} must be multiples of 1024", desc.fleet.hidden_size,
-                      desc.intermediate_size);
-    MOE_EP_CHECK_CODE(!c.exact_accumulation, ErrorCode::kUnsupported,
-                      "overrides.decode_split_k = 2 adds the two halves' fp32 sums: the decode GEMMs are then "
-                      "not bitwise the CPU layer's, which exact_accumulation asks for");
-    MOE_EP_CHECK_CODE(c.decode_prefetch == kDecodePrefetch && !c.fuse_combine, ErrorCode::kUnsupported,
-                      "overrides.decode_split_k = 2 has no form with overrides.decode_prefetch = {} or "
-                      "overrides.fuse_combine = true", c.decode_prefetch);
-    MOE_EP_CHECK_CODE(facts.decode_split_blocks_per_sm[0] > 0 && facts.decode_split_blocks_per_sm[1] > 0,
-                      ErrorCode::kUnsupported,
-                      "overrides.decode_split_k = 2: the split decode kernels do not fit on this device");
-  }
+  const std::string split_unavailable = decode_split_unavailable(c, desc, facts);
+  MOE_EP_CHECK_CODE(c.decode_split != 2 || split_unavailable.empty(), ErrorCode::kUnsupported,
+                    "overrides.decode_split_k = 2{}", split_unavailable);
   if (c.decode_prefetch == kDecodeDeepPrefetch) {  // only by override
     MOE_EP_CHECK_CODE(facts.decode_unavailable.empty(), ErrorCode::kUnsupported,
                       "overrides.decode_prefetch = {}: the decode GEMMs cannot run this layer: {}",
@@ -238,11 +240,8 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
   };
   // The decode buckets split K up to split_hi: every one when pinned, else (auto) the smallest T
   // where the split kernels fit.
-  const bool split_fits = decode_ok && desc.fleet.hidden_size % 1024 == 0 && desc.intermediate_size % 1024 == 0 &&
-                          !c.exact_accumulation && c.decode_prefetch == kDecodePrefetch && !c.fuse_combine &&
-                          facts.decode_split_blocks_per_sm[0] > 0 && facts.decode_split_blocks_per_sm[1] > 0;
   const int64_t split_hi = c.decode_split ? (*c.decode_split == 2 ? max_tokens : -1)
-                                          : (split_fits ? kDecodeSplitMaxTokens : -1);
+                                          : (split_unavailable.empty() ? kDecodeSplitMaxTokens : -1);
   auto bucket = [&](int64_t lo, int64_t hi, Sm90Gemm g) {
     if (lo > hi) return;
     if (g == Sm90Gemm::kWgmmaRs && c.wgmma_rs_block_m == 0 && lo < kWgmmaRsWideMinTokens &&
