@@ -299,12 +299,13 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     l.gemm2_fn = fam.gemm2;
     const bool decode = bucket.gemm == Sm90Gemm::kDecode || bucket.gemm == Sm90Gemm::kNvfp4Decode;
     // Named from the launcher taken, so the plan says what runs.
-    if (decode) l.decode_split = fam.gemm1 == &launch_sm90_mxfp4_decode_split_gemm1;
-    if (decode)
+    if (decode) {
+      l.decode_split = fam.gemm1 == &launch_sm90_mxfp4_decode_split_gemm1;
       l.decode_prefetch =
           fam.gemm1 == &launch_sm90_mxfp4_decode_deep_gemm1 || fam.gemm1 == &launch_sm90_nvfp4_decode_deep_gemm1
               ? kDecodeDeepPrefetch
               : kDecodePrefetch;
+    }
     // config.fuse_combine: the decode buckets' GEMM 2 of the same depth also combines (no combine
     // launch).
     const bool fused_combine = config.fuse_combine && decode;
