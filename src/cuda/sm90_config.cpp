@@ -210,10 +210,15 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
       : c.fold ? "the weights are not inside the FP8 window (SPEC.md §5), so they are not folded"
                : "folding is off (overrides.fold_fp8 = false)";
   c.wgmma_bf16_unavailable = register_operand_unavailable(desc, unfolded, facts.wgmma_bf16_blocks_per_sm);
-  c.wgmma_rs_unavailable =
-      c.wgmma_rs_block_n == kRsFp8WideBlockN
-          ? register_operand_unavailable(desc, unfolded, facts.wgmma_rs_wide_blocks_per_sm, kRsFp8WideBlockN)
-          : register_operand_unavailable(desc, unfolded, facts.wgmma_rs_blocks_per_sm);
+  const std::string wide_rs_unavailable =
+      register_operand_unavailable(desc, unfolded, facts.wgmma_rs_wide_blocks_per_sm, kRsFp8WideBlockN);
+  c.wgmma_rs_unavailable = c.wgmma_rs_block_n == kRsFp8WideBlockN
+                               ? wide_rs_unavailable
+                               : register_operand_unavailable(desc, unfolded, facts.wgmma_rs_blocks_per_sm);
+  c.wgmma_rs_auto_unavailable =
+      c.exact_accumulation ? "exact_accumulation = true"
+      : !o.tile.automatic() ? fmt::format("overrides.tile = {} pins the FP8 wgmma tile", o.tile.str())
+                            : wide_rs_unavailable;
   const bool decode_ok = facts.decode_unavailable.empty(), wgmma_ok = c.wgmma_unavailable.empty();
   MOE_EP_CHECK_CODE(decode_ok || o.gemm != GemmKernel::kDecode, ErrorCode::kUnsupported,
                     "overrides.gemm = decode: the decode GEMMs cannot run this layer: {}",
@@ -228,13 +233,16 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
   MOE_EP_CHECK_CODE(c.wgmma_rs_unavailable.empty() || o.gemm != GemmKernel::kWgmmaRs, ErrorCode::kUnsupported,
                     "overrides.gemm = wgmma-rs: the wgmma-rs GEMMs cannot run this layer: {}",
                     c.wgmma_rs_unavailable);
-  auto block_m_of = [&](Sm90Gemm g, int64_t lo) {
+  auto block_m_of = [&](Sm90Gemm g, int64_t lo, int rs_block_n) {
     switch (g) {
       case Sm90Gemm::kDecode: return kDecodeBlockM;
       case Sm90Gemm::kWgmma: return ts.block_m;
       case Sm90Gemm::kWgmmaBf16: return kRsBlockM;
       case Sm90Gemm::kWgmmaRs:
-        return c.wgmma_rs_block_m ? c.wgmma_rs_block_m : lo >= kWgmmaRsWideMinTokens ? 96 : 64;
+        return rs_block_n == kRsFp8WideBlockN ? 64
+               : c.wgmma_rs_block_m           ? c.wgmma_rs_block_m
+               : lo >= kWgmmaRsWideMinTokens  ? 96
+                                              : 64;
       default: return kGemmBlockM;
     }
   };
@@ -242,41 +250,48 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
   // where the split kernels fit.
   const int64_t split_hi = c.decode_split ? (*c.decode_split == 2 ? max_tokens : -1)
                                           : (split_unavailable.empty() ? kDecodeSplitMaxTokens : -1);
-  auto bucket = [&](int64_t lo, int64_t hi, Sm90Gemm g) {
+  // rs_block_n: the n tile of a wgmma-rs bucket (0 for the other families).
+  auto bucket = [&](int64_t lo, int64_t hi, Sm90Gemm g, int rs_block_n = 0) {
     if (lo > hi) return;
-    if (g == Sm90Gemm::kWgmmaRs && c.wgmma_rs_block_m == 0 && lo < kWgmmaRsWideMinTokens &&
-        hi >= kWgmmaRsWideMinTokens) {  // two m tiles: one bucket each
-      c.buckets.push_back({lo, kWgmmaRsWideMinTokens - 1, g, block_m_of(g, lo)});
+    if (g == Sm90Gemm::kWgmmaRs && rs_block_n != kRsFp8WideBlockN && c.wgmma_rs_block_m == 0 &&
+        lo < kWgmmaRsWideMinTokens && hi >= kWgmmaRsWideMinTokens) {  // two m tiles: one bucket each
+      c.buckets.push_back({lo, kWgmmaRsWideMinTokens - 1, g, block_m_of(g, lo, rs_block_n), 1, rs_block_n});
       lo = kWgmmaRsWideMinTokens;
     }
     if (g == Sm90Gemm::kDecode && lo <= split_hi) {  // K split in two up to split_hi
-      c.buckets.push_back({lo, std::min(hi, split_hi), g, block_m_of(g, lo), 2});
+      c.buckets.push_back({lo, std::min(hi, split_hi), g, block_m_of(g, lo, 0), 2});
       lo = split_hi + 1;
       if (lo > hi) return;
     }
-    if (!c.buckets.empty() && c.buckets.back().gemm == g && c.buckets.back().block_m == block_m_of(g, lo) &&
-        c.buckets.back().decode_split == 1) {
+    const Sm90Bucket next{lo, hi, g, block_m_of(g, lo, rs_block_n), 1, rs_block_n};
+    if (!c.buckets.empty() && c.buckets.back().gemm == g && c.buckets.back().block_m == next.block_m &&
+        c.buckets.back().decode_split == 1 && c.buckets.back().block_n == next.block_n) {
       c.buckets.back().max_tokens = hi;
       return;
     }
-    c.buckets.push_back({lo, hi, g, block_m_of(g, lo)});
+    c.buckets.push_back(next);
   };
   switch (o.gemm) {
     case GemmKernel::kDecode: bucket(0, max_tokens, Sm90Gemm::kDecode); return;
     case GemmKernel::kMma: bucket(0, max_tokens, Sm90Gemm::kMma); return;
     case GemmKernel::kWgmma: bucket(0, max_tokens, Sm90Gemm::kWgmma); return;
     case GemmKernel::kWgmmaBf16: bucket(0, max_tokens, Sm90Gemm::kWgmmaBf16); return;
-    case GemmKernel::kWgmmaRs: bucket(0, max_tokens, Sm90Gemm::kWgmmaRs); return;
+    case GemmKernel::kWgmmaRs: bucket(0, max_tokens, Sm90Gemm::kWgmmaRs, c.wgmma_rs_block_n); return;
     case GemmKernel::kAuto: break;
   }
   // Auto: decode for small T (mma.sync where the decode kernels cannot run), then mma.sync,
-  // then wgmma (unless exact accumulation is asked).
+  // then wgmma-rs on 64x256 tiles where they fit, else FP8 wgmma (neither with exact
+  // accumulation: mma.sync throughout).
   const int64_t decode_hi = std::min(c.decode_max_tokens, max_tokens);
   bucket(0, decode_hi, decode_ok ? Sm90Gemm::kDecode : Sm90Gemm::kMma);
-  const bool use_wgmma = wgmma_ok && !c.exact_accumulation;
+  const bool use_rs = c.wgmma_rs_auto_unavailable.empty();
+  const bool use_wgmma = use_rs || (wgmma_ok && !c.exact_accumulation);
   const int64_t wgmma_lo = use_wgmma ? std::max(c.wgmma_min_tokens, decode_hi + 1) : max_tokens + 1;
   bucket(decode_hi + 1, std::min(wgmma_lo - 1, max_tokens), Sm90Gemm::kMma);
-  bucket(wgmma_lo, max_tokens, Sm90Gemm::kWgmma);
+  if (use_rs)
+    bucket(wgmma_lo, max_tokens, Sm90Gemm::kWgmmaRs, kRsFp8WideBlockN);
+  else
+    bucket(wgmma_lo, max_tokens, Sm90Gemm::kWgmma);
 }
 
 }  // namespace
@@ -349,10 +364,21 @@ void Sm90Config::describe(SelectedConfig& out) const {
   out.add("decode", decode_line);
   add_launch_fusions();
   const WgmmaTileShape ts = wgmma_tile_shape(wgmma_tile);
+  int64_t rs_auto_from = 0, wgmma_auto_from = 0;  // the first T auto runs them at (0: none)
+  if (requested == GemmKernel::kAuto)
+    for (const Sm90Bucket& b : buckets) {
+      if (b.gemm == Sm90Gemm::kWgmmaRs && !rs_auto_from) rs_auto_from = std::max<int64_t>(b.min_tokens, 1);
+      if (b.gemm == Sm90Gemm::kWgmma && !wgmma_auto_from) wgmma_auto_from = std::max<int64_t>(b.min_tokens, 1);
+    }
+  const bool by_t = requested == GemmKernel::kAuto;  // the auto notes below apply
+  const std::string wgmma_auto =
+      !by_t                ? ""
+      : wgmma_auto_from    ? fmt::format(", auto from T = {}", wgmma_auto_from)
+      : exact_accumulation ? ", not in auto (exact_accumulation)"
+                           : ", by override (overrides.gemm = wgmma; auto takes wgmma-rs)";
   out.add("wgmma", wgmma_unavailable.empty()
-                       ? fmt::format("available: {}x{} tiles, auto from T = {}{}, blocks/SM {} / {}", ts.block_m,
-                                     ts.block_n, wgmma_min_tokens, exact_accumulation ? " (off: exact_accumulation)" : "",
-                                     facts.wgmma_blocks_per_sm[0], facts.wgmma_blocks_per_sm[1])
+                       ? fmt::format("available: {}x{} tiles{}, blocks/SM {} / {}", ts.block_m, ts.block_n,
+                                     wgmma_auto, facts.wgmma_blocks_per_sm[0], facts.wgmma_blocks_per_sm[1])
                        : "unavailable: " + wgmma_unavailable);
   out.add("wgmma_bf16", wgmma_bf16_unavailable.empty()
                             ? fmt::format("available by override (overrides.gemm = wgmma-bf16): {}x128 tiles, "
@@ -361,12 +387,18 @@ void Sm90Config::describe(SelectedConfig& out) const {
                             : "unavailable: " + wgmma_bf16_unavailable);
   const int* rs_per_sm =
       wgmma_rs_block_n == kRsFp8WideBlockN ? facts.wgmma_rs_wide_blocks_per_sm : facts.wgmma_rs_blocks_per_sm;
+  const std::string rs_auto =
+      rs_auto_from ? fmt::format("auto from T = {} on 64x256 tiles (four consumer warpgroups, blocks/SM {} / {}); ",
+                                 rs_auto_from, facts.wgmma_rs_wide_blocks_per_sm[0], facts.wgmma_rs_wide_blocks_per_sm[1])
+                   : !by_t || wgmma_rs_auto_unavailable.empty() ? std::string()
+                                                       : fmt::format("not in auto ({}); ", wgmma_rs_auto_unavailable);
   out.add("wgmma_rs", wgmma_rs_unavailable.empty()
-                          ? fmt::format("available by override (overrides.gemm = wgmma-rs): {} tiles, blocks/SM {} / {}",
+                          ? fmt::format("{}available by override (overrides.gemm = wgmma-rs): {} tiles, blocks/SM {} / {}",
+                                        rs_auto,
                                         wgmma_rs_block_m ? fmt::format("{}x{}", wgmma_rs_block_m, wgmma_rs_block_n)
                                                          : fmt::format("64x128 (96x128 from T = {})", kWgmmaRsWideMinTokens),
                                         rs_per_sm[0], rs_per_sm[1])
-                          : "unavailable: " + wgmma_rs_unavailable);
+                          : fmt::format("{}unavailable: {}", rs_auto, wgmma_rs_unavailable));
   out.add("mma", fmt::format("64x128x128 tiles, blocks/SM {} / {}", facts.mma_blocks_per_sm[0],
                              facts.mma_blocks_per_sm[1]));
 }

@@ -27,8 +27,12 @@ inline constexpr int64_t kNvfp4DecodeMaxTokens = 1536;
 // Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles), unless the
 // layer asks for exact accumulation (wgmma's FP8 accumulator is not fp32-exact).
 inline constexpr int64_t kWgmmaMinTokens = 256;
-// wgmma-rs m tiles: 64 tokens below this many tokens, 96 from here on (experts of ~100+ rows).
+// wgmma-rs by override without a tile: m tiles of 64 tokens below this many tokens, 96 from here
+// on (experts of ~100+ rows).
 inline constexpr int64_t kWgmmaRsWideMinTokens = 4096;
+// Auto above the decode buckets: wgmma-rs on 64x256 tiles (four consumer warpgroups) where they
+// fit, else FP8 wgmma. H200, layer: flash T = 2048 / 8192 2647 -> 2206 / 8768 -> 7452 µs, pro
+// 9407 -> 7599 / 23227 -> 19291 µs (bench/RESULTS.md, stop 30).
 // Auto: mxfp4's decode GEMMs split K in two per block up to this many tokens, where they fit
 // (H and I multiples of 1024; not with exact accumulation). Measured on an H100, flash: T = 1
 // 59.0 -> 52.3 µs; T = 2 79.2 -> 87.4 (bench/RESULTS.md, stop 29).
@@ -55,6 +59,8 @@ struct Sm90Bucket {
   Sm90Gemm gemm = Sm90Gemm::kMma;
   int block_m = kGemmBlockM;               // rows per m tile the routing lists
   int decode_split = 1;                    // decode buckets: K parts per block (1 or 2)
+  int block_n = 0;                         // wgmma-rs buckets: weight rows per n tile (kRsFp8BlockN, or
+                                           // kRsFp8WideBlockN: four consumer warpgroups); 0 elsewhere
 };
 
 struct Sm90Config {
@@ -72,7 +78,8 @@ struct Sm90Config {
   bool exact_accumulation = false, fast_math = false;
   std::string wgmma_unavailable;             // why wgmma cannot run ("" when it can)
   std::string wgmma_bf16_unavailable;        // the same for wgmma-bf16 (only by override so far)
-  std::string wgmma_rs_unavailable;          // the same for wgmma-rs
+  std::string wgmma_rs_unavailable;          // the same for wgmma-rs (of its override's tile)
+  std::string wgmma_rs_auto_unavailable;     // why auto cannot take wgmma-rs 64x256 ("" when it does)
   std::string nvfp4_wgmma_unavailable;       // the same for nvfp4's f16 wgmma (overrides.gemm = wgmma)
   int wgmma_rs_block_m = 0;                  // overrides.tile's m for wgmma-rs; 0: by T
   int wgmma_rs_block_n = kRsFp8BlockN;       // overrides.tile's n for wgmma-rs (256: four consumers)

@@ -188,7 +188,7 @@ GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
       return {&launch_sm90_mxfp4_rs_grouped_gemm1, &launch_sm90_mxfp4_rs_grouped_gemm2, 128, true,
               f.wgmma_bf16_blocks_per_sm};
     case Sm90Gemm::kWgmmaRs:
-      if (c.wgmma_rs_block_n == kRsFp8WideBlockN)
+      if (bucket.block_n == kRsFp8WideBlockN)
         return {&rs_fp8_gemm1<64, kRsFp8WideBlockN>, &rs_fp8_gemm2<64, kRsFp8WideBlockN>, kRsFp8WideBlockN, true,
                 f.wgmma_rs_wide_blocks_per_sm};
       if (bucket.block_m == 96)
@@ -396,7 +396,9 @@ void Sm90Pipeline::describe(SelectedConfig& out) const {
                                     sm90_gemm_name(l.bucket.gemm),
                                     l.decode_prefetch ? fmt::format(" ({} k steps of weights in flight{})", l.decode_prefetch,
                                                                     l.decode_split ? ", K split in two per block" : "")
-                                                      : std::string(),
+                                    : l.bucket.block_n ? fmt::format(" (n tiles of {} weight rows, {} consumer warpgroups)",
+                                                                     l.bucket.block_n, l.bucket.block_n / 64)
+                                                       : std::string(),
                                     l.bucket.block_m, grid_str(l.grid1), grid_str(l.grid2), l.steps.size(), steps)});
   }
 }

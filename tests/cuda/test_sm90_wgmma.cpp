@@ -133,16 +133,40 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   using G = Sm90Gemm;
   const MoeDesc d = flash_desc();
   const Sm90Config c = selected(d, {});
-  ASSERT_EQ(c.buckets.size(), 3u);  // decode with K split at T = 1, decode, wgmma
+  ASSERT_EQ(c.buckets.size(), 3u);  // decode with K split at T = 1, decode, wgmma-rs 64x256
   EXPECT_EQ(c.bucket(1).gemm, G::kDecode);
   EXPECT_EQ(c.bucket(kDecodeSplitMaxTokens).decode_split, 2);
   EXPECT_EQ(c.bucket(kDecodeSplitMaxTokens + 1).gemm, G::kDecode);
   EXPECT_EQ(c.bucket(kDecodeSplitMaxTokens + 1).decode_split, 1);
   EXPECT_EQ(c.bucket(kDecodeMaxTokens).gemm, G::kDecode);
-  EXPECT_EQ(c.bucket(kDecodeMaxTokens + 1).gemm, G::kWgmma);
-  EXPECT_EQ(c.bucket(8192).gemm, G::kWgmma);
+  EXPECT_EQ(c.bucket(kDecodeMaxTokens + 1).gemm, G::kWgmmaRs);
+  EXPECT_EQ(c.bucket(8192).gemm, G::kWgmmaRs);
   EXPECT_EQ(c.bucket(1).block_m, kDecodeBlockM);
-  EXPECT_EQ(c.bucket(8192).block_m, wgmma_tile_shape(kWgmmaDefaultTile).block_m);
+  EXPECT_EQ(c.bucket(1).block_n, 0);
+  EXPECT_EQ(c.bucket(8192).block_m, 64);
+  EXPECT_EQ(c.bucket(8192).block_n, kRsFp8WideBlockN);
+  SelectedConfig auto_out;
+  c.describe(auto_out);
+  EXPECT_NE(auto_out.str().find(fmt::format("wgmma_rs = auto from T = {} on 64x256 tiles", kDecodeMaxTokens + 1)),
+            std::string::npos) << auto_out.str();
+  EXPECT_NE(auto_out.str().find("by override (overrides.gemm = wgmma; auto takes wgmma-rs)"), std::string::npos)
+      << auto_out.str();
+  // FP8 wgmma where the four-consumer tile does not fit, or where overrides.tile pins its tile.
+  Sm90Facts no_wide_tile = all_available();
+  no_wide_tile.wgmma_rs_wide_blocks_per_sm[0] = 0;
+  const Sm90Config nw = selected(d, {}, no_wide_tile);
+  EXPECT_EQ(nw.bucket(8192).gemm, G::kWgmma);
+  EXPECT_EQ(nw.bucket(8192).block_m, wgmma_tile_shape(kWgmmaDefaultTile).block_m);
+  SelectedConfig nw_out;
+  nw.describe(nw_out);
+  EXPECT_NE(nw_out.str().find(fmt::format("auto from T = {}", kDecodeMaxTokens + 1)), std::string::npos) << nw_out.str();
+  EXPECT_NE(nw_out.str().find("not in auto (the kernels do not fit on this device)"), std::string::npos)
+      << nw_out.str();
+  KernelOverrides tile_pin;
+  tile_pin.tile = {128, 128};
+  const Sm90Config tp = selected(d, tile_pin);
+  EXPECT_EQ(tp.bucket(8192).gemm, G::kWgmma);
+  EXPECT_EQ(tp.bucket(8192).block_m, 128);
 
   MoeDesc exact = d;
   exact.numerics.exact_accumulation = true;
@@ -156,7 +180,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(l.bucket(16).gemm, G::kDecode);
   EXPECT_EQ(l.bucket(17).gemm, G::kMma);
   EXPECT_EQ(l.bucket(kWgmmaMinTokens - 1).gemm, G::kMma);
-  EXPECT_EQ(l.bucket(kWgmmaMinTokens).gemm, G::kWgmma);
+  EXPECT_EQ(l.bucket(kWgmmaMinTokens).gemm, G::kWgmmaRs);
 
   Sm90Facts unfolded = all_available();
   unfolded.w2_folded = false;
@@ -165,7 +189,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   no_decode.decode_unavailable = "too large";
   const Sm90Config nd = selected(d, {}, no_decode);
   EXPECT_EQ(nd.bucket(300).gemm, G::kMma);  // the decode range falls back to mma.sync
-  EXPECT_EQ(nd.bucket(kDecodeMaxTokens + 1).gemm, G::kWgmma);
+  EXPECT_EQ(nd.bucket(kDecodeMaxTokens + 1).gemm, G::kWgmmaRs);
 
   KernelOverrides forced;
   for (const GemmKernel k : {GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma}) {
@@ -204,6 +228,8 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   ASSERT_EQ(rs_wide.buckets.size(), 1u);
   EXPECT_EQ(rs_wide.bucket(8192).block_m, 64);
   EXPECT_EQ(rs_wide.wgmma_rs_block_n, kRsFp8WideBlockN);
+  EXPECT_EQ(rs_wide.bucket(1).block_n, kRsFp8WideBlockN);
+  EXPECT_EQ(rs.bucket(1).block_n, kRsFp8BlockN);
   SelectedConfig wide_out;
   rs_wide.describe(wide_out);
   EXPECT_NE(wide_out.str().find("wgmma_rs = available by override (overrides.gemm = wgmma-rs): 64x256 tiles"),
@@ -525,7 +551,7 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
     pipeline.describe(out);
     return out.str();
   };
-  // Auto: mxfp4's decode bucket quantizes and routes in one launch, the wgmma bucket in two.
+  // Auto: mxfp4's decode bucket quantizes and routes in one launch, the wgmma-rs bucket in two.
   const std::string plain = plan_of(d, {});
   EXPECT_NE(plain.find("plan T=1..1: decode GEMMs (2 k steps of weights in flight, K split in two per block), "
                        "routing m tiles of 16 rows; gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 4 steps "
@@ -535,7 +561,9 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
                        "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 4 steps (quantize x + routing (one "
                        "launch), gemm1, gemm2, combine)"),
             std::string::npos) << plain;
-  EXPECT_NE(plain.find("plan T=513..1024: wgmma GEMMs, routing m tiles of 64 rows"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("plan T=513..1024: wgmma-rs GEMMs (n tiles of 256 weight rows, 4 consumer warpgroups), "
+                       "routing m tiles of 64 rows; gemm1 grid min(m_tiles64(T) x 16, 132)"),
+            std::string::npos) << plain;
   EXPECT_NE(plain.find("5 steps (quantize x, routing, gemm1, gemm2, combine)"), std::string::npos) << plain;
   KernelOverrides unfused;
   unfused.fuse_quantize_route = false;

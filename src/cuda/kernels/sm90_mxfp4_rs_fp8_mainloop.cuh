@@ -34,7 +34,7 @@
 //     D   kBlockN shift words (the 4 k32 blocks of one weight row)   (W, D unused with kRegisters)
 //     SA  kBlockM E8M0 words (the 4 k32 blocks of one token), as copied
 //     SF  4 x kBlockM fp32: 2^(sa - 127) of k32 block kb at [kb][rs_fp8_scale_slot(token)]
-//   amax   [kConsumers][4 warps][kBlockM] fp32 (GEMM 1 epilogue: Q8 amax per token)
+//   amax   [kConsumers][kBlockM][4 warps] fp32 (GEMM 1 epilogue: Q8 amax per token)
 //   table  16 x 8 B: e4m3 magnitude bytes of codes 0..7 for shift d (15 unused)
 //   full[kStages], empty[kStages]  mbarriers (full: 128 producer arrivals; empty: one per
 //                                  consumer warp)

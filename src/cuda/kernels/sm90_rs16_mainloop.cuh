@@ -26,7 +26,7 @@
 // Shared memory (base aligned to 1024 bytes here):
 //   stage s < kStages:  2 column blocks (k 0..63, 64..127 of the step), each kBlockM rows x 128 B,
 //                       K-major with the 128-byte swizzle of ptx/wgmma.cuh
-//   amax                [2 consumers][4 warps][kBlockM] fp32 (mxfp4 GEMM 1 epilogue: Q8 amax per
+//   amax                [2 consumers][kBlockM][4 warps] fp32 (mxfp4 GEMM 1 epilogue: Q8 amax per
 //                       token; nvfp4 epilogues: [consumer][token] factor, rs_nvfp4_alphas)
 //   full[kStages], empty[kStages]  mbarriers (full: 128 producer arrivals; empty: one per
 //                                  consumer warp)

@@ -26,16 +26,17 @@ __device__ __forceinline__ float rs_col_scale(const GroupedGemmOperands& op, con
 // GEMM 1: rows f.row (gate, kernel row block 2b) and f.row + 8 (its up partner, block 2b + 1)
 // give h column 8b + g. A warpgroup's 64 kernel rows are the 32 h columns of one Q8 block: amax
 // over g by shuffles, over the 4 warps through shared memory, then e4m3 bytes and the E8M0 byte
-// as SwigluQ8Epilogue writes them.
+// as SwigluQ8Epilogue writes them. Each token's scale byte is derived once per warp: lane (g, t)
+// derives those of chunks i = g (mod 8) and hands them to the lanes that hold the chunk. h / 2^e
+// is taken as h * 2^-e, the same correctly rounded value (2^-e is exact for every scale byte).
 struct RsSwigluQ8Epilogue {
   template <class Cfg, class Smem>
   static __device__ __forceinline__ void apply(const SwigluEpilogueParams& ep, const GroupedGemmOperands& op,
                                                const TileCoord& t, const RsFragment& f, const Smem& sm,
                                                float (&acc)[Cfg::kAcc]) {
     constexpr int kChunks = Cfg::kAcc / 4;  // n8 token chunks
+    constexpr int kOwned = (kChunks + 7) / 8;  // chunks whose scale bytes a lane derives
     const float gate_scale = rs_col_scale(op, t, f.row), up_scale = rs_col_scale(op, t, f.row + 8);
-    const int g = f.row % 8;
-    const int h_col = (f.row / 16) * 8 + g;
     float h[kChunks][2];  // token column 8i + 2t + c
 #pragma unroll
     for (int i = 0; i < kChunks; ++i)
@@ -47,7 +48,8 @@ struct RsSwigluQ8Epilogue {
         const float up = round_to_bf16_device(acc[4 * i + 2 + c] * Cfg::kAccScale * up_scale);
         h[i][c] = clamped_swiglu_device(gate, up, ep.clamp, weight, ep.fast_math);
       }
-    float* amax = sm.amax(f.wg);  // [4 warps][kBlockM]
+    float* amax = sm.amax(f.wg);  // [kBlockM][4 warps]
+    const int g = f.row % 8;
 #pragma unroll
     for (int i = 0; i < kChunks; ++i)
 #pragma unroll
@@ -56,23 +58,37 @@ struct RsSwigluQ8Epilogue {
         m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 4));
         m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 8));
         m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16));
-        if (g == 0) amax[f.warp * Cfg::kBlockM + 8 * i + 2 * f.t + c] = m;
+        if (g == 0) amax[4 * (8 * i + 2 * f.t + c) + f.warp] = m;
       }
     ptx::named_barrier_sync(1 + f.wg, 128);
+    const int h_col = (f.row / 16) * 8 + g;
+    uint32_t owned[kOwned];  // scale bytes of columns 8 (g + 8j) + 2t + {0, 1}, packed
 #pragma unroll
-    for (int i = 0; i < kChunks; ++i)
+    for (int j = 0; j < kOwned; ++j) {
+      owned[j] = 0;
+      if (g + 8 * j >= kChunks) continue;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = 8 * (g + 8 * j) + 2 * f.t + c;
+        const float4 w = *reinterpret_cast<const float4*>(amax + 4 * col);
+        const uint32_t byte = q8_scale_byte_device(fmaxf(fmaxf(w.x, w.y), fmaxf(w.z, w.w)));
+        owned[j] |= byte << (8 * c);
+        if (f.warp == 0 && col < t.num_rows)
+          ep.h_scale[(t.row_begin + col) * (ep.intermediate / 32) + h_col / 32] = static_cast<uint8_t>(byte);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const uint32_t bytes = __shfl_sync(0xFFFFFFFFu, owned[i / 8], 4 * (i % 8) + f.t);
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int col = 8 * i + 2 * f.t + c;
-        const float m = fmaxf(fmaxf(amax[col], amax[Cfg::kBlockM + col]),
-                              fmaxf(amax[2 * Cfg::kBlockM + col], amax[3 * Cfg::kBlockM + col]));
         if (col >= t.num_rows) continue;
-        const uint32_t byte = q8_scale_byte_device(m);
-        const int64_t row = t.row_begin + col;
-        ep.h_q[row * ep.intermediate + h_col] =
-            static_cast<uint8_t>(float_to_e4m3_device(__fdiv_rn(h[i][c], e8m0_to_float_device(byte))));
-        if (f.warp == 0 && g == 0) ep.h_scale[row * (ep.intermediate / 32) + h_col / 32] = static_cast<uint8_t>(byte);
+        const float inv_scale = e8m0_to_float_device(254 - ((bytes >> (8 * c)) & 0xFF));  // 2^(127 - byte)
+        ep.h_q[static_cast<int64_t>(t.row_begin + col) * ep.intermediate + h_col] =
+            static_cast<uint8_t>(float_to_e4m3_device(h[i][c] * inv_scale));
       }
+    }
     ptx::named_barrier_sync(1 + f.wg, 128);  // amax is rewritten by the next tile
   }
 };
