@@ -5,8 +5,10 @@
 #
 #   scripts/device_pack.sh build-wgmma .device-bin-wgmma   (here, then on the device:)
 #   MOE_EP_DEVICE_BIN=.device-bin-wgmma scripts/device_wgmma.sh
-#   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench small wide nvfp4 sanitizer flash ncu ncu-source"
-#                              (default: all but split, decode, shared, small, wide, nvfp4, ncu and ncu-source)
+#   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench small wide cross nvfp4 sanitizer flash ncu
+#                       ncu-source ncu-layer"
+#                              (default: all but split, decode, shared, small, wide, cross, nvfp4, ncu, ncu-source
+#                               and ncu-layer)
 #   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight and K split in two
 #   small: the layer at T <= 128 (flash, tiny; pro T = 1, 8), default against --decode-split-k 1 (no split
 #     at T = 1), --decode-prefetch 4,
@@ -15,6 +17,9 @@
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
 #   wide: the layer at T = 512, 2048, 8192 (flash, pro), auto against wgmma-rs and wgmma-rs 64x256
 #   split: the rs fp8 kernels' time split by work (Sm90WgmmaTiming.RsFp8WorkSplit)
+#   cross: the decode GEMMs against wgmma-rs 64x256 at T = MOE_EP_CROSS_TOKENS (384 .. 1024), flash and pro
+#   ncu-layer: stall samples and issue rates of the layer's own GEMM launches (moe_ep bench, eager, one
+#     forward at T = MOE_EP_NCU_TOKENS, options MOE_EP_NCU_LAYER_ARGS, kernels MOE_EP_NCU_KERNEL)
 #   ncu-source: per-instruction stall samples (scripts/ncu_stall_ledger.py) of the kernels matching
 #     MOE_EP_NCU_KERNEL (default RsFp8TileConfig: the wgmma-rs kernels), MOE_EP_NCU_SKIP launches skipped, 2 profiled
 #   MOE_EP_WGMMA_BUDGET=280    seconds for all steps
@@ -195,7 +200,7 @@ fi
 
 # 6. The deepseek-v4-flash layer (E = 256) forced onto wgmma against the CPU layer, 20 reruns.
 if has flash; then
-  run_limited 300 "$TESTS" --gtest_filter='Kernels/Sm90WgmmaFlashLayer.*' > "$WORK/flash.log" 2>&1
+  run_limited 300 "$TESTS" --gtest_filter="${MOE_EP_FLASH_FILTER:-Kernels/Sm90WgmmaFlashLayer.*}" > "$WORK/flash.log" 2>&1
   rc=$?
   note "flash layer: rc=$rc $(gtest_counts "$WORK/flash.log")  ($(elapsed) s)"
   (( rc != 0 )) && FAILED=1
@@ -211,6 +216,40 @@ if has ncu; then
   note "ncu: rc=$?  ($(elapsed) s)"
   grep -E "sm90_mxfp4|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Issue Slots|Stall|Registers Per" \
     "$WORK/ncu.log" | sed 's/  */ /g' | head -70 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+# 7b. Where auto's decode bucket should end: the decode GEMMs against wgmma-rs 64x256 at T around
+# kDecodeMaxTokens (flash, pro).
+if has cross; then
+  for preset in flash pro; do
+    for run in "decode:" "wgmma-rs:--tile 64x256"; do
+      kernel=${run%%:*} pin=${run#*:}
+      # shellcheck disable=SC2086  # $pin is a list of options
+      run_limited 90 "$CLI" bench --device cuda --preset deepseek-v4-$preset --kernel "$kernel" $pin \
+        --tokens "${MOE_EP_CROSS_TOKENS:-384,512,640,768,1024}" --iters 20 --warmup 3 > "$WORK/cross.log" 2>&1
+      note "bench cross $preset [$kernel ${pin:-}]: rc=$?  ($(elapsed) s)"
+      grep -E "^ +[0-9]+ " "$WORK/cross.log" | sed 's/^/  /' >> "$SUMMARY"
+    done
+  done
+fi
+
+# 7c. The same stall samples as ncu-source, of the layer's own launches: `moe_ep bench` eager, one
+# forward at T = MOE_EP_NCU_TOKENS with MOE_EP_NCU_LAYER_ARGS (default: auto), the kernels matching
+# MOE_EP_NCU_KERNEL.
+if has ncu-layer; then
+  # shellcheck disable=SC2086  # the args are a list of options
+  run_limited 150 ncu --clock-control none --kernel-name-base demangled --kernel-name regex:"${MOE_EP_NCU_KERNEL:-RsFp8TileConfig}" \
+    --launch-skip "${MOE_EP_NCU_SKIP:-0}" --launch-count 2 --section SourceCounters --section WarpStateStats \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis -f -o "$WORK/layer" \
+    "$CLI" bench --device cuda --preset deepseek-v4-flash --tokens "${MOE_EP_NCU_TOKENS:-2048}" --eager --iters 1 \
+    --warmup 0 ${MOE_EP_NCU_LAYER_ARGS:-} > "$WORK/ncu_layer.log" 2>&1
+  note "ncu-layer: rc=$?  ($(elapsed) s)"
+  ncu -i "$WORK/layer.ncu-rep" --page source --csv --print-source sass > "$WORK/layer.csv" 2>> "$WORK/ncu_layer.log"
+  python3 scripts/ncu_stall_ledger.py "$WORK/layer.csv" --top 40 >> "$SUMMARY" 2>&1
+  ncu -i "$WORK/layer.ncu-rep" --page details --section WarpStateStats --section SpeedOfLight \
+    --section ComputeWorkloadAnalysis 2>/dev/null |
+    grep -E "Stall|Warp Cycles|Duration|Issue Slots|Issued Ipc|SM Busy|Executed Ipc|Compute \(SM\)|Memory Throughput|Eligible|Active Warps" |
+    sed 's/  */ /g' | head -60 | sed 's/^/  /' >> "$SUMMARY"
 fi
 
 # 8. Per-instruction stall samples (source page) of two launches of the kernels matching

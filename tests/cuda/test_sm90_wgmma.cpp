@@ -939,7 +939,8 @@ TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, Sm90WgmmaFlashLayer,
-                         ::testing::Values(FlashKernel{"wgmma", GemmKernel::kWgmma, Recipe::kMxfp4},
+                         ::testing::Values(FlashKernel{"auto", GemmKernel::kAuto, Recipe::kMxfp4},
+                                           FlashKernel{"wgmma", GemmKernel::kWgmma, Recipe::kMxfp4},
                                            FlashKernel{"wgmma_bf16", GemmKernel::kWgmmaBf16, Recipe::kMxfp4},
                                            FlashKernel{"wgmma_rs", GemmKernel::kWgmmaRs, Recipe::kMxfp4},
                                            FlashKernel{"wgmma_rs_64x256", GemmKernel::kWgmmaRs, Recipe::kMxfp4, "64x256"},
