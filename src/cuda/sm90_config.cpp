@@ -60,6 +60,10 @@ const char* sm90_gemm_name(Sm90Gemm gemm) {
   return "unknown";
 }
 
+int64_t mxfp4_decode_max_tokens(const MoeDesc& desc) {
+  return std::max(kDecodeMaxTokens, kDecodeMaxRowsPerExpert * desc.fleet.num_experts / std::max<int64_t>(desc.top_k, 1));
+}
+
 const Sm90Bucket& Sm90Config::bucket(int64_t num_tokens) const {
   for (const Sm90Bucket& b : buckets)
     if (num_tokens <= b.max_tokens) return b;
@@ -84,7 +88,7 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
   c.fast_math = desc.numerics.fast_math;
   c.quantize_input = desc.quantize_input;
   const bool mxfp4 = desc.recipe == Recipe::kMxfp4;
-  c.decode_max_tokens = mxfp4 ? kDecodeMaxTokens : kNvfp4DecodeMaxTokens;
+  c.decode_max_tokens = mxfp4 ? mxfp4_decode_max_tokens(desc) : kNvfp4DecodeMaxTokens;
   MOE_EP_CHECK_CODE(mxfp4 || o.gemm == GemmKernel::kAuto || o.gemm == GemmKernel::kMma ||
                         o.gemm == GemmKernel::kDecode || o.gemm == GemmKernel::kWgmma,
                     ErrorCode::kUnsupported,

@@ -18,9 +18,14 @@ namespace moe_ep::cuda {
 enum class Sm90Gemm { kDecode, kMma, kWgmma, kWgmmaBf16, kWgmmaRs, kNvfp4Mma, kNvfp4Decode, kNvfp4Wgmma };
 const char* sm90_gemm_name(Sm90Gemm gemm);
 
-// Auto: decode kernels up to this many tokens, where experts hold a few rows each and the
-// weight stream is the cost.
+// Auto: mxfp4's decode kernels up to the larger of kDecodeMaxTokens and the T at which the
+// experts hold kDecodeMaxRowsPerExpert rows each on average (T * top_k / E, E the global experts:
+// one rank's share at world size 1), where the weight stream is the cost. Against wgmma-rs 64x256
+// (H100, stop 30) the decode kernels win up to ~16 rows per expert on flash (T ~ 690) and ~15 on
+// pro (T ~ 960): bench/RESULTS.md.
 inline constexpr int64_t kDecodeMaxTokens = 512;
+inline constexpr int64_t kDecodeMaxRowsPerExpert = 15;
+int64_t mxfp4_decode_max_tokens(const MoeDesc& desc);
 // nvfp4's decode kernels against its 64 x 128 mma.sync ones (H200, deepseek-v4-flash): 1.5x to
 // 1.9x faster up to T = 512, 7% at T = 1536, 1% slower at T = 2048 (bench/RESULTS.md).
 inline constexpr int64_t kNvfp4DecodeMaxTokens = 1536;

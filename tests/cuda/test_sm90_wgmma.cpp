@@ -133,13 +133,22 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   using G = Sm90Gemm;
   const MoeDesc d = flash_desc();
   const Sm90Config c = selected(d, {});
+  // mxfp4's decode bound: kDecodeMaxTokens, or kDecodeMaxRowsPerExpert rows per expert where larger.
+  const int64_t decode_max = mxfp4_decode_max_tokens(d);
+  EXPECT_EQ(decode_max, kDecodeMaxRowsPerExpert * 256 / 6);  // flash: E = 256, K = 6: T = 640
+  MoeDesc pro_like = d;
+  pro_like.fleet.num_experts = 384;
+  EXPECT_EQ(mxfp4_decode_max_tokens(pro_like), 960);
+  MoeDesc few = d;
+  few.fleet.num_experts = 8;
+  EXPECT_EQ(mxfp4_decode_max_tokens(few), kDecodeMaxTokens);
   ASSERT_EQ(c.buckets.size(), 3u);  // decode with K split at T = 1, decode, wgmma-rs 64x256
   EXPECT_EQ(c.bucket(1).gemm, G::kDecode);
   EXPECT_EQ(c.bucket(kDecodeSplitMaxTokens).decode_split, 2);
   EXPECT_EQ(c.bucket(kDecodeSplitMaxTokens + 1).gemm, G::kDecode);
   EXPECT_EQ(c.bucket(kDecodeSplitMaxTokens + 1).decode_split, 1);
-  EXPECT_EQ(c.bucket(kDecodeMaxTokens).gemm, G::kDecode);
-  EXPECT_EQ(c.bucket(kDecodeMaxTokens + 1).gemm, G::kWgmmaRs);
+  EXPECT_EQ(c.bucket(decode_max).gemm, G::kDecode);
+  EXPECT_EQ(c.bucket(decode_max + 1).gemm, G::kWgmmaRs);
   EXPECT_EQ(c.bucket(8192).gemm, G::kWgmmaRs);
   EXPECT_EQ(c.bucket(1).block_m, kDecodeBlockM);
   EXPECT_EQ(c.bucket(1).block_n, 0);
@@ -147,7 +156,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(c.bucket(8192).block_n, kRsFp8WideBlockN);
   SelectedConfig auto_out;
   c.describe(auto_out);
-  EXPECT_NE(auto_out.str().find(fmt::format("wgmma_rs = auto from T = {} on 64x256 tiles", kDecodeMaxTokens + 1)),
+  EXPECT_NE(auto_out.str().find(fmt::format("wgmma_rs = auto from T = {} on 64x256 tiles", decode_max + 1)),
             std::string::npos) << auto_out.str();
   EXPECT_NE(auto_out.str().find("by override (overrides.gemm = wgmma; auto takes wgmma-rs)"), std::string::npos)
       << auto_out.str();
@@ -159,7 +168,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(nw.bucket(8192).block_m, wgmma_tile_shape(kWgmmaDefaultTile).block_m);
   SelectedConfig nw_out;
   nw.describe(nw_out);
-  EXPECT_NE(nw_out.str().find(fmt::format("auto from T = {}", kDecodeMaxTokens + 1)), std::string::npos) << nw_out.str();
+  EXPECT_NE(nw_out.str().find(fmt::format("auto from T = {}", decode_max + 1)), std::string::npos) << nw_out.str();
   EXPECT_NE(nw_out.str().find("not in auto (the kernels do not fit on this device)"), std::string::npos)
       << nw_out.str();
   KernelOverrides tile_pin;
@@ -170,7 +179,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
 
   MoeDesc exact = d;
   exact.numerics.exact_accumulation = true;
-  EXPECT_EQ(selected(exact, {}).bucket(kDecodeMaxTokens + 1).gemm, G::kMma);
+  EXPECT_EQ(selected(exact, {}).bucket(decode_max + 1).gemm, G::kMma);
   EXPECT_EQ(selected(exact, {}).bucket(1).gemm, G::kDecode);
   EXPECT_EQ(selected(exact, {}).bucket(1).decode_split, 1);  // the split's sums are not the CPU's
 
@@ -189,7 +198,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   no_decode.decode_unavailable = "too large";
   const Sm90Config nd = selected(d, {}, no_decode);
   EXPECT_EQ(nd.bucket(300).gemm, G::kMma);  // the decode range falls back to mma.sync
-  EXPECT_EQ(nd.bucket(kDecodeMaxTokens + 1).gemm, G::kWgmmaRs);
+  EXPECT_EQ(nd.bucket(decode_max + 1).gemm, G::kWgmmaRs);
 
   KernelOverrides forced;
   for (const GemmKernel k : {GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma}) {
@@ -401,7 +410,7 @@ TEST(Sm90Config, DecodeSplitKOverride) {
   EXPECT_EQ(c.bucket(kDecodeMaxTokens).decode_split, 2);
   SelectedConfig out;
   c.describe(out);
-  EXPECT_NE(out.str().find("16x128 tiles, auto up to T = 512, 2 k steps of weights in flight per warp, blocks/SM "
+  EXPECT_NE(out.str().find("16x128 tiles, auto up to T = 640, 2 k steps of weights in flight per warp, blocks/SM "
                            "2 / 2; K split in two per block (overrides.decode_split_k), blocks/SM 3 / 3"),
             std::string::npos) << out.str();
   KernelOverrides one;
@@ -557,11 +566,11 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
                        "routing m tiles of 16 rows; gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 4 steps "
                        "(quantize x + routing (one launch), gemm1, gemm2, combine)"),
             std::string::npos) << plain;
-  EXPECT_NE(plain.find("plan T=2..512: decode GEMMs (2 k steps of weights in flight), routing m tiles of 16 rows; "
+  EXPECT_NE(plain.find("plan T=2..640: decode GEMMs (2 k steps of weights in flight), routing m tiles of 16 rows; "
                        "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 4 steps (quantize x + routing (one "
                        "launch), gemm1, gemm2, combine)"),
             std::string::npos) << plain;
-  EXPECT_NE(plain.find("plan T=513..1024: wgmma-rs GEMMs (n tiles of 256 weight rows, 4 consumer warpgroups), "
+  EXPECT_NE(plain.find("plan T=641..1024: wgmma-rs GEMMs (n tiles of 256 weight rows, 4 consumer warpgroups), "
                        "routing m tiles of 64 rows; gemm1 grid min(m_tiles64(T) x 16, 132)"),
             std::string::npos) << plain;
   EXPECT_NE(plain.find("5 steps (quantize x, routing, gemm1, gemm2, combine)"), std::string::npos) << plain;
@@ -579,7 +588,7 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
   KernelOverrides split;
   split.decode_split_k = 2;
   const std::string split_plan = plan_of(d, split);
-  EXPECT_NE(split_plan.find("plan T=1..512: decode GEMMs (2 k steps of weights in flight, K split in two per block), "
+  EXPECT_NE(split_plan.find("plan T=1..640: decode GEMMs (2 k steps of weights in flight, K split in two per block), "
                             "routing m tiles of 16 rows"),
             std::string::npos) << split_plan;
   KernelOverrides fuse;
@@ -597,7 +606,7 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
   KernelOverrides all_fused = fuse;
   all_fused.fuse_combine = true;
   const std::string fused_both = plan_of(d, all_fused);
-  EXPECT_NE(fused_both.find("plan T=1..512: decode GEMMs (2 k steps of weights in flight), routing m tiles of 16 rows; "
+  EXPECT_NE(fused_both.find("plan T=1..640: decode GEMMs (2 k steps of weights in flight), routing m tiles of 16 rows; "
                             "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 3 steps (quantize x + routing "
                             "(one launch), gemm1, gemm2 + combine (one launch))"),
             std::string::npos) << fused_both;
