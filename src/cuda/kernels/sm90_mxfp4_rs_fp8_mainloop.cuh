@@ -77,10 +77,7 @@ enum class RsFp8Weights { kCpAsync, kBulk, kRegisters };
 // registers each, so a consumer keeps one partial set: it retires block j, promotes it and only
 // then issues block j + 1 into the same set, while the other three keep the tensor cores busy.
 // Twice the weight rows per copied token row, twice the warps per scheduler; 64-token tiles with
-// cp.async weights (the 1 KB of shift words a step is not one bulk unit). The producer runs on the
-// 24-register minimum (its spills are per step, and it mostly waits on the empty barriers) so the
-// consumers get 112: no spills in their loop, and room to load a block's token factors before the
-// decode and the wait, which hide the shared-memory latency the promotion used to stall on.
+// cp.async weights (the 1 KB of shift words a step is not one bulk unit).
 template <int kBlockM_, RsFp8Weights kWeights_ = RsFp8Weights::kCpAsync, int kWork_ = kRsFp8AllWork,
           int kConsumers_ = 2>
 struct RsFp8TileConfig {
@@ -104,8 +101,8 @@ struct RsFp8TileConfig {
   static constexpr int kLookahead = 3;  // k steps in flight (kStages - 2 measured no faster)
   static constexpr bool kOnePartialSet = kConsumers == 4;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kProducerRegs = kConsumers == 2 ? 56 : 24;
-  static constexpr int kConsumerRegs = kConsumers == 2 ? 224 : 112;
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 224 : 104;
   static_assert(kBlockM == 64 || kBlockM == 96, "m64n64k32 or m64n96k32 (n128 spills)");
   static_assert(kWeights_ != RsFp8Weights::kRegisters || kBlockM == 64, "the register slots spill at n96");
   static_assert(kConsumers == 2 || (kConsumers == 4 && kBlockM == 64 && kWeights_ == RsFp8Weights::kCpAsync),
@@ -324,26 +321,15 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
       ptx::wgmma_commit_group();
     };
     // acc += d * 2^sa of its tokens (k32 block kb of stage s).
-    // The factors of this thread's token columns for k32 block kb of stage s: float4 ip holds
-    // those of n8 chunks 2 ip and 2 ip + 1.
-    using Scales = float4[Cfg::kAcc / 8];
-    auto load_scales = [&](Scales& sc, int s, int kb) {
+    auto promote = [&](const float(&d)[Cfg::kAcc], int s, int kb) {
       const float* sf = sm.sf(s) + kb * Cfg::kBlockM + 4 * t;
 #pragma unroll
-      for (int ip = 0; ip < Cfg::kAcc / 8; ++ip) sc[ip] = *reinterpret_cast<const float4*>(sf + ip * 16);
-    };
-    auto promote_with = [&](const float(&d)[Cfg::kAcc], const Scales& sc) {
-#pragma unroll
       for (int ip = 0; ip < Cfg::kAcc / 8; ++ip) {  // n8 chunks 2 ip, 2 ip + 1
-        const float s8[8] = {sc[ip].x, sc[ip].y, sc[ip].x, sc[ip].y, sc[ip].z, sc[ip].w, sc[ip].z, sc[ip].w};
+        const float4 sc = *reinterpret_cast<const float4*>(sf + ip * 16);
+        const float s8[8] = {sc.x, sc.y, sc.x, sc.y, sc.z, sc.w, sc.z, sc.w};
 #pragma unroll
         for (int c = 0; c < 8; ++c) acc[8 * ip + c] = fmaf(d[8 * ip + c], s8[c], acc[8 * ip + c]);
       }
-    };
-    auto promote = [&](const float(&d)[Cfg::kAcc], int s, int kb) {
-      Scales sc;
-      load_scales(sc, s, kb);
-      promote_with(d, sc);
     };
     // K32 block kb of step ks (slot s) is in flight into set kb % 2 (blocks alternate sets, 4 per
     // step): decode the next block into the other fragment set, retire this one, issue the next
@@ -355,15 +341,13 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
       constexpr bool kFinal = decltype(final_constant)::value;
       constexpr int kb = decltype(kb_constant)::value, kb_next = (kb + 1) % 4, set = kb % 2, next = 1 - set;
       constexpr int set_p = Cfg::kOnePartialSet ? 0 : set, next_p = Cfg::kOnePartialSet ? 0 : next;
-      Scales sc;  // kOnePartialSet: loaded before the decode and the wait, which hide their latency
-      if constexpr (Cfg::kOnePartialSet) load_scales(sc, s, kb);
       if constexpr (!kFinal) {
         if constexpr (kb == 3) load_next();
         decode(kb_next, frag[next]);
       }
       ptx::wgmma_wait_group<0>();
       ptx::fence_operands(part[set_p]);
-      if constexpr (Cfg::kOnePartialSet) promote_with(part[set_p], sc);
+      if constexpr (Cfg::kOnePartialSet) promote(part[set_p], s, kb);
       if constexpr (!kFinal) issue(part[next_p], frag[next], kb == 3 ? (item + ks + 1) % S : s, kb_next);
       if constexpr (!Cfg::kOnePartialSet) promote(part[set_p], s, kb);
     };
