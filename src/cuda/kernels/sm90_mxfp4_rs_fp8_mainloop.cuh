@@ -100,6 +100,10 @@ struct RsFp8TileConfig {
   static constexpr int kStages = kBlockM == 64 ? 8 : 7;
   static constexpr int kLookahead = 3;  // k steps in flight (kStages - 2 measured no faster)
   static constexpr bool kOnePartialSet = kConsumers == 4;
+  // Four consumers: a tile of at most kNarrowRows token rows (an expert's last) runs m64 n(kNarrowRows)
+  // k32 wgmmas, promotions and epilogue over those rows only.
+  static constexpr bool kNarrowTiles = kConsumers == 4;
+  static constexpr int kNarrowRows = 48;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = kConsumers == 2 ? 224 : 104;
@@ -286,14 +290,16 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
   const int d_row = 64 * wg + 16 * warp + g;  // shift word of row g (d_row + 8: row g + 8)
   const uint64_t desc0 = ptx::wgmma_desc_k_major_sw128(ptx::smem_addr(sm.a(0)));
   auto desc = [&](int s, int kb) { return desc0 + s * (Cfg::kStageBytes >> 4) + 2 * kb; };  // 16-byte units
+  // One tile's mainloop and epilogue on kA accumulators per thread: m64 n(2 kA) k32 wgmmas over
+  // the tile's first 2 kA token rows.
   int item = 0;
-  for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-    const TileCoord tc = tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles);
+  auto run_tile = [&](const TileCoord& tc, auto acc_constant) {
+    constexpr int kA = decltype(acc_constant)::value;
     const RsFragment f{tc.n_tile * Cfg::kBlockN + d_row, t, warp, wg};
-    float acc[Cfg::kAcc];
+    float acc[kA];
 #pragma unroll
-    for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
-    float part[Cfg::kOnePartialSet ? 1 : 2][Cfg::kAcc];
+    for (int i = 0; i < kA; ++i) acc[i] = 0.0f;
+    float part[Cfg::kOnePartialSet ? 1 : 2][kA];
     uint32_t frag[2][4];
     uint4 w_g, w_g8;  // this k step's packed words of rows g and g + 8
     uint32_t d_g, d_g8;
@@ -315,16 +321,16 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
       decode_fp4_word_with(word_g, tab_g.x, tab_g.y, out[0], out[2]);
       decode_fp4_word_with(word_g8, tab_g8.x, tab_g8.y, out[1], out[3]);
     };
-    auto issue = [&](float(&d)[Cfg::kAcc], const uint32_t(&a)[4], int s, int kb) {
+    auto issue = [&](float(&d)[kA], const uint32_t(&a)[4], int s, int kb) {
       ptx::wgmma_fence();
       ptx::wgmma_k32_e4m3_rs_zero_d(d, a, desc(s, kb));
       ptx::wgmma_commit_group();
     };
     // acc += d * 2^sa of its tokens (k32 block kb of stage s).
-    auto promote = [&](const float(&d)[Cfg::kAcc], int s, int kb) {
+    auto promote = [&](const float(&d)[kA], int s, int kb) {
       const float* sf = sm.sf(s) + kb * Cfg::kBlockM + 4 * t;
 #pragma unroll
-      for (int ip = 0; ip < Cfg::kAcc / 8; ++ip) {  // n8 chunks 2 ip, 2 ip + 1
+      for (int ip = 0; ip < kA / 8; ++ip) {  // n8 chunks 2 ip, 2 ip + 1
         const float4 sc = *reinterpret_cast<const float4*>(sf + ip * 16);
         const float s8[8] = {sc.x, sc.y, sc.x, sc.y, sc.z, sc.w, sc.z, sc.w};
 #pragma unroll
@@ -444,8 +450,15 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
         release(s);
       }
     }
-    item += k_steps;
     Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
+  };
+  for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+    const TileCoord tc = tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles);
+    if (Cfg::kNarrowTiles && tc.num_rows <= Cfg::kNarrowRows)  // an expert's last tile: its rows only
+      run_tile(tc, std::integral_constant<int, Cfg::kNarrowRows / 2>{});
+    else
+      run_tile(tc, std::integral_constant<int, Cfg::kAcc>{});
+    item += k_steps;
   }
 }
 

@@ -1,6 +1,6 @@
 // Epilogues of the register-operand wgmma GEMMs (16-bit: sm90_rs16_mainloop.cuh, FP8:
-// sm90_mxfp4_rs_fp8_mainloop.cuh): one consumer thread's transposed m64 n(Cfg::kBlockM) fragment
-// (rows = weight rows, columns = tokens, Cfg::kAcc accumulators) to global memory, with the
+// sm90_mxfp4_rs_fp8_mainloop.cuh): one consumer thread's transposed m64 n(2 kAcc) fragment (rows =
+// weight rows, columns = the tile's first 2 kAcc tokens, kAcc accumulators) to global memory, with the
 // arithmetic of sm90_wgmma_epilogues.cuh (the same output formats; values equal up to the order
 // of the fp32 sums). Cfg::kAccScale takes the accumulator to the fold's units (exact, a power of
 // two), multiplied before the column factor so the product rounds once, as in the FP8 epilogues.
@@ -30,11 +30,11 @@ __device__ __forceinline__ float rs_col_scale(const GroupedGemmOperands& op, con
 // derives those of chunks i = g (mod 8) and hands them to the lanes that hold the chunk. h / 2^e
 // is taken as h * 2^-e, the same correctly rounded value (2^-e is exact for every scale byte).
 struct RsSwigluQ8Epilogue {
-  template <class Cfg, class Smem>
+  template <class Cfg, class Smem, int kAcc>
   static __device__ __forceinline__ void apply(const SwigluEpilogueParams& ep, const GroupedGemmOperands& op,
                                                const TileCoord& t, const RsFragment& f, const Smem& sm,
-                                               float (&acc)[Cfg::kAcc]) {
-    constexpr int kChunks = Cfg::kAcc / 4;  // n8 token chunks
+                                               float (&acc)[kAcc]) {
+    constexpr int kChunks = kAcc / 4;  // n8 token chunks
     constexpr int kOwned = (kChunks + 7) / 8;  // chunks whose scale bytes a lane derives
     const float gate_scale = rs_col_scale(op, t, f.row), up_scale = rs_col_scale(op, t, f.row + 8);
     float h[kChunks][2];  // token column 8i + 2t + c
@@ -95,13 +95,13 @@ struct RsSwigluQ8Epilogue {
 
 // GEMM 2: o[token, row] = bf16(acc * column factor).
 struct RsStoreBf16Epilogue {
-  template <class Cfg, class Smem>
+  template <class Cfg, class Smem, int kAcc>
   static __device__ __forceinline__ void apply(const StoreEpilogueParams& ep, const GroupedGemmOperands& op,
                                                const TileCoord& t, const RsFragment& f, const Smem&,
-                                               float (&acc)[Cfg::kAcc]) {
+                                               float (&acc)[kAcc]) {
     const float scale[2] = {rs_col_scale(op, t, f.row), rs_col_scale(op, t, f.row + 8)};
 #pragma unroll
-    for (int i = 0; i < Cfg::kAcc / 4; ++i)
+    for (int i = 0; i < kAcc / 4; ++i)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int col = 8 * i + 2 * f.t + (c & 1);
@@ -133,10 +133,10 @@ __device__ __forceinline__ void rs_nvfp4_alphas_done(const RsFragment& f) { ptx:
 
 // fn(i, c, col) for the tile's valid token columns col = 8 i + 2 f.t + c of a consumer thread
 // (its accumulators acc[4 i + c], row f.row, and acc[4 i + 2 + c], row f.row + 8).
-template <class Cfg, class Fn>
+template <int kAcc, class Fn>
 __device__ __forceinline__ void for_each_token_column(const TileCoord& t, const RsFragment& f, Fn&& fn) {
 #pragma unroll
-  for (int i = 0; i < Cfg::kAcc / 4; ++i)
+  for (int i = 0; i < kAcc / 4; ++i)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int col = 8 * i + 2 * f.t + c;
@@ -147,13 +147,13 @@ __device__ __forceinline__ void for_each_token_column(const TileCoord& t, const 
 // GEMM 1 of the nvfp4 recipe: rows f.row (gate) and f.row + 8 (up) give h column 8b + g as fp32
 // (its NVFP4 quantization is a separate pass over whole rows).
 struct RsSwigluF32Epilogue {
-  template <class Cfg, class Smem>
+  template <class Cfg, class Smem, int kAcc>
   static __device__ __forceinline__ void apply(const SwigluEpilogueParams& ep, const GroupedGemmOperands& op,
                                                const TileCoord& t, const RsFragment& f, const Smem& sm,
-                                               float (&acc)[Cfg::kAcc]) {
+                                               float (&acc)[kAcc]) {
     const float* alpha = rs_nvfp4_alphas<Cfg>(op, t, f, sm);
     const int h_col = (f.row / 16) * 8 + f.row % 8;
-    for_each_token_column<Cfg>(t, f, [&](int i, int c, int col) {
+    for_each_token_column<kAcc>(t, f, [&](int i, int c, int col) {
       const int64_t row = t.row_begin + col;
       const float gate = round_to_bf16_device(acc[4 * i + c] * alpha[col]);
       const float up = round_to_bf16_device(acc[4 * i + 2 + c] * alpha[col]);
@@ -166,12 +166,12 @@ struct RsSwigluF32Epilogue {
 
 // GEMM 2 of the nvfp4 recipe: o[token, row] = bf16(acc * alpha of the token).
 struct RsNvfp4StoreBf16Epilogue {
-  template <class Cfg, class Smem>
+  template <class Cfg, class Smem, int kAcc>
   static __device__ __forceinline__ void apply(const StoreEpilogueParams& ep, const GroupedGemmOperands& op,
                                                const TileCoord& t, const RsFragment& f, const Smem& sm,
-                                               float (&acc)[Cfg::kAcc]) {
+                                               float (&acc)[kAcc]) {
     const float* alpha = rs_nvfp4_alphas<Cfg>(op, t, f, sm);
-    for_each_token_column<Cfg>(t, f, [&](int i, int c, int col) {
+    for_each_token_column<kAcc>(t, f, [&](int i, int c, int col) {
       uint16_t* out = ep.out + static_cast<int64_t>(t.row_begin + col) * op.n + f.row;
       out[0] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * i + c] * alpha[col]));
       out[8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * i + 2 + c] * alpha[col]));

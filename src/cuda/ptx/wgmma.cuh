@@ -115,11 +115,27 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32
 }
 
 // D(64xN fp32) = A(64x32 e4m3) * B(Nx32 e4m3)^T with A in registers and D not accumulated
-// (scale-d = 0), for N = 64 and 96 (d[N / 2]). Per warp w of the warpgroup, rows 16w..16w+15 as
+// (scale-d = 0), for N = 48, 64 and 96 (d[N / 2]). Per warp w of the warpgroup, rows 16w..16w+15 as
 // the A fragment of mma.sync m16n8k32 e4m3 (a[0] = row g, k 4t..4t+3; a[1] = row g + 8;
 // a[2] = row g, k 16+4t..16+4t+3; a[3] = row g + 8; lane = 4g + t); B K-major in shared memory
 // (the layout above, one k32 slice = 32 bytes). As for the bf16 form, a[] and d[] belong to the
 // wgmma until a wgmma_wait_group has retired it.
+__device__ __forceinline__ void wgmma_m64n48k32_e4m3_rs_zero_d(float (&d)[24], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %29, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n48k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23}, "
+      "{%24, %25, %26, %27}, %28, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(0));
+}
+
 __device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs_zero_d(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
   asm volatile(
       "{\n"
@@ -160,8 +176,10 @@ __device__ __forceinline__ void wgmma_m64n96k32_e4m3_rs_zero_d(float (&d)[48], c
 // The form of the wgmma above with d[kN] accumulators (N = 2 kN).
 template <int kN>
 __device__ __forceinline__ void wgmma_k32_e4m3_rs_zero_d(float (&d)[kN], const uint32_t (&a)[4], uint64_t desc_b) {
-  static_assert(kN == 32 || kN == 48, "m64n64k32 or m64n96k32");
-  if constexpr (kN == 32)
+  static_assert(kN == 24 || kN == 32 || kN == 48, "m64n48k32, m64n64k32 or m64n96k32");
+  if constexpr (kN == 24)
+    wgmma_m64n48k32_e4m3_rs_zero_d(d, a, desc_b);
+  else if constexpr (kN == 32)
     wgmma_m64n64k32_e4m3_rs_zero_d(d, a, desc_b);
   else
     wgmma_m64n96k32_e4m3_rs_zero_d(d, a, desc_b);
