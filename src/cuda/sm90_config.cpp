@@ -269,7 +269,8 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
     }
     const Sm90Bucket next{lo, hi, g, block_m_of(g, lo, rs_block_n), 1, rs_block_n};
     if (!c.buckets.empty() && c.buckets.back().gemm == g && c.buckets.back().block_m == next.block_m &&
-        c.buckets.back().decode_split == 1 && c.buckets.back().block_n == next.block_n) {
+        c.buckets.back().decode_split == 1 && c.buckets.back().block_n == next.block_n &&
+        !c.buckets.back().narrow_tails) {
       c.buckets.back().max_tokens = hi;
       return;
     }
@@ -292,9 +293,13 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
   const bool use_wgmma = use_rs || (wgmma_ok && !c.exact_accumulation);
   const int64_t wgmma_lo = use_wgmma ? std::max(c.wgmma_min_tokens, decode_hi + 1) : max_tokens + 1;
   bucket(decode_hi + 1, std::min(wgmma_lo - 1, max_tokens), Sm90Gemm::kMma);
-  if (use_rs)
-    bucket(wgmma_lo, max_tokens, Sm90Gemm::kWgmmaRs, kRsFp8WideBlockN);
-  else
+  if (use_rs) {  // narrow tail tiles up to kNarrowTailsMaxRowsPerExpert rows per expert
+    const int64_t narrow_hi = std::min(
+        max_tokens, kNarrowTailsMaxRowsPerExpert * desc.fleet.num_experts / std::max<int64_t>(desc.top_k, 1));
+    bucket(wgmma_lo, narrow_hi, Sm90Gemm::kWgmmaRs, kRsFp8WideBlockN);
+    if (wgmma_lo <= narrow_hi) c.buckets.back().narrow_tails = true;
+    bucket(std::max(wgmma_lo, narrow_hi + 1), max_tokens, Sm90Gemm::kWgmmaRs, kRsFp8WideBlockN);
+  } else
     bucket(wgmma_lo, max_tokens, Sm90Gemm::kWgmma);
 }
 
@@ -369,8 +374,10 @@ void Sm90Config::describe(SelectedConfig& out) const {
   add_launch_fusions();
   const WgmmaTileShape ts = wgmma_tile_shape(wgmma_tile);
   int64_t rs_auto_from = 0, wgmma_auto_from = 0;  // the first T auto runs them at (0: none)
+  int64_t narrow_to = 0;                           // the last T of narrow tail tiles
   if (requested == GemmKernel::kAuto)
     for (const Sm90Bucket& b : buckets) {
+      if (b.narrow_tails) narrow_to = b.max_tokens;
       if (b.gemm == Sm90Gemm::kWgmmaRs && !rs_auto_from) rs_auto_from = std::max<int64_t>(b.min_tokens, 1);
       if (b.gemm == Sm90Gemm::kWgmma && !wgmma_auto_from) wgmma_auto_from = std::max<int64_t>(b.min_tokens, 1);
     }
@@ -392,8 +399,9 @@ void Sm90Config::describe(SelectedConfig& out) const {
   const int* rs_per_sm =
       wgmma_rs_block_n == kRsFp8WideBlockN ? facts.wgmma_rs_wide_blocks_per_sm : facts.wgmma_rs_blocks_per_sm;
   const std::string rs_auto =
-      rs_auto_from ? fmt::format("auto from T = {} on 64x256 tiles (four consumer warpgroups, blocks/SM {} / {}); ",
-                                 rs_auto_from, facts.wgmma_rs_wide_blocks_per_sm[0], facts.wgmma_rs_wide_blocks_per_sm[1])
+      rs_auto_from ? fmt::format("auto from T = {} on 64x256 tiles (four consumer warpgroups, blocks/SM {} / {}{}); ",
+                                 rs_auto_from, facts.wgmma_rs_wide_blocks_per_sm[0], facts.wgmma_rs_wide_blocks_per_sm[1],
+                                 narrow_to ? fmt::format(", tiles of <= 48 rows on n48 up to T = {}", narrow_to) : "")
                    : !by_t || wgmma_rs_auto_unavailable.empty() ? std::string()
                                                        : fmt::format("not in auto ({}); ", wgmma_rs_auto_unavailable);
   out.add("wgmma_rs", wgmma_rs_unavailable.empty()

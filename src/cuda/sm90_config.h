@@ -42,6 +42,11 @@ inline constexpr int64_t kWgmmaRsWideMinTokens = 4096;
 // (H and I multiples of 1024; not with exact accumulation). Measured on an H100, flash: T = 1
 // 59.0 -> 52.3 µs; T = 2 79.2 -> 87.4 (bench/RESULTS.md, stop 29).
 inline constexpr int64_t kDecodeSplitMaxTokens = 1;
+// Auto's wgmma-rs 64x256 buckets run an expert's last tile of <= 48 rows on n48 wgmmas while the
+// experts hold at most this many rows each on average (T * top_k / E): H200, flash T = 1024 / 2048
+// -11% / -2%, pro T = 2048 -9%; at T = 8192 (192 / 128 rows) the second tile form costs the
+// 64-row one registers, +3.5% (bench/RESULTS.md, stop 30).
+inline constexpr int64_t kNarrowTailsMaxRowsPerExpert = 64;
 
 // What the device and the loaded weights allow, measured before selection.
 struct Sm90Facts {
@@ -66,6 +71,7 @@ struct Sm90Bucket {
   int decode_split = 1;                    // decode buckets: K parts per block (1 or 2)
   int block_n = 0;                         // wgmma-rs buckets: weight rows per n tile (kRsFp8BlockN, or
                                            // kRsFp8WideBlockN: four consumer warpgroups); 0 elsewhere
+  bool narrow_tails = false;               // wgmma-rs 64x256: tiles of <= 48 rows on n48 wgmmas
 };
 
 struct Sm90Config {

@@ -186,14 +186,19 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
           }
         }
         facts.wgmma_rs_blocks_per_sm[g] = std::min(per_sm[0], per_sm[1]);
-        // The 64x256 tile (four consumer warpgroups), likewise.
-        const cudaError_t wide =
-            g == 0 ? configure_sm90_mxfp4_rs_fp8_grouped_gemm1(64, &facts.wgmma_rs_wide_blocks_per_sm[g], kRsFp8WideBlockN)
-                   : configure_sm90_mxfp4_rs_fp8_grouped_gemm2(64, &facts.wgmma_rs_wide_blocks_per_sm[g], kRsFp8WideBlockN);
-        if (wide != cudaSuccess) {
-          (void)cudaGetLastError();
-          facts.wgmma_rs_wide_blocks_per_sm[g] = 0;
+        // The 64x256 tile (four consumer warpgroups), both forms (with and without narrow tail
+        // tiles), likewise.
+        int wide_per_sm[2] = {0, 0};
+        for (int narrow = 0; narrow < 2; ++narrow) {
+          const cudaError_t wide =
+              g == 0 ? configure_sm90_mxfp4_rs_fp8_grouped_gemm1(64, &wide_per_sm[narrow], kRsFp8WideBlockN, narrow)
+                     : configure_sm90_mxfp4_rs_fp8_grouped_gemm2(64, &wide_per_sm[narrow], kRsFp8WideBlockN, narrow);
+          if (wide != cudaSuccess) {
+            (void)cudaGetLastError();
+            wide_per_sm[narrow] = 0;
+          }
         }
+        facts.wgmma_rs_wide_blocks_per_sm[g] = std::min(wide_per_sm[0], wide_per_sm[1]);
       }
     }
   } else if (configure_sm90_nvfp4_rs_grouped_gemm1(&facts.nvfp4_wgmma_blocks_per_sm[0]) != cudaSuccess ||

@@ -147,14 +147,14 @@ Sm90Pipeline::Gemm2Fn decode_gemm2_combine_fn(bool nvfp4, int prefetch) {
   return deep ? &decode_gemm2_combine<false, kDecodeDeepPrefetch> : &decode_gemm2_combine<false, kDecodePrefetch>;
 }
 
-template <int kBlockM, int kBlockN = kRsFp8BlockN>
+template <int kBlockM, int kBlockN = kRsFp8BlockN, bool kNarrowTails = false>
 cudaError_t rs_fp8_gemm1(const Gemm1Params& p, int grid, cudaStream_t s) {
-  return launch_sm90_mxfp4_rs_fp8_grouped_gemm1(kBlockM, p, grid, s, kBlockN);
+  return launch_sm90_mxfp4_rs_fp8_grouped_gemm1(kBlockM, p, grid, s, kBlockN, kNarrowTails);
 }
 
-template <int kBlockM, int kBlockN = kRsFp8BlockN>
+template <int kBlockM, int kBlockN = kRsFp8BlockN, bool kNarrowTails = false>
 cudaError_t rs_fp8_gemm2(const Gemm2Params& p, int grid, cudaStream_t s) {
-  return launch_sm90_mxfp4_rs_fp8_grouped_gemm2(kBlockM, p, grid, s, kBlockN);
+  return launch_sm90_mxfp4_rs_fp8_grouped_gemm2(kBlockM, p, grid, s, kBlockN, kNarrowTails);
 }
 
 GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
@@ -188,6 +188,9 @@ GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
       return {&launch_sm90_mxfp4_rs_grouped_gemm1, &launch_sm90_mxfp4_rs_grouped_gemm2, 128, true,
               f.wgmma_bf16_blocks_per_sm};
     case Sm90Gemm::kWgmmaRs:
+      if (bucket.block_n == kRsFp8WideBlockN && bucket.narrow_tails)
+        return {&rs_fp8_gemm1<64, kRsFp8WideBlockN, true>, &rs_fp8_gemm2<64, kRsFp8WideBlockN, true>, kRsFp8WideBlockN,
+                true, f.wgmma_rs_wide_blocks_per_sm};
       if (bucket.block_n == kRsFp8WideBlockN)
         return {&rs_fp8_gemm1<64, kRsFp8WideBlockN>, &rs_fp8_gemm2<64, kRsFp8WideBlockN>, kRsFp8WideBlockN, true,
                 f.wgmma_rs_wide_blocks_per_sm};
@@ -396,8 +399,9 @@ void Sm90Pipeline::describe(SelectedConfig& out) const {
                                     sm90_gemm_name(l.bucket.gemm),
                                     l.decode_prefetch ? fmt::format(" ({} k steps of weights in flight{})", l.decode_prefetch,
                                                                     l.decode_split ? ", K split in two per block" : "")
-                                    : l.bucket.block_n ? fmt::format(" (n tiles of {} weight rows, {} consumer warpgroups)",
-                                                                     l.bucket.block_n, l.bucket.block_n / 64)
+                                    : l.bucket.block_n ? fmt::format(" (n tiles of {} weight rows, {} consumer warpgroups{})",
+                                                                     l.bucket.block_n, l.bucket.block_n / 64,
+                                                                     l.bucket.narrow_tails ? ", tiles of <= 48 rows on n48" : "")
                                                        : std::string(),
                                     l.bucket.block_m, grid_str(l.grid1), grid_str(l.grid2), l.steps.size(), steps)});
   }

@@ -194,11 +194,13 @@ struct Kernels {
   int decode_prefetch = 0;  // > 0: the mxfp4 decode kernels (folded) with 2 or kDecodeDeepPrefetch k steps in flight
   int rs_fp8_consumers = 2;  // rs fp8: consumer warpgroups (4: n tiles of 256 weight rows, a probe)
   int decode_split = 1;      // decode kernels: K in 1 or 2 parts per block (2: kDecodePrefetch only)
+  bool rs_fp8_narrow_tails = false;  // four consumers, the library's form with tiles of <= 48 rows on n48
   bool folded() const { return wgmma || rs || rs_fp8_block_m > 0 || decode_prefetch > 0; }
   bool rs_fp8_probe() const {
-    return rs_fp8_block_m > 0 && (rs_fp8_weights != test::RsFp8WeightPath::kCpAsync || rs_fp8_work != kRsFp8All ||
-                                  rs_fp8_consumers != 2);
+    return rs_fp8_block_m > 0 && !rs_fp8_narrow_tails &&
+           (rs_fp8_weights != test::RsFp8WeightPath::kCpAsync || rs_fp8_work != kRsFp8All || rs_fp8_consumers != 2);
   }
+  int rs_fp8_block_n() const { return rs_fp8_consumers == 4 ? kRsFp8WideBlockN : kRsFp8BlockN; }
   test::RsFp8Variant rs_fp8_variant() const {
     return {rs_fp8_block_m, rs_fp8_weights, rs_fp8_work, rs_fp8_consumers};
   }
@@ -207,7 +209,8 @@ struct Kernels {
     if (decode_prefetch > 0) return fmt::format("decode, {} steps ahead", decode_prefetch);
     if (rs) return "rs bf16";
     if (rs_fp8_block_m > 0)
-      return fmt::format("rs fp8 {}{}{}{}{}", rs_fp8_block_m, rs_fp8_consumers == 2 ? "" : "x256",
+      return fmt::format("rs fp8 {}{}{}{}{}{}", rs_fp8_block_m, rs_fp8_consumers == 2 ? "" : "x256",
+                         rs_fp8_narrow_tails ? " narrow" : "",
                          rs_fp8_weights == test::RsFp8WeightPath::kBulk        ? " bulk"
                          : rs_fp8_weights == test::RsFp8WeightPath::kRegisters ? " registers"
                                                                                : "",
@@ -230,7 +233,9 @@ inline const std::vector<Kernels>& wgmma_variants() {
                                          {std::nullopt, WgmmaDecode::kQuad, false, 96, test::RsFp8WeightPath::kBulk},
                                          {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kRegisters},
                                          {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
-                                          kRsFp8All, 0, 4}};
+                                          kRsFp8All, 0, 4},
+                                         {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
+                                          kRsFp8All, 0, 4, 1, true}};
   return v;
 }
 
@@ -272,8 +277,10 @@ class GemmRun {
     } else if (k.rs_fp8_probe()) {
       MOE_EP_CUDA_CHECK(test::configure_rs_fp8_variant(k.rs_fp8_variant(), &per_sm1, &per_sm2));
     } else if (k.rs_fp8_block_m > 0) {
-      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_fp8_grouped_gemm1(k.rs_fp8_block_m, &per_sm1));
-      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_fp8_grouped_gemm2(k.rs_fp8_block_m, &per_sm2));
+      MOE_EP_CUDA_CHECK(
+          configure_sm90_mxfp4_rs_fp8_grouped_gemm1(k.rs_fp8_block_m, &per_sm1, k.rs_fp8_block_n(), k.rs_fp8_narrow_tails));
+      MOE_EP_CUDA_CHECK(
+          configure_sm90_mxfp4_rs_fp8_grouped_gemm2(k.rs_fp8_block_m, &per_sm2, k.rs_fp8_block_n(), k.rs_fp8_narrow_tails));
     } else if (k.wgmma) {
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm1(*k.wgmma, &per_sm1, k.decode));
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm2(*k.wgmma, &per_sm2, k.decode));
@@ -326,7 +333,8 @@ class GemmRun {
     } else if (k_.rs_fp8_probe()) {
       MOE_EP_CUDA_CHECK(test::launch_rs_fp8_variant_gemm1(k_.rs_fp8_variant(), g1, grid1_, nullptr));
     } else if (k_.rs_fp8_block_m > 0) {
-      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_fp8_grouped_gemm1(k_.rs_fp8_block_m, g1, grid1_, nullptr));
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_fp8_grouped_gemm1(k_.rs_fp8_block_m, g1, grid1_, nullptr, k_.rs_fp8_block_n(),
+                                                               k_.rs_fp8_narrow_tails));
     } else if (k_.wgmma)
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm1(*k_.wgmma, g1, grid1_, nullptr, k_.decode));
     else
@@ -359,7 +367,8 @@ class GemmRun {
     } else if (k_.rs_fp8_probe()) {
       MOE_EP_CUDA_CHECK(test::launch_rs_fp8_variant_gemm2(k_.rs_fp8_variant(), g2, grid2_, nullptr));
     } else if (k_.rs_fp8_block_m > 0) {
-      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_fp8_grouped_gemm2(k_.rs_fp8_block_m, g2, grid2_, nullptr));
+      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_fp8_grouped_gemm2(k_.rs_fp8_block_m, g2, grid2_, nullptr, k_.rs_fp8_block_n(),
+                                                               k_.rs_fp8_narrow_tails));
     } else if (k_.wgmma)
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm2(*k_.wgmma, g2, grid2_, nullptr, k_.decode));
     else

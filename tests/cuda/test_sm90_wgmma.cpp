@@ -142,7 +142,16 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   MoeDesc few = d;
   few.fleet.num_experts = 8;
   EXPECT_EQ(mxfp4_decode_max_tokens(few), kDecodeMaxTokens);
-  ASSERT_EQ(c.buckets.size(), 3u);  // decode with K split at T = 1, decode, wgmma-rs 64x256
+  // decode with K split at T = 1, decode, wgmma-rs 64x256 with narrow tail tiles up to
+  // kNarrowTailsMaxRowsPerExpert rows per expert, wgmma-rs 64x256
+  ASSERT_EQ(c.buckets.size(), 4u);
+  const int64_t narrow_max = kNarrowTailsMaxRowsPerExpert * 256 / 6;  // flash: T = 2730
+  EXPECT_TRUE(c.bucket(decode_max + 1).narrow_tails);
+  EXPECT_TRUE(c.bucket(narrow_max).narrow_tails);
+  EXPECT_EQ(c.bucket(narrow_max + 1).gemm, G::kWgmmaRs);
+  EXPECT_EQ(c.bucket(narrow_max + 1).block_n, kRsFp8WideBlockN);
+  EXPECT_FALSE(c.bucket(narrow_max + 1).narrow_tails);
+  EXPECT_FALSE(c.bucket(1).narrow_tails);
   EXPECT_EQ(c.bucket(1).gemm, G::kDecode);
   EXPECT_EQ(c.bucket(kDecodeSplitMaxTokens).decode_split, 2);
   EXPECT_EQ(c.bucket(kDecodeSplitMaxTokens + 1).gemm, G::kDecode);
@@ -159,6 +168,8 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_NE(auto_out.str().find(fmt::format("wgmma_rs = auto from T = {} on 64x256 tiles", decode_max + 1)),
             std::string::npos) << auto_out.str();
   EXPECT_NE(auto_out.str().find("by override (overrides.gemm = wgmma; auto takes wgmma-rs)"), std::string::npos)
+      << auto_out.str();
+  EXPECT_NE(auto_out.str().find(fmt::format("tiles of <= 48 rows on n48 up to T = {}", narrow_max)), std::string::npos)
       << auto_out.str();
   // FP8 wgmma where the four-consumer tile does not fit, or where overrides.tile pins its tile.
   Sm90Facts no_wide_tile = all_available();
@@ -235,6 +246,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   forced.tile = {64, 256};
   const Sm90Config rs_wide = selected(d, forced);
   ASSERT_EQ(rs_wide.buckets.size(), 1u);
+  EXPECT_FALSE(rs_wide.bucket(1024).narrow_tails);  // the override pins the plain form
   EXPECT_EQ(rs_wide.bucket(8192).block_m, 64);
   EXPECT_EQ(rs_wide.wgmma_rs_block_n, kRsFp8WideBlockN);
   EXPECT_EQ(rs_wide.bucket(1).block_n, kRsFp8WideBlockN);
@@ -570,8 +582,8 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
                        "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 4 steps (quantize x + routing (one "
                        "launch), gemm1, gemm2, combine)"),
             std::string::npos) << plain;
-  EXPECT_NE(plain.find("plan T=641..1024: wgmma-rs GEMMs (n tiles of 256 weight rows, 4 consumer warpgroups), "
-                       "routing m tiles of 64 rows; gemm1 grid min(m_tiles64(T) x 16, 132)"),
+  EXPECT_NE(plain.find("plan T=641..1024: wgmma-rs GEMMs (n tiles of 256 weight rows, 4 consumer warpgroups, "
+                       "tiles of <= 48 rows on n48), routing m tiles of 64 rows; gemm1 grid min(m_tiles64(T) x 16, 132)"),
             std::string::npos) << plain;
   EXPECT_NE(plain.find("5 steps (quantize x, routing, gemm1, gemm2, combine)"), std::string::npos) << plain;
   KernelOverrides unfused;
@@ -917,7 +929,7 @@ TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
     std::vector<double> ref;
   };
   std::vector<Case> cases;
-  for (int64_t T : {1, 7, 300, 4096}) {
+  for (int64_t T : {1, 7, 300, 4096, 1024}) {  // auto: decode, decode, decode, 64x256, 64x256 with narrow tail tiles
     testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, 0.05, preset.routed_scaling_factor,
                           static_cast<uint64_t>(900 + T), 0};
     cases.push_back({fmt::format("random T={}", T), from_synthetic(testing::make_inputs(is), p.top_k), row_subset(T, T, 40), {}});

@@ -178,15 +178,20 @@ cudaError_t launch_sm90_nvfp4_to_rs_f16(const uint8_t* packed, const uint8_t* sc
 // the kernels above, m tiles of block_m = 64 or 96 rows (the routing must list tiles of that
 // size), n a multiple of block_n, k of 128. Same params and outputs as the kernels above.
 // block_n = kRsFp8BlockN (two consumer warpgroups), or kRsFp8WideBlockN with block_m = 64 (four:
-// the same outputs, bit for bit).
+// the same outputs, bit for bit). narrow_tails (four consumers only): a tile of at most 48 rows runs
+// n48 wgmmas (the same outputs; faster where experts hold few rows, slower where they hold many).
 inline constexpr int kRsFp8BlockN = 128;
 inline constexpr int kRsFp8WideBlockN = 256;
-cudaError_t configure_sm90_mxfp4_rs_fp8_grouped_gemm1(int block_m, int* blocks_per_sm, int block_n = kRsFp8BlockN);
-cudaError_t configure_sm90_mxfp4_rs_fp8_grouped_gemm2(int block_m, int* blocks_per_sm, int block_n = kRsFp8BlockN);
+cudaError_t configure_sm90_mxfp4_rs_fp8_grouped_gemm1(int block_m, int* blocks_per_sm, int block_n = kRsFp8BlockN,
+                                                      bool narrow_tails = false);
+cudaError_t configure_sm90_mxfp4_rs_fp8_grouped_gemm2(int block_m, int* blocks_per_sm, int block_n = kRsFp8BlockN,
+                                                      bool narrow_tails = false);
 cudaError_t launch_sm90_mxfp4_rs_fp8_grouped_gemm1(int block_m, const Gemm1Params& params, int grid,
-                                                   cudaStream_t stream, int block_n = kRsFp8BlockN);
+                                                   cudaStream_t stream, int block_n = kRsFp8BlockN,
+                                                   bool narrow_tails = false);
 cudaError_t launch_sm90_mxfp4_rs_fp8_grouped_gemm2(int block_m, const Gemm2Params& params, int grid,
-                                                   cudaStream_t stream, int block_n = kRsFp8BlockN);
+                                                   cudaStream_t stream, int block_n = kRsFp8BlockN,
+                                                   bool narrow_tails = false);
 
 // Decode (small-batch) mxfp4 grouped GEMMs (sm90_mxfp4_decode_mainloop.cuh): mma.sync with the
 // weights on the m16 side, 16-row m tiles (the routing must list tiles of kDecodeBlockM rows),

@@ -79,7 +79,7 @@ enum class RsFp8Weights { kCpAsync, kBulk, kRegisters };
 // Twice the weight rows per copied token row, twice the warps per scheduler; 64-token tiles with
 // cp.async weights (the 1 KB of shift words a step is not one bulk unit).
 template <int kBlockM_, RsFp8Weights kWeights_ = RsFp8Weights::kCpAsync, int kWork_ = kRsFp8AllWork,
-          int kConsumers_ = 2>
+          int kConsumers_ = 2, bool kNarrowTails_ = false>
 struct RsFp8TileConfig {
   // The kernel body (sm90_rs_kernel.cuh) and its launch check: folded weights only.
   template <class Epilogue, class Params>
@@ -100,9 +100,11 @@ struct RsFp8TileConfig {
   static constexpr int kStages = kBlockM == 64 ? 8 : 7;
   static constexpr int kLookahead = 3;  // k steps in flight (kStages - 2 measured no faster)
   static constexpr bool kOnePartialSet = kConsumers == 4;
-  // Four consumers: a tile of at most kNarrowRows token rows (an expert's last) runs m64 n(kNarrowRows)
-  // k32 wgmmas, promotions and epilogue over those rows only.
-  static constexpr bool kNarrowTiles = kConsumers == 4;
+  // kNarrowTails_ (four consumers): a tile of at most kNarrowRows token rows (an expert's last) runs
+  // m64 n(kNarrowRows) k32 wgmmas, promotions and epilogue over those rows only. A second tile form
+  // in the same kernel costs the 64-row form registers (a few spills per k step), so it pays where
+  // experts hold few rows: the config picks it by T (Sm90Bucket::narrow_tails).
+  static constexpr bool kNarrowTiles = kNarrowTails_;
   static constexpr int kNarrowRows = 48;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kProducerRegs = 56;
@@ -111,6 +113,7 @@ struct RsFp8TileConfig {
   static_assert(kWeights_ != RsFp8Weights::kRegisters || kBlockM == 64, "the register slots spill at n96");
   static_assert(kConsumers == 2 || (kConsumers == 4 && kBlockM == 64 && kWeights_ == RsFp8Weights::kCpAsync),
                 "four consumers: 64-token tiles, cp.async weights");
+  static_assert(!kNarrowTails_ || kConsumers == 4, "narrow tail tiles: the four-consumer form");
   // setmaxnreg moves registers within the block's allocation: kThreads x the launch's share of
   // the register file (whole multiples of 8): 384 x 168, 640 x 96.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
