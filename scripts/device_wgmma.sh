@@ -15,7 +15,7 @@
 #     --fuse-quantize-route, --fuse-combine and all of them (nvfp4 flash: default and all)
 #   shared: the shared expert's dot-product kernels at T = 1, 4, row-major and tiled weights, cp.async and bulk copies
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
-#   wide: the layer at T = 512, 2048, 8192 (flash, pro), auto against wgmma-rs and wgmma-rs 64x256
+#   wide: the layer at T = 512, 2048, 8192 (flash, pro), auto against FP8 wgmma and the plain wgmma-rs 64x256
 #   split: the rs fp8 kernels' time split by work (Sm90WgmmaTiming.RsFp8WorkSplit)
 #   cross: the decode GEMMs against wgmma-rs 64x256 at T = MOE_EP_CROSS_TOKENS (384 .. 1024), flash and pro
 #   ncu-layer: stall samples and issue rates of the layer's own GEMM launches (moe_ep bench, eager, one
@@ -165,19 +165,27 @@ if has small; then  # timings only: the tests above check these plans' bits
   done
 fi
 
-# 4a'. Prefill in the layer: auto against wgmma-rs on its two tiles and on 64x256 (four consumer
-# warpgroups), flash and pro.
-if has wide; then  # timings only: Kernels/Sm90WgmmaFlashLayer checks the 64x256 plan's results
+# bench_kernels STEP TOKENS RUN...: `moe_ep bench` on flash and pro at TOKENS, once per RUN
+# ("kernel:options"), each run's table into the summary.
+bench_kernels() {
+  local step=$1 tokens=$2 preset run kernel pin
+  shift 2
   for preset in flash pro; do
-    for run in "auto:" "wgmma-rs:" "wgmma-rs:--tile 64x256"; do
+    for run in "$@"; do
       kernel=${run%%:*} pin=${run#*:}
       # shellcheck disable=SC2086  # $pin is a list of options
       run_limited 90 "$CLI" bench --device cuda --preset deepseek-v4-$preset --kernel "$kernel" $pin \
-        --tokens "${MOE_EP_WIDE_TOKENS:-512,2048,8192}" --iters 20 --warmup 3 > "$WORK/wide.log" 2>&1
-      note "bench wide $preset [$kernel ${pin:-}]: rc=$?  ($(elapsed) s)"
-      grep -E "^ +[0-9]+ " "$WORK/wide.log" | sed 's/^/  /' >> "$SUMMARY"
+        --tokens "$tokens" --iters 20 --warmup 3 > "$WORK/$step.log" 2>&1
+      note "bench $step $preset [$kernel ${pin:-}]: rc=$?  ($(elapsed) s)"
+      grep -E "^ +[0-9]+ " "$WORK/$step.log" | sed 's/^/  /' >> "$SUMMARY"
     done
   done
+}
+
+# 4a'. Prefill in the layer: auto (wgmma-rs 64x256, narrow tail tiles up to 64 rows per expert)
+# against FP8 wgmma and the plain 64x256 form, flash and pro.
+if has wide; then  # timings only: Kernels/Sm90WgmmaFlashLayer checks the plans' results
+  bench_kernels wide "${MOE_EP_WIDE_TOKENS:-512,2048,8192}" "auto:" "wgmma:" "wgmma-rs:--tile 64x256"
 fi
 
 # 4b. nvfp4: auto (decode / mma.sync) against nvfp4-wgmma, the same graph-replay bench.
@@ -219,18 +227,9 @@ if has ncu; then
 fi
 
 # 7b. Where auto's decode bucket should end: the decode GEMMs against wgmma-rs 64x256 at T around
-# kDecodeMaxTokens (flash, pro).
+# the decode bound (flash, pro).
 if has cross; then
-  for preset in flash pro; do
-    for run in "decode:" "wgmma-rs:--tile 64x256"; do
-      kernel=${run%%:*} pin=${run#*:}
-      # shellcheck disable=SC2086  # $pin is a list of options
-      run_limited 90 "$CLI" bench --device cuda --preset deepseek-v4-$preset --kernel "$kernel" $pin \
-        --tokens "${MOE_EP_CROSS_TOKENS:-384,512,640,768,1024}" --iters 20 --warmup 3 > "$WORK/cross.log" 2>&1
-      note "bench cross $preset [$kernel ${pin:-}]: rc=$?  ($(elapsed) s)"
-      grep -E "^ +[0-9]+ " "$WORK/cross.log" | sed 's/^/  /' >> "$SUMMARY"
-    done
-  done
+  bench_kernels cross "${MOE_EP_CROSS_TOKENS:-384,512,640,768,1024}" "decode:" "wgmma-rs:--tile 64x256"
 fi
 
 # 7c. The same stall samples as ncu-source, of the layer's own launches: `moe_ep bench` eager, one
