@@ -457,10 +457,14 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
   };
   for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
     const TileCoord tc = tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles);
-    if (Cfg::kNarrowTiles && tc.num_rows <= Cfg::kNarrowRows)  // an expert's last tile: its rows only
-      run_tile(tc, std::integral_constant<int, Cfg::kNarrowRows / 2>{});
-    else
+    if constexpr (Cfg::kNarrowTiles) {
+      if (tc.num_rows <= Cfg::kNarrowRows)  // an expert's last tile: its rows only
+        run_tile(tc, std::integral_constant<int, Cfg::kNarrowRows / 2>{});
+      else
+        run_tile(tc, std::integral_constant<int, Cfg::kAcc>{});
+    } else {
       run_tile(tc, std::integral_constant<int, Cfg::kAcc>{});
+    }
     item += k_steps;
   }
 }
