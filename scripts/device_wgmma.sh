@@ -9,7 +9,8 @@
 #                       ncu-source ncu-layer"
 #                              (default: all but split, decode, shared, small, wide, cross, nvfp4, ncu, ncu-source
 #                               and ncu-layer)
-#   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight and K split in two
+#   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight, K split in two and
+#     the weights by bulk copies into rings of 2 or 3 chunks per warp
 #   small: the layer at T <= 128 (flash, tiny; pro T = 1, 8), default against --decode-split-k 1 (no split
 #     at T = 1), --decode-prefetch 4,
 #     --fuse-quantize-route, --fuse-combine and all of them (nvfp4 flash: default and all)

@@ -30,6 +30,7 @@
 #include "cuda_test_util.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/quant.h"
+#include "decode_variant_probe.h"
 #include "rs_fp8_variant_probe.h"
 #include "testing/synthetic.h"
 
@@ -195,6 +196,8 @@ struct Kernels {
   int rs_fp8_consumers = 2;  // rs fp8: consumer warpgroups (4: n tiles of 256 weight rows, a probe)
   int decode_split = 1;      // decode kernels: K in 1 or 2 parts per block (2: kDecodePrefetch only)
   bool rs_fp8_narrow_tails = false;  // four consumers, the library's form with tiles of <= 48 rows on n48
+  int decode_bulk_slots = 0;  // decode kernels (kDecodePrefetch): > 0, the weights by bulk copies into a
+                              // ring of 2 or 3 chunks per warp (decode_variant_probe.h)
   bool folded() const { return wgmma || rs || rs_fp8_block_m > 0 || decode_prefetch > 0; }
   bool rs_fp8_probe() const {
     return rs_fp8_block_m > 0 && !rs_fp8_narrow_tails &&
@@ -206,6 +209,7 @@ struct Kernels {
   }
   std::string name() const {
     if (decode_prefetch > 0 && decode_split > 1) return fmt::format("decode, K split in {}", decode_split);
+    if (decode_prefetch > 0 && decode_bulk_slots > 0) return fmt::format("decode, bulk ring of {}", decode_bulk_slots);
     if (decode_prefetch > 0) return fmt::format("decode, {} steps ahead", decode_prefetch);
     if (rs) return "rs bf16";
     if (rs_fp8_block_m > 0)
@@ -265,6 +269,9 @@ class GemmRun {
     if (k.decode_prefetch > 0 && k.decode_split > 1) {
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_decode_split_gemm1(static_cast<int>(s.H), &per_sm1));
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_decode_split_gemm2(static_cast<int>(s.I), &per_sm2));
+    } else if (k.decode_prefetch > 0 && k.decode_bulk_slots > 0) {
+      MOE_EP_CUDA_CHECK(test::configure_decode_bulk(k.decode_bulk_slots, static_cast<int>(s.H), static_cast<int>(s.I),
+                                                    &per_sm1, &per_sm2));
     } else if (k.decode_prefetch > 0) {
       const bool deep = k.decode_prefetch == kDecodeDeepPrefetch;
       MOE_EP_CUDA_CHECK((deep ? configure_sm90_mxfp4_decode_deep_gemm1 : configure_sm90_mxfp4_decode_gemm1)(
@@ -323,6 +330,8 @@ class GemmRun {
     g1.epilogue.h_scale = h_scale_.get();
     if (k_.decode_prefetch > 0 && k_.decode_split > 1) {
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_decode_split_gemm1(g1, static_cast<int>(r_.max_tiles), nullptr));
+    } else if (k_.decode_prefetch > 0 && k_.decode_bulk_slots > 0) {
+      MOE_EP_CUDA_CHECK(test::launch_decode_bulk_gemm1(k_.decode_bulk_slots, g1, static_cast<int>(r_.max_tiles), nullptr));
     } else if (k_.decode_prefetch > 0) {
       const bool deep = k_.decode_prefetch == kDecodeDeepPrefetch;
       MOE_EP_CUDA_CHECK((deep ? launch_sm90_mxfp4_decode_deep_gemm1 : launch_sm90_mxfp4_decode_gemm1)(
@@ -357,6 +366,8 @@ class GemmRun {
     g2.epilogue.out = o_.get<uint16_t>();
     if (k_.decode_prefetch > 0 && k_.decode_split > 1) {
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_decode_split_gemm2(g2, static_cast<int>(r_.max_tiles), nullptr));
+    } else if (k_.decode_prefetch > 0 && k_.decode_bulk_slots > 0) {
+      MOE_EP_CUDA_CHECK(test::launch_decode_bulk_gemm2(k_.decode_bulk_slots, g2, static_cast<int>(r_.max_tiles), nullptr));
     } else if (k_.decode_prefetch > 0) {
       const bool deep = k_.decode_prefetch == kDecodeDeepPrefetch;
       MOE_EP_CUDA_CHECK((deep ? launch_sm90_mxfp4_decode_deep_gemm2 : launch_sm90_mxfp4_decode_gemm2)(

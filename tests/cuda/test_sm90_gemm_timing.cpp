@@ -57,8 +57,9 @@ TEST(Sm90WgmmaTiming, FlashSizeRandomBytesMatchMmaAndKernelTimes) {
 }
 
 // The decode kernels at small T, 2 against kDecodeDeepPrefetch k steps of weights in flight per
-// warp and against K split in two halves per block, at the flash size (random bytes, outputs
-// checked bitwise against each other; the split form within the recipe threshold). Weight TB/s
+// warp, against K split in two halves per block and against the weights by bulk copies into
+// rings of 2 or 3 chunks per warp, at the flash size (random bytes, outputs checked bitwise
+// against each other; the split form within the recipe threshold). Weight TB/s
 // = the active experts' FP4 weights and shift words over the time; the floor is the copy rate.
 TEST(Sm90WgmmaTiming, DecodePrefetchDepthAtSmallT) {
   MOE_EP_REQUIRE_WGMMA_TIMING();
@@ -69,16 +70,18 @@ TEST(Sm90WgmmaTiming, DecodePrefetchDepthAtSmallT) {
   for (int64_t T : timing_tokens({1, 2, 4, 8, 32, 128})) {
     const DeviceProblem p = random_problem(s, T, 300 + T);
     std::optional<GemmOutputs> first;
-    for (int form = 0; form < 3; ++form) {  // 2 ahead, 4 ahead, 2 ahead with K split in two
+    // 2 ahead, 4 ahead, 2 ahead with K split in two, bulk rings of 2 and 3 chunks per warp
+    for (int form = 0; form < 5; ++form) {
       Kernels k;
       k.decode_prefetch = form == 1 ? kDecodeDeepPrefetch : kDecodePrefetch;
       k.decode_split = form == 2 ? 2 : 1;
+      k.decode_bulk_slots = form == 3 ? 2 : form == 4 ? 3 : 0;
       GemmRun run(s, p, w, k);
       const double t1 = median_us([&] { run.gemm1(); });
       const double t2 = median_us([&] { run.gemm2(); });
       const GemmOutputs got = run.outputs();
       if (!first) first = got;
-      else if (form == 1) EXPECT_TRUE(got.h == first->h && got.o == first->o) << "T=" << T << ": the deep decode kernels differ";
+      else if (form != 2) EXPECT_TRUE(got.h == first->h && got.o == first->o) << "T=" << T << ": " << k.name() << " differs";
       else EXPECT_LE(rel_err_o(got, *first), cudatest::same_recipe_tolerance(Recipe::kMxfp4)) << "T=" << T << ": K split";
       const double experts = static_cast<double>(run.active_experts());
       const double bytes1 = experts * 2 * s.I * s.H * (0.5 + 1.0 / 32), bytes2 = experts * s.H * s.I * (0.5 + 1.0 / 32);

@@ -709,33 +709,44 @@ TEST_F(Sm90WgmmaKernels, BitwiseDeterministicOver20Reruns) {
   }
 }
 
-// The decode kernels with kDecodeDeepPrefetch k steps of weights in flight compute what the
-// regular ones do, in the same order: bitwise the same h, h scales and o (flash/E32 shape,
-// holes, an idle expert, one expert taking every row; outputs NaN-poisoned before each run).
-TEST_F(Sm90WgmmaKernels, DeepDecodeIsBitwiseTheDecodeKernels) {
-  const Shape s{"flash/E32", 32, 4096, 2048, 6};
-  const DeviceWeights& w = cached_device_weights(s, 47);
-  Kernels regular, deep;
+// The decode kernels with kDecodeDeepPrefetch k steps of weights in flight, and with the
+// weights by bulk copies into rings of 2 or 3 chunks per warp (decode_variant_probe.h), compute
+// what the regular ones do, in the same order: bitwise the same h, h scales and o (tiny and
+// flash/E32 shapes, holes, an idle expert, one expert taking every row; outputs NaN-poisoned
+// before each run).
+TEST_F(Sm90WgmmaKernels, DeepAndBulkDecodeAreBitwiseTheDecodeKernels) {
+  Kernels regular;
   regular.decode_prefetch = 2;
-  deep.decode_prefetch = kDecodeDeepPrefetch;
-  for (const RoutingCase& c : std::vector<RoutingCase>{{"random", 1, 0.0},
-                                                       {"random, 10% holes", 7, 0.1},
-                                                       {"expert 3 idle", 64, 0.0, 3},
-                                                       {"one expert, all rows", 40, 0.0, -1, 9},
-                                                       {"random", 300, 0.05}}) {
-    SCOPED_TRACE(fmt::format("{} T={}", c.name, c.T));
-    const DeviceProblem p = make_problem(s, make_inputs(s, c, 61 + static_cast<uint64_t>(c.T)));
-    GemmRun a(s, p, w, regular), b(s, p, w, deep);
-    a.gemm1();
-    a.gemm2();
-    b.gemm1();
-    b.gemm2();
-    const GemmOutputs ra = a.outputs(), rb = b.outputs();
-    ASSERT_FALSE(ra.o.empty());
-    EXPECT_TRUE(ra.h == rb.h && ra.h_scale == rb.h_scale && ra.o == rb.o) << "the deep decode kernels differ";
-    int64_t nan = 0;
-    for (uint16_t v : rb.o) nan += std::isnan(bf16_to_float(v));
-    EXPECT_EQ(nan, 0) << "unwritten (NaN-poisoned) outputs";
+  std::vector<Kernels> forms(3, regular);  // 4 k steps ahead; bulk rings of 2 and 3 chunks
+  forms[0].decode_prefetch = kDecodeDeepPrefetch;
+  forms[1].decode_bulk_slots = 2;
+  forms[2].decode_bulk_slots = 3;
+  // tiny: K = 256 / 128, one partial chunk per GEMM; flash/E32: 8 / 4 whole chunks.
+  for (const Shape& s : {Shape{"tiny", 16, 256, 128, 4}, Shape{"flash/E32", 32, 4096, 2048, 6}}) {
+    const DeviceWeights& w = cached_device_weights(s, 47);
+    for (const RoutingCase& c : std::vector<RoutingCase>{{"random", 1, 0.0},
+                                                         {"random, 10% holes", 7, 0.1},
+                                                         {"expert 3 idle", 64, 0.0, 3},
+                                                         {"one expert, all rows", 40, 0.0, -1, 9},
+                                                         {"random", 300, 0.05}}) {
+      const DeviceProblem p = make_problem(s, make_inputs(s, c, 61 + static_cast<uint64_t>(c.T)));
+      GemmRun a(s, p, w, regular);
+      a.gemm1();
+      a.gemm2();
+      const GemmOutputs ra = a.outputs();
+      ASSERT_FALSE(ra.o.empty());
+      for (const Kernels& k : forms) {
+        SCOPED_TRACE(fmt::format("{} {} T={} {}", s.name, c.name, c.T, k.name()));
+        GemmRun b(s, p, w, k);
+        b.gemm1();
+        b.gemm2();
+        const GemmOutputs rb = b.outputs();
+        EXPECT_TRUE(ra.h == rb.h && ra.h_scale == rb.h_scale && ra.o == rb.o) << "differs from the decode kernels";
+        int64_t nan = 0;
+        for (uint16_t v : rb.o) nan += std::isnan(bf16_to_float(v));
+        EXPECT_EQ(nan, 0) << "unwritten (NaN-poisoned) outputs";
+      }
+    }
   }
 }
 
@@ -792,6 +803,18 @@ TEST_F(Sm90WgmmaKernels, SplitDecodeMatchesTheDecodeKernels) {
 TEST_F(Sm90WgmmaKernels, SmallCaseForSanitizers) {
   const Shape s{"tiny", 16, 256, 128, 4};
   compare_kernels(s, {{"random, 10% holes", 150, 0.1}}, 77);
+  // The decode kernels with bulk weight rings (mbarriers, the async proxy), against the regular ones.
+  const DeviceWeights& w = cached_device_weights(s, 77);
+  const DeviceProblem p = make_problem(s, make_inputs(s, {"random, 10% holes", 40, 0.1}, 78));
+  Kernels regular, bulk;
+  regular.decode_prefetch = bulk.decode_prefetch = kDecodePrefetch;
+  bulk.decode_bulk_slots = 2;
+  GemmRun a(s, p, w, regular), b(s, p, w, bulk);
+  a.gemm1();
+  a.gemm2();
+  b.gemm1();
+  b.gemm2();
+  EXPECT_TRUE(a.outputs().o == b.outputs().o) << "the bulk decode kernels differ";
 }
 
 }  // namespace

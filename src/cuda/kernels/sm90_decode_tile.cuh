@@ -61,8 +61,9 @@ __device__ __forceinline__ bool decode_tile(const GroupedGemmSchedule& s, int n,
 // consumes a slot, refills it with fetch(slot) (the next k step in order) and calls advance()
 // after every round of kPrefetch slots, so nothing is copied between registers.
 // kGroups: the block's 16-row groups (warp w streams group w % kGroups); first_step, steps: the
-// k steps this warp streams (all of them, or its part of a split K).
-template <class ScaleWord, int kPrefetch, int kGroups = kDecodeWarps>
+// k steps this warp streams (all of them, or its part of a split K). kWeights = false: the scale
+// words only (the weights come another way).
+template <class ScaleWord, int kPrefetch, int kGroups = kDecodeWarps, bool kWeights = true>
 struct DecodeWeightStream {
   static constexpr int kScaleBytes = sizeof(ScaleWord);
   const uint8_t* w_ptr[2];  // micro-tile j at the round's first k step
@@ -94,7 +95,7 @@ struct DecodeWeightStream {
   __device__ __forceinline__ void fetch(int slot) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      w[slot][j] = ptx::ld_stream_v4(w_ptr[j] + slot * kWeightMicroTileBytes);
+      if constexpr (kWeights) w[slot][j] = ptx::ld_stream_v4(w_ptr[j] + slot * kWeightMicroTileBytes);
       if constexpr (kScaleBytes == 4)
         s[slot][j] = ptx::ld_stream_u32(s_ptr + 8 * kScaleBytes * j);
       else
