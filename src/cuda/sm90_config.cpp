@@ -385,8 +385,9 @@ void Sm90Config::describe(SelectedConfig& out) const {
   const std::string wgmma_auto =
       !by_t                ? ""
       : wgmma_auto_from    ? fmt::format(", auto from T = {}", wgmma_auto_from)
+      : rs_auto_from       ? ", by override (overrides.gemm = wgmma; auto takes wgmma-rs)"
       : exact_accumulation ? ", not in auto (exact_accumulation)"
-                           : ", by override (overrides.gemm = wgmma; auto takes wgmma-rs)";
+                           : ", not in auto (no T bucket of this layer above the decode ones)";
   out.add("wgmma", wgmma_unavailable.empty()
                        ? fmt::format("available: {}x{} tiles{}, blocks/SM {} / {}", ts.block_m, ts.block_n,
                                      wgmma_auto, facts.wgmma_blocks_per_sm[0], facts.wgmma_blocks_per_sm[1])

@@ -187,7 +187,7 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
         }
         facts.wgmma_rs_blocks_per_sm[g] = std::min(per_sm[0], per_sm[1]);
         // The 64x256 tile (four consumer warpgroups), both forms (with and without narrow tail
-        // tiles), likewise.
+        // tiles), likewise: available where both fit (they take the same shared memory).
         int wide_per_sm[2] = {0, 0};
         for (int narrow = 0; narrow < 2; ++narrow) {
           const cudaError_t wide =
