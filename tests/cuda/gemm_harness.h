@@ -195,17 +195,20 @@ struct Kernels {
   int decode_prefetch = 0;  // > 0: the mxfp4 decode kernels (folded) with 2 or kDecodeDeepPrefetch k steps in flight
   int rs_fp8_consumers = 2;  // rs fp8: consumer warpgroups (4: n tiles of 256 weight rows, a probe)
   int decode_split = 1;      // decode kernels: K in 1 or 2 parts per block (2: kDecodePrefetch only)
-  bool rs_fp8_narrow_tails = false;  // four consumers, the library's form with tiles of <= 48 rows on n48
+  // rs fp8, four consumers: tiles of <= 48 rows on n48 wgmmas: 0 never, 1 in tile order (the
+  // library's form), 2 in a second pass (a probe)
+  int rs_fp8_tails = 0;
   int decode_bulk_slots = 0;  // decode kernels (kDecodePrefetch): > 0, the weights by bulk copies into a
                               // ring of 2 or 3 chunks per warp (decode_variant_probe.h)
   bool folded() const { return wgmma || rs || rs_fp8_block_m > 0 || decode_prefetch > 0; }
   bool rs_fp8_probe() const {
-    return rs_fp8_block_m > 0 && !rs_fp8_narrow_tails &&
-           (rs_fp8_weights != test::RsFp8WeightPath::kCpAsync || rs_fp8_work != kRsFp8All || rs_fp8_consumers != 2);
+    return rs_fp8_block_m > 0 && rs_fp8_tails != 1 &&
+           (rs_fp8_weights != test::RsFp8WeightPath::kCpAsync || rs_fp8_work != kRsFp8All || rs_fp8_consumers != 2 ||
+            rs_fp8_tails == 2);
   }
   int rs_fp8_block_n() const { return rs_fp8_consumers == 4 ? kRsFp8WideBlockN : kRsFp8BlockN; }
   test::RsFp8Variant rs_fp8_variant() const {
-    return {rs_fp8_block_m, rs_fp8_weights, rs_fp8_work, rs_fp8_consumers};
+    return {rs_fp8_block_m, rs_fp8_weights, rs_fp8_work, rs_fp8_consumers, rs_fp8_tails == 2};
   }
   std::string name() const {
     if (decode_prefetch > 0 && decode_split > 1) return fmt::format("decode, K split in {}", decode_split);
@@ -214,7 +217,7 @@ struct Kernels {
     if (rs) return "rs bf16";
     if (rs_fp8_block_m > 0)
       return fmt::format("rs fp8 {}{}{}{}{}{}", rs_fp8_block_m, rs_fp8_consumers == 2 ? "" : "x256",
-                         rs_fp8_narrow_tails ? " narrow" : "",
+                         rs_fp8_tails == 1 ? " narrow" : rs_fp8_tails == 2 ? " narrow last" : "",
                          rs_fp8_weights == test::RsFp8WeightPath::kBulk        ? " bulk"
                          : rs_fp8_weights == test::RsFp8WeightPath::kRegisters ? " registers"
                                                                                : "",
@@ -239,7 +242,9 @@ inline const std::vector<Kernels>& wgmma_variants() {
                                          {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
                                           kRsFp8All, 0, 4},
                                          {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
-                                          kRsFp8All, 0, 4, 1, true}};
+                                          kRsFp8All, 0, 4, 1, 1},
+                                         {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
+                                          kRsFp8All, 0, 4, 1, 2}};
   return v;
 }
 
@@ -285,9 +290,9 @@ class GemmRun {
       MOE_EP_CUDA_CHECK(test::configure_rs_fp8_variant(k.rs_fp8_variant(), &per_sm1, &per_sm2));
     } else if (k.rs_fp8_block_m > 0) {
       MOE_EP_CUDA_CHECK(
-          configure_sm90_mxfp4_rs_fp8_grouped_gemm1(k.rs_fp8_block_m, &per_sm1, k.rs_fp8_block_n(), k.rs_fp8_narrow_tails));
+          configure_sm90_mxfp4_rs_fp8_grouped_gemm1(k.rs_fp8_block_m, &per_sm1, k.rs_fp8_block_n(), k.rs_fp8_tails == 1));
       MOE_EP_CUDA_CHECK(
-          configure_sm90_mxfp4_rs_fp8_grouped_gemm2(k.rs_fp8_block_m, &per_sm2, k.rs_fp8_block_n(), k.rs_fp8_narrow_tails));
+          configure_sm90_mxfp4_rs_fp8_grouped_gemm2(k.rs_fp8_block_m, &per_sm2, k.rs_fp8_block_n(), k.rs_fp8_tails == 1));
     } else if (k.wgmma) {
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm1(*k.wgmma, &per_sm1, k.decode));
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm2(*k.wgmma, &per_sm2, k.decode));
@@ -343,7 +348,7 @@ class GemmRun {
       MOE_EP_CUDA_CHECK(test::launch_rs_fp8_variant_gemm1(k_.rs_fp8_variant(), g1, grid1_, nullptr));
     } else if (k_.rs_fp8_block_m > 0) {
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_fp8_grouped_gemm1(k_.rs_fp8_block_m, g1, grid1_, nullptr, k_.rs_fp8_block_n(),
-                                                               k_.rs_fp8_narrow_tails));
+                                                               k_.rs_fp8_tails == 1));
     } else if (k_.wgmma)
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm1(*k_.wgmma, g1, grid1_, nullptr, k_.decode));
     else
@@ -379,7 +384,7 @@ class GemmRun {
       MOE_EP_CUDA_CHECK(test::launch_rs_fp8_variant_gemm2(k_.rs_fp8_variant(), g2, grid2_, nullptr));
     } else if (k_.rs_fp8_block_m > 0) {
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_fp8_grouped_gemm2(k_.rs_fp8_block_m, g2, grid2_, nullptr, k_.rs_fp8_block_n(),
-                                                               k_.rs_fp8_narrow_tails));
+                                                               k_.rs_fp8_tails == 1));
     } else if (k_.wgmma)
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm2(*k_.wgmma, g2, grid2_, nullptr, k_.decode));
     else

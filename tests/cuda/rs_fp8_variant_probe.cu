@@ -43,11 +43,14 @@ template <class F>
 cudaError_t with_variant(const RsFp8Variant& v, F&& f) {
   if (v.consumers == 4) {
     if (v.block_m != 64 || v.weights != RsFp8WeightPath::kCpAsync) return cudaErrorInvalidValue;
+    if (v.narrow_last)
+      return v.work == 7 ? f(RsFp8TileConfig<64, RsFp8Weights::kCpAsync, 7, 4, RsFp8Tails::kNarrowLast>{})
+                         : cudaErrorInvalidValue;
     if (v.work == 7) return f(RsFp8TileConfig<64, RsFp8Weights::kCpAsync, 7, 4>{});
     if (v.work == 4) return f(RsFp8TileConfig<64, RsFp8Weights::kCpAsync, 4, 4>{});
     return cudaErrorInvalidValue;
   }
-  if (v.consumers != 2) return cudaErrorInvalidValue;
+  if (v.consumers != 2 || v.narrow_last) return cudaErrorInvalidValue;
   if (v.block_m == 64) return with_weights<64>(v, f);
   if (v.block_m == 96) return with_weights<96>(v, f);
   return cudaErrorInvalidValue;

@@ -1,6 +1,7 @@
 // rs fp8 grouped GEMMs (kernels/sm90_mxfp4_rs_fp8_mainloop.cuh) in configurations the library
 // does not launch (tests/cuda/rs_fp8_variant_probe.cu): the weights by bulk copies or straight
-// into the consumers' registers, four consumer warpgroups, and the mainloop with parts of its
+// into the consumers' registers, four consumer warpgroups (narrow tail tiles in a second pass),
+// and the mainloop with parts of its
 // work left out, which splits a kernel's time between the activation copies, the weight copies
 // and the math.
 #pragma once
@@ -21,6 +22,8 @@ struct RsFp8Variant {
   int work = 7;      // RsFp8Work bits: 1 activation copies, 2 weight copies, 4 math
   int consumers = 2;  // consumer warpgroups: 2 (n tiles of 128 weight rows) or 4 (256; 64-token
                       // tiles, cp.async weights, the whole kernel or its math only)
+  bool narrow_last = false;  // four consumers, whole kernel: tiles of <= 48 rows on n48 wgmmas in a
+                             // second pass (RsFp8Tails::kNarrowLast)
 };
 
 // Plan-time configuration of both GEMMs' kernels (blocks per SM of each).

@@ -152,6 +152,13 @@ TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
       k.rs_fp8_consumers = 4;
       variants.push_back(k);
     }
+    for (int tails : {1, 2}) {  // four consumers, narrow tail tiles in tile order / in a second pass
+      Kernels k;
+      k.rs_fp8_block_m = 64;
+      k.rs_fp8_consumers = 4;
+      k.rs_fp8_tails = tails;
+      variants.push_back(k);
+    }
     for (const Kernels& k : variants) {
       const int work = k.rs_fp8_work;
       GemmRun run(s, p, w, k);

@@ -72,7 +72,7 @@ void compare_kernels(const Shape& s, const std::vector<RoutingCase>& cases, uint
       // four consumer warpgroups split the same rows differently over the same sums, and narrow
       // tail tiles compute their rows' columns alone. The reference: the two-consumer cp.async
       // kernel of each m tile.
-      const bool rs_fp8_reference = k.rs_fp8_block_m > 0 && !k.rs_fp8_probe() && !k.rs_fp8_narrow_tails;
+      const bool rs_fp8_reference = k.rs_fp8_block_m > 0 && !k.rs_fp8_probe() && k.rs_fp8_tails == 0;
       if (rs_fp8_reference)
         rs_fp8_chain[k.rs_fp8_block_m] = chain;
       else if (k.rs_fp8_block_m > 0) {

@@ -8,10 +8,10 @@
 namespace moe_ep::cuda {
 namespace {
 
-template <bool kNarrowTails>
-using RsFp8Wide = RsFp8TileConfig<64, RsFp8Weights::kCpAsync, kRsFp8AllWork, 4, kNarrowTails>;
+template <RsFp8Tails kTails>
+using RsFp8Wide = RsFp8TileConfig<64, RsFp8Weights::kCpAsync, kRsFp8AllWork, 4, kTails>;
 static_assert(RsFp8TileConfig<64>::kBlockN == kRsFp8BlockN && RsFp8TileConfig<96>::kBlockN == kRsFp8BlockN &&
-              RsFp8Wide<false>::kBlockN == kRsFp8WideBlockN);
+              RsFp8Wide<RsFp8Tails::kFull>::kBlockN == kRsFp8WideBlockN);
 
 // Calls f(Cfg{}) with the configuration of (block_m, block_n, narrow_tails); cudaErrorInvalidValue
 // for none.
@@ -19,7 +19,7 @@ template <class F>
 cudaError_t with_rs_fp8_config(int block_m, int block_n, bool narrow_tails, F&& f) {
   if (block_n == kRsFp8WideBlockN) {
     if (block_m != 64) return cudaErrorInvalidValue;
-    return narrow_tails ? f(RsFp8Wide<true>{}) : f(RsFp8Wide<false>{});
+    return narrow_tails ? f(RsFp8Wide<RsFp8Tails::kNarrow>{}) : f(RsFp8Wide<RsFp8Tails::kFull>{});
   }
   if (block_n != kRsFp8BlockN || narrow_tails) return cudaErrorInvalidValue;
   switch (block_m) {

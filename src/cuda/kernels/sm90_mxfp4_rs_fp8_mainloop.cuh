@@ -78,8 +78,16 @@ enum class RsFp8Weights { kCpAsync, kBulk, kRegisters };
 // then issues block j + 1 into the same set, while the other three keep the tensor cores busy.
 // Twice the weight rows per copied token row, twice the warps per scheduler; 64-token tiles with
 // cp.async weights (the 1 KB of shift words a step is not one bulk unit).
+// How a four-consumer kernel runs an expert's last tile of at most kNarrowRows token rows:
+//   kFull        as any other (64 rows of tensor work, promotions and epilogue);
+//   kNarrow      on m64 n(kNarrowRows) k32 wgmmas, over its rows only, in tile order;
+//   kNarrowLast  the same, in a second pass after the block's other tiles
+//                (for_each_block_tile), which keeps the 64-row loop free of the narrow form's
+//                registers (with both forms in one loop it spills a few registers per k step).
+enum class RsFp8Tails { kFull, kNarrow, kNarrowLast };
+
 template <int kBlockM_, RsFp8Weights kWeights_ = RsFp8Weights::kCpAsync, int kWork_ = kRsFp8AllWork,
-          int kConsumers_ = 2, bool kNarrowTails_ = false>
+          int kConsumers_ = 2, RsFp8Tails kTails_ = RsFp8Tails::kFull>
 struct RsFp8TileConfig {
   // The kernel body (sm90_rs_kernel.cuh) and its launch check: folded weights only.
   template <class Epilogue, class Params>
@@ -100,12 +108,13 @@ struct RsFp8TileConfig {
   static constexpr int kStages = kBlockM == 64 ? 8 : 7;
   static constexpr int kLookahead = 3;  // k steps in flight (kStages - 2 measured no faster)
   static constexpr bool kOnePartialSet = kConsumers == 4;
-  // kNarrowTails_ (four consumers): a tile of at most kNarrowRows token rows (an expert's last) runs
-  // m64 n(kNarrowRows) k32 wgmmas, promotions and epilogue over those rows only. A second tile form
-  // in the same kernel costs the 64-row form registers (a few spills per k step), so it pays where
-  // experts hold few rows: the config picks it by T (Sm90Bucket::narrow_tails).
-  static constexpr bool kNarrowTiles = kNarrowTails_;
+  // kTails_ (four consumers): where a tile of at most kNarrowRows token rows (an expert's last)
+  // runs n(kNarrowRows) wgmmas (RsFp8Tails). In tile order the second form costs the 64-row one
+  // registers, so the config picks it by T (Sm90Bucket::narrow_tails).
+  static constexpr RsFp8Tails kTails = kTails_;
+  static constexpr bool kNarrowTiles = kTails_ != RsFp8Tails::kFull;
   static constexpr int kNarrowRows = 48;
+  static constexpr int kLastPassRows = kTails_ == RsFp8Tails::kNarrowLast ? kNarrowRows : 0;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = kConsumers == 2 ? 224 : 104;
@@ -113,7 +122,7 @@ struct RsFp8TileConfig {
   static_assert(kWeights_ != RsFp8Weights::kRegisters || kBlockM == 64, "the register slots spill at n96");
   static_assert(kConsumers == 2 || (kConsumers == 4 && kBlockM == 64 && kWeights_ == RsFp8Weights::kCpAsync),
                 "four consumers: 64-token tiles, cp.async weights");
-  static_assert(!kNarrowTails_ || kConsumers == 4, "narrow tail tiles: the four-consumer form");
+  static_assert(!kNarrowTiles || kConsumers == 4, "narrow tail tiles: the four-consumer form");
   // setmaxnreg moves registers within the block's allocation: kThreads x the launch's share of
   // the register file (whole multiples of 8): 384 x 168, 640 x 96.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
@@ -455,17 +464,27 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
     }
     Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
   };
-  for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-    const TileCoord tc = tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles);
-    if constexpr (Cfg::kNarrowTiles) {
-      if (tc.num_rows <= Cfg::kNarrowRows)  // an expert's last tile: its rows only
+  if constexpr (Cfg::kTails == RsFp8Tails::kNarrowLast) {
+    for_each_block_tile<Cfg>(p.schedule, n_tiles, [&](const TileCoord& tc, auto last_pass) {
+      if constexpr (decltype(last_pass)::value)
         run_tile(tc, std::integral_constant<int, Cfg::kNarrowRows / 2>{});
       else
         run_tile(tc, std::integral_constant<int, Cfg::kAcc>{});
-    } else {
-      run_tile(tc, std::integral_constant<int, Cfg::kAcc>{});
+      item += k_steps;
+    });
+  } else {
+    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      const TileCoord tc = tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles);
+      if constexpr (Cfg::kNarrowTiles) {
+        if (tc.num_rows <= Cfg::kNarrowRows)  // an expert's last tile: its rows only
+          run_tile(tc, std::integral_constant<int, Cfg::kNarrowRows / 2>{});
+        else
+          run_tile(tc, std::integral_constant<int, Cfg::kAcc>{});
+      } else {
+        run_tile(tc, std::integral_constant<int, Cfg::kAcc>{});
+      }
+      item += k_steps;
     }
-    item += k_steps;
   }
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/kernels/sm90_grouped_gemm.h"
 #include "cuda/ptx/cp_async.cuh"
@@ -32,6 +33,35 @@ __device__ __forceinline__ TileCoord tile_coord(const GroupedGemmSchedule& s, in
   return t;
 }
 
+// The rows below which a tile waits for a block's second pass (Cfg::kLastPassRows; 0: one pass).
+template <class Cfg>
+constexpr int last_pass_rows() {
+  if constexpr (requires { Cfg::kLastPassRows; })
+    return Cfg::kLastPassRows;
+  else
+    return 0;
+}
+
+// The block's tiles in the order its producer and its consumers both walk them: by index; or,
+// where last_pass_rows<Cfg>() = R > 0, first the tiles of more than R rows, then those of at most
+// R (each pass by index). fn(tile, last) with last a std::bool_constant: the second pass.
+template <class Cfg, class Fn>
+__device__ __forceinline__ void for_each_block_tile(const GroupedGemmSchedule& s, int n_tiles, Fn&& fn) {
+  constexpr int kLastRows = last_pass_rows<Cfg>();
+  const int num_tiles = *s.num_m_tiles * n_tiles;
+  for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+    const TileCoord t = tile_coord<Cfg::kBlockM>(s, tile, n_tiles);
+    if (kLastRows > 0 && t.num_rows <= kLastRows) continue;
+    fn(t, std::false_type{});
+  }
+  if constexpr (kLastRows > 0)
+    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      const TileCoord t = tile_coord<Cfg::kBlockM>(s, tile, n_tiles);
+      if (t.num_rows > kLastRows) continue;
+      fn(t, std::true_type{});
+    }
+}
+
 // The dynamic shared memory from its first 1024-byte boundary (wgmma's 128-byte swizzle).
 __device__ __forceinline__ uint8_t* align_smem_1024(uint8_t* raw) {
   return raw + ((1024 - (ptx::smem_addr(raw) & 1023)) & 1023);
@@ -55,13 +85,13 @@ __device__ __forceinline__ void init_stage_barriers(const Smem& sm) {
 // tiles it waits for the step's stage to be free, issues the step's copies (issue(ks, stage)) and
 // commits them; Cfg::kLookahead steps later it waits for them to land, calls landed(stage) (work
 // on the landed data of this thread's own copies), fences them to the async proxy (wgmma reads)
-// and arrives on the stage's full barrier. begin_tile(tile) precedes each tile's first step.
+// and arrives on the stage's full barrier. begin_tile(tile) precedes each tile's first step;
+// the tiles come in for_each_block_tile's order.
 template <class Cfg, class Smem, class BeginTile, class Issue, class Landed>
 __device__ __forceinline__ void run_ring_producer(const Smem& sm, const GroupedGemmSchedule& schedule, int n_tiles,
                                                   int k_steps, BeginTile&& begin_tile, Issue&& issue,
                                                   Landed&& landed) {
   constexpr int S = Cfg::kStages, L = Cfg::kLookahead;
-  const int num_tiles = *schedule.num_m_tiles * n_tiles;
   int item = 0;  // k steps issued so far (over all tiles of this block)
   auto step = [&](bool issue_one, int ks) {
     if (issue_one) {
@@ -78,10 +108,10 @@ __device__ __forceinline__ void run_ring_producer(const Smem& sm, const GroupedG
     }
     ++item;
   };
-  for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-    begin_tile(tile_coord<Cfg::kBlockM>(schedule, tile, n_tiles));
+  for_each_block_tile<Cfg>(schedule, n_tiles, [&](const TileCoord& t, auto) {
+    begin_tile(t);
     for (int ks = 0; ks < k_steps; ++ks) step(true, ks);
-  }
+  });
   for (int d = 0; d < L; ++d) step(false, 0);
 }
 
