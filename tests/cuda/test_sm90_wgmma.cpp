@@ -121,6 +121,14 @@ Sm90Config selected(const MoeDesc& d, const KernelOverrides& o, const Sm90Facts&
   return c;
 }
 
+// The entries of a config (or the plan lines of a pipeline) as `Layer::info().config` prints them.
+template <class Described>
+std::string described(const Described& d) {
+  SelectedConfig out;
+  d.describe(out);
+  return out.str();
+}
+
 template <class F>
 void expect_refused(F&& f, ErrorCode code, const std::string& part) {
   try {
@@ -166,25 +174,23 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(c.bucket(1).block_n, 0);
   EXPECT_EQ(c.bucket(8192).block_m, 64);
   EXPECT_EQ(c.bucket(8192).block_n, kRsFp8WideBlockN);
-  SelectedConfig auto_out;
-  c.describe(auto_out);
-  EXPECT_NE(auto_out.str().find(fmt::format("wgmma_rs = auto from T = {} on 64x256 tiles", decode_max + 1)),
-            std::string::npos) << auto_out.str();
-  EXPECT_NE(auto_out.str().find("by override (overrides.gemm = wgmma; auto takes wgmma-rs)"), std::string::npos)
-      << auto_out.str();
-  EXPECT_NE(auto_out.str().find(fmt::format("tiles of <= 48 rows on n48 up to T = {}", narrow_max)), std::string::npos)
-      << auto_out.str();
+  const std::string auto_out = described(c);
+  EXPECT_NE(auto_out.find(fmt::format("wgmma_rs = auto from T = {} on 64x256 tiles", decode_max + 1)),
+            std::string::npos) << auto_out;
+  EXPECT_NE(auto_out.find("by override (overrides.gemm = wgmma; auto takes wgmma-rs)"), std::string::npos)
+      << auto_out;
+  EXPECT_NE(auto_out.find(fmt::format("tiles of <= 48 rows on n48 up to T = {}", narrow_max)), std::string::npos)
+      << auto_out;
   // FP8 wgmma where the four-consumer tile does not fit, or where overrides.tile pins its tile.
   Sm90Facts no_wide_tile = all_available();
   no_wide_tile.wgmma_rs_wide_blocks_per_sm[0] = 0;
   const Sm90Config nw = selected(d, {}, no_wide_tile);
   EXPECT_EQ(nw.bucket(8192).gemm, G::kWgmma);
   EXPECT_EQ(nw.bucket(8192).block_m, wgmma_tile_shape(kWgmmaDefaultTile).block_m);
-  SelectedConfig nw_out;
-  nw.describe(nw_out);
-  EXPECT_NE(nw_out.str().find(fmt::format("auto from T = {}", decode_max + 1)), std::string::npos) << nw_out.str();
-  EXPECT_NE(nw_out.str().find("not in auto (the kernels do not fit on this device)"), std::string::npos)
-      << nw_out.str();
+  const std::string nw_out = described(nw);
+  EXPECT_NE(nw_out.find(fmt::format("auto from T = {}", decode_max + 1)), std::string::npos) << nw_out;
+  EXPECT_NE(nw_out.find("not in auto (the kernels do not fit on this device)"), std::string::npos)
+      << nw_out;
   KernelOverrides tile_pin;
   tile_pin.tile = {128, 128};
   const Sm90Config tp = selected(d, tile_pin);
@@ -254,10 +260,9 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(rs_wide.wgmma_rs_block_n, kRsFp8WideBlockN);
   EXPECT_EQ(rs_wide.bucket(1).block_n, kRsFp8WideBlockN);
   EXPECT_EQ(rs.bucket(1).block_n, kRsFp8BlockN);
-  SelectedConfig wide_out;
-  rs_wide.describe(wide_out);
-  EXPECT_NE(wide_out.str().find("wgmma_rs = available by override (overrides.gemm = wgmma-rs): 64x256 tiles"),
-            std::string::npos) << wide_out.str();
+  const std::string wide_out = described(rs_wide);
+  EXPECT_NE(wide_out.find("wgmma_rs = available by override (overrides.gemm = wgmma-rs): 64x256 tiles"),
+            std::string::npos) << wide_out;
   Sm90Facts no_wide = all_available();
   no_wide.wgmma_rs_wide_blocks_per_sm[1] = 0;
   expect_refused([&] { selected(d, forced, no_wide); }, ErrorCode::kUnsupported,
@@ -403,10 +408,9 @@ TEST(Sm90Config, DecodeSplitKOverride) {
   EXPECT_FALSE(plain.decode_split.has_value());
   EXPECT_EQ(plain.bucket(1).decode_split, 2);
   EXPECT_EQ(plain.bucket(2).decode_split, 1);
-  SelectedConfig plain_out;
-  plain.describe(plain_out);
-  EXPECT_NE(plain_out.str().find("; K split in two per block up to T = 1 (auto), blocks/SM 3 / 3"), std::string::npos)
-      << plain_out.str();
+  const std::string plain_out = described(plain);
+  EXPECT_NE(plain_out.find("; K split in two per block up to T = 1 (auto), blocks/SM 3 / 3"), std::string::npos)
+      << plain_out;
   MoeDesc narrow_auto = d;  // K not whole chunks per half: auto does not split
   narrow_auto.intermediate_size = 1536;
   EXPECT_EQ(selected(narrow_auto, {}).bucket(1).decode_split, 1);
@@ -423,11 +427,10 @@ TEST(Sm90Config, DecodeSplitKOverride) {
   EXPECT_EQ(c.decode_split, 2);
   EXPECT_EQ(c.bucket(1).gemm, Sm90Gemm::kDecode);
   EXPECT_EQ(c.bucket(kDecodeMaxTokens).decode_split, 2);
-  SelectedConfig out;
-  c.describe(out);
-  EXPECT_NE(out.str().find("16x128 tiles, auto up to T = 640, 2 k steps of weights in flight per warp, blocks/SM "
+  const std::string out = described(c);
+  EXPECT_NE(out.find("16x128 tiles, auto up to T = 640, 2 k steps of weights in flight per warp, blocks/SM "
                            "2 / 2; K split in two per block (overrides.decode_split_k), blocks/SM 3 / 3"),
-            std::string::npos) << out.str();
+            std::string::npos) << out;
   KernelOverrides one;
   one.decode_split_k = 1;  // pinning the default is always honoured: no bucket splits
   EXPECT_EQ(selected(d, one).bucket(1).decode_split, 1);
@@ -485,10 +488,9 @@ TEST(Sm90Config, DecodePrefetchAndFusedQuantizeRouteOverrides) {
   for (const Recipe r : {Recipe::kMxfp4, Recipe::kNvfp4}) {
     const Sm90Config c = selected(flash_desc(r), deep);
     EXPECT_EQ(c.decode_prefetch, kDecodeDeepPrefetch);
-    SelectedConfig out;
-    c.describe(out);
-    EXPECT_NE(out.str().find("4 k steps of weights in flight per warp (overrides.decode_prefetch)"),
-              std::string::npos) << out.str();
+    const std::string out = described(c);
+    EXPECT_NE(out.find("4 k steps of weights in flight per warp (overrides.decode_prefetch)"),
+              std::string::npos) << out;
     Sm90Facts no_deep = all_available();
     no_deep.decode_deep_blocks_per_sm[1] = 0;
     expect_refused([&] { selected(flash_desc(r), deep, no_deep); }, ErrorCode::kUnsupported,
@@ -508,10 +510,9 @@ TEST(Sm90Config, DecodePrefetchAndFusedQuantizeRouteOverrides) {
   fuse.fuse_quantize_route = true;
   const Sm90Config fused = selected(d, fuse);
   EXPECT_TRUE(fused.fuses_quantize_route(fused.bucket(8192)));
-  SelectedConfig out;
-  fused.describe(out);
-  EXPECT_NE(out.str().find("quantize_route = one launch (overrides.fuse_quantize_route)"), std::string::npos)
-      << out.str();
+  const std::string out = described(fused);
+  EXPECT_NE(out.find("quantize_route = one launch (overrides.fuse_quantize_route)"), std::string::npos)
+      << out;
   const Sm90Config nv_fused = selected(flash_desc(Recipe::kNvfp4), fuse);
   EXPECT_TRUE(nv_fused.fuses_quantize_route(nv_fused.bucket(1)));  // NVFP4 of x fused likewise
   MoeDesc caller = d;
@@ -523,19 +524,17 @@ TEST(Sm90Config, DecodePrefetchAndFusedQuantizeRouteOverrides) {
   const Sm90Config unfused_config = selected(d, unfused);
   EXPECT_FALSE(unfused_config.fuses_quantize_route(unfused_config.bucket(1)));
   EXPECT_FALSE(selected(caller, {}).fuses_quantize_route(plain.bucket(1)));  // x comes quantized
-  SelectedConfig caller_out;
-  selected(caller, {}).describe(caller_out);
-  EXPECT_EQ(caller_out.str().find("quantize_route"), std::string::npos) << "x comes quantized: nothing to fuse";
+  const std::string caller_out = described(selected(caller, {}));
+  EXPECT_EQ(caller_out.find("quantize_route"), std::string::npos) << "x comes quantized: nothing to fuse";
 
   KernelOverrides fuse_combine;
   fuse_combine.fuse_combine = true;
   for (const Recipe r : {Recipe::kMxfp4, Recipe::kNvfp4}) {
     const Sm90Config c = selected(flash_desc(r), fuse_combine);
     EXPECT_TRUE(c.fuse_combine);
-    SelectedConfig combine_out;
-    c.describe(combine_out);
-    EXPECT_NE(combine_out.str().find("combine = inside the decode GEMM 2 (overrides.fuse_combine)"), std::string::npos)
-        << combine_out.str();
+    const std::string combine_out = described(c);
+    EXPECT_NE(combine_out.find("combine = inside the decode GEMM 2 (overrides.fuse_combine)"), std::string::npos)
+        << combine_out;
     MoeDesc with_shared = flash_desc(r);
     with_shared.shared_intermediate_size = 2048;
     expect_refused([&] { select_sm90_load_config(with_shared, fuse_combine); }, ErrorCode::kUnsupported,
@@ -571,9 +570,7 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
     const std::unique_ptr<std::byte[]> workspace(new std::byte[plan.workspace.total_bytes]);
     uint32_t counters = 0;  // fuse_combine's counters: only their address goes into the launches
     const Sm90Pipeline pipeline(c, plan, desc.quantize_input, 10.0f, {}, {}, workspace.get(), nullptr, &counters);
-    SelectedConfig out;
-    pipeline.describe(out);
-    return out.str();
+    return described(pipeline);
   };
   // Auto: mxfp4's decode bucket quantizes and routes in one launch, the wgmma-rs bucket in two.
   const std::string plain = plan_of(d, {});
