@@ -53,6 +53,14 @@ __device__ __forceinline__ bool decode_tile(const GroupedGemmSchedule& s, int n,
   return true;
 }
 
+// The first of the two micro-tiles (8 weight rows each) of the 16-row group `group` of the block's
+// n chunk (kGroups groups), counted over the layer's micro-tiles: micro-tile u's k step ks is at
+// op.w + (u * k_steps + ks) * kWeightMicroTileBytes.
+template <int kGroups = kDecodeWarps>
+__device__ __forceinline__ int64_t decode_micro_tile(const GroupedGemmOperands& op, const DecodeTile& t, int group) {
+  return static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_chunk * (2 * kGroups) + 2 * group;
+}
+
 // One warp's weights, streamed from global memory into a ring of kPrefetch k steps in registers
 // (read once, L1 bypassed): its two micro-tiles 2w, 2w + 1 of the block's n chunk (features
 // 16w + g and 16w + 8 + g, lane 4g + t's 16 bytes of each) and the scale word of those two rows
@@ -77,7 +85,7 @@ struct DecodeWeightStream {
                                                 int first_step = 0, int steps = -1) {
     const int warp = kGroups == kDecodeWarps ? threadIdx.x / 32 : (threadIdx.x / 32) % kGroups;
     const int lane = threadIdx.x % 32, g = lane / 4;
-    const int64_t n8 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_chunk * (2 * kGroups) + 2 * warp;
+    const int64_t n8 = decode_micro_tile<kGroups>(op, t, warp);
 #pragma unroll
     for (int j = 0; j < 2; ++j)
       w_ptr[j] = op.w + ((n8 + j) * k_steps + first_step) * kWeightMicroTileBytes + lane * 16;

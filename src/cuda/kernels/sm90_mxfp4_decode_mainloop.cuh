@@ -193,7 +193,7 @@ struct Mxfp4DecodeMainloop {
       full = reinterpret_cast<uint64_t*>(base + kDecodeWarps * kBulkSlots * kDecodeBulkChunkBytes) + warp * kBulkSlots;
       k_steps = k_steps_;
       chunks = chunks_;
-      const int64_t n8 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_chunk * (2 * kDecodeWarps) + 2 * warp;
+      const int64_t n8 = decode_micro_tile(op, t, warp);
 #pragma unroll
       for (int j = 0; j < 2; ++j) src[j] = op.w + (n8 + j) * k_steps * kWeightMicroTileBytes;
       l2_policy = ptx::l2_evict_first_policy();  // the weights are read once
