@@ -173,32 +173,24 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
         (void)cudaGetLastError();
         facts.wgmma_bf16_blocks_per_sm[0] = facts.wgmma_bf16_blocks_per_sm[1] = 0;
       }
-      // wgmma-rs, both m tiles (the smaller count); a failed probe leaves it unavailable.
+      // wgmma-rs: blocks per SM of one GEMM's kernel (g = 0: GEMM 1), 0 where it does not fit (a
+      // failed probe leaves the form unavailable, never fails the layer).
+      auto rs_fp8_per_sm = [](int g, int block_m, int block_n, bool narrow_tails) {
+        int per_sm = 0;
+        const cudaError_t err =
+            g == 0 ? configure_sm90_mxfp4_rs_fp8_grouped_gemm1(block_m, &per_sm, block_n, narrow_tails)
+                   : configure_sm90_mxfp4_rs_fp8_grouped_gemm2(block_m, &per_sm, block_n, narrow_tails);
+        if (err == cudaSuccess) return per_sm;
+        (void)cudaGetLastError();
+        return 0;
+      };
       for (int g = 0; g < 2; ++g) {
-        int per_sm[2] = {0, 0};
-        for (int i = 0; i < 2; ++i) {
-          const int block_m = i == 0 ? 64 : 96;
-          const cudaError_t err = g == 0 ? configure_sm90_mxfp4_rs_fp8_grouped_gemm1(block_m, &per_sm[i])
-                                         : configure_sm90_mxfp4_rs_fp8_grouped_gemm2(block_m, &per_sm[i]);
-          if (err != cudaSuccess) {
-            (void)cudaGetLastError();
-            per_sm[i] = 0;
-          }
-        }
-        facts.wgmma_rs_blocks_per_sm[g] = std::min(per_sm[0], per_sm[1]);
-        // The 64x256 tile (four consumer warpgroups), both forms (with and without narrow tail
-        // tiles), likewise: available where both fit (they take the same shared memory).
-        int wide_per_sm[2] = {0, 0};
-        for (int narrow = 0; narrow < 2; ++narrow) {
-          const cudaError_t wide =
-              g == 0 ? configure_sm90_mxfp4_rs_fp8_grouped_gemm1(64, &wide_per_sm[narrow], kRsFp8WideBlockN, narrow)
-                     : configure_sm90_mxfp4_rs_fp8_grouped_gemm2(64, &wide_per_sm[narrow], kRsFp8WideBlockN, narrow);
-          if (wide != cudaSuccess) {
-            (void)cudaGetLastError();
-            wide_per_sm[narrow] = 0;
-          }
-        }
-        facts.wgmma_rs_wide_blocks_per_sm[g] = std::min(wide_per_sm[0], wide_per_sm[1]);
+        // Both m tiles of the 128-row n tile, and both forms of the 64x256 tile (with and without
+        // narrow tail tiles): each available where both fit.
+        facts.wgmma_rs_blocks_per_sm[g] =
+            std::min(rs_fp8_per_sm(g, 64, kRsFp8BlockN, false), rs_fp8_per_sm(g, 96, kRsFp8BlockN, false));
+        facts.wgmma_rs_wide_blocks_per_sm[g] = std::min(rs_fp8_per_sm(g, 64, kRsFp8WideBlockN, false),
+                                                        rs_fp8_per_sm(g, 64, kRsFp8WideBlockN, true));
       }
     }
   } else if (configure_sm90_nvfp4_rs_grouped_gemm1(&facts.nvfp4_wgmma_blocks_per_sm[0]) != cudaSuccess ||
