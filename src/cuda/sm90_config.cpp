@@ -44,6 +44,11 @@ std::string decode_split_unavailable(const Sm90Config& c, const MoeDesc& desc, c
   return "";
 }
 
+// The T at which the experts hold `rows` rows each on average (T * top_k / E, E the global experts).
+int64_t tokens_at_rows_per_expert(const MoeDesc& desc, int64_t rows) {
+  return rows * desc.fleet.num_experts / std::max<int64_t>(desc.top_k, 1);
+}
+
 }  // namespace
 
 const char* sm90_gemm_name(Sm90Gemm gemm) {
@@ -61,7 +66,7 @@ const char* sm90_gemm_name(Sm90Gemm gemm) {
 }
 
 int64_t mxfp4_decode_max_tokens(const MoeDesc& desc) {
-  return std::max(kDecodeMaxTokens, kDecodeMaxRowsPerExpert * desc.fleet.num_experts / std::max<int64_t>(desc.top_k, 1));
+  return std::max(kDecodeMaxTokens, tokens_at_rows_per_expert(desc, kDecodeMaxRowsPerExpert));
 }
 
 const Sm90Bucket& Sm90Config::bucket(int64_t num_tokens) const {
@@ -294,8 +299,7 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
   const int64_t wgmma_lo = use_wgmma ? std::max(c.wgmma_min_tokens, decode_hi + 1) : max_tokens + 1;
   bucket(decode_hi + 1, std::min(wgmma_lo - 1, max_tokens), Sm90Gemm::kMma);
   if (use_rs) {  // narrow tail tiles up to kNarrowTailsMaxRowsPerExpert rows per expert
-    const int64_t narrow_hi = std::min(
-        max_tokens, kNarrowTailsMaxRowsPerExpert * desc.fleet.num_experts / std::max<int64_t>(desc.top_k, 1));
+    const int64_t narrow_hi = std::min(max_tokens, tokens_at_rows_per_expert(desc, kNarrowTailsMaxRowsPerExpert));
     bucket(wgmma_lo, narrow_hi, Sm90Gemm::kWgmmaRs, kRsFp8WideBlockN);
     if (wgmma_lo <= narrow_hi) c.buckets.back().narrow_tails = true;
     bucket(std::max(wgmma_lo, narrow_hi + 1), max_tokens, Sm90Gemm::kWgmmaRs, kRsFp8WideBlockN);
