@@ -200,6 +200,7 @@ struct Kernels {
   int rs_fp8_tails = 0;
   int decode_bulk_slots = 0;  // decode kernels (kDecodePrefetch): > 0, the weights by bulk copies into a
                               // ring of 2 or 3 chunks per warp (decode_variant_probe.h)
+  bool rs_wide = false;  // rs: four consumer warpgroups on 64x256 tiles (sm90_rs16_wide_mainloop.cuh)
   bool folded() const { return wgmma || rs || rs_fp8_block_m > 0 || decode_prefetch > 0; }
   bool rs_fp8_probe() const {
     return rs_fp8_block_m > 0 && rs_fp8_tails != 1 &&
@@ -214,7 +215,7 @@ struct Kernels {
     if (decode_prefetch > 0 && decode_split > 1) return fmt::format("decode, K split in {}", decode_split);
     if (decode_prefetch > 0 && decode_bulk_slots > 0) return fmt::format("decode, bulk ring of {}", decode_bulk_slots);
     if (decode_prefetch > 0) return fmt::format("decode, {} steps ahead", decode_prefetch);
-    if (rs) return "rs bf16";
+    if (rs) return rs_wide ? "rs bf16 64x256" : "rs bf16";
     if (rs_fp8_block_m > 0)
       return fmt::format("rs fp8 {}{}{}{}{}{}", rs_fp8_block_m, rs_fp8_consumers == 2 ? "" : "x256",
                          rs_fp8_tails == 1 ? " narrow" : rs_fp8_tails == 2 ? " narrow last" : "",
@@ -226,6 +227,14 @@ struct Kernels {
     return fmt::format("{} {}", tile_name(*wgmma), decode == WgmmaDecode::kQuad ? "quad" : "lane");
   }
 };
+
+// The bf16 register-operand kernels on four consumer warpgroups.
+inline Kernels rs_bf16_wide() {
+  Kernels k;
+  k.rs = true;
+  k.rs_wide = true;
+  return k;
+}
 
 // The wgmma variants every comparison runs.
 inline const std::vector<Kernels>& wgmma_variants() {
@@ -244,7 +253,8 @@ inline const std::vector<Kernels>& wgmma_variants() {
                                          {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
                                           kRsFp8All, 0, 4, 1, 1},
                                          {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
-                                          kRsFp8All, 0, 4, 1, 2}};
+                                          kRsFp8All, 0, 4, 1, 2},
+                                         rs_bf16_wide()};
   return v;
 }
 
@@ -255,7 +265,7 @@ class GemmRun {
   GemmRun(const Shape& s, const DeviceProblem& p, const DeviceWeights& w, const Kernels& k)
       : s_(s), p_(p), w_(w), k_(k) {
     const int block_m = k.decode_prefetch > 0 ? kDecodeBlockM
-                        : k.rs                ? kRsBlockM
+                        : k.rs                ? (k.rs_wide ? kRsWideBlockM : kRsBlockM)
                         : k.rs_fp8_block_m > 0 ? k.rs_fp8_block_m
                         : k.wgmma             ? wgmma_tile_shape(*k.wgmma).block_m
                                               : kGemmBlockM;
@@ -284,8 +294,10 @@ class GemmRun {
       MOE_EP_CUDA_CHECK((deep ? configure_sm90_mxfp4_decode_deep_gemm2 : configure_sm90_mxfp4_decode_gemm2)(
           static_cast<int>(s.I), &per_sm2));
     } else if (k.rs) {
-      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_grouped_gemm1(&per_sm1));
-      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_grouped_gemm2(&per_sm2));
+      MOE_EP_CUDA_CHECK((k.rs_wide ? configure_sm90_mxfp4_rs_wide_grouped_gemm1 : configure_sm90_mxfp4_rs_grouped_gemm1)(
+          &per_sm1));
+      MOE_EP_CUDA_CHECK((k.rs_wide ? configure_sm90_mxfp4_rs_wide_grouped_gemm2 : configure_sm90_mxfp4_rs_grouped_gemm2)(
+          &per_sm2));
     } else if (k.rs_fp8_probe()) {
       MOE_EP_CUDA_CHECK(test::configure_rs_fp8_variant(k.rs_fp8_variant(), &per_sm1, &per_sm2));
     } else if (k.rs_fp8_block_m > 0) {
@@ -343,7 +355,8 @@ class GemmRun {
           g1, static_cast<int>(r_.max_tiles), nullptr));
     } else if (k_.rs) {
       use_bf16_activations(g1.op, p_.a, p_.a_scale, p_.T, x_rs_);
-      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_grouped_gemm1(g1, grid1_, nullptr));
+      MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm1 : launch_sm90_mxfp4_rs_grouped_gemm1)(
+          g1, grid1_, nullptr));
     } else if (k_.rs_fp8_probe()) {
       MOE_EP_CUDA_CHECK(test::launch_rs_fp8_variant_gemm1(k_.rs_fp8_variant(), g1, grid1_, nullptr));
     } else if (k_.rs_fp8_block_m > 0) {
@@ -379,7 +392,8 @@ class GemmRun {
           g2, static_cast<int>(r_.max_tiles), nullptr));
     } else if (k_.rs) {
       use_bf16_activations(g2.op, in.h_, in.h_scale_, r_.rows, h_rs_);
-      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_grouped_gemm2(g2, grid2_, nullptr));
+      MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm2 : launch_sm90_mxfp4_rs_grouped_gemm2)(
+          g2, grid2_, nullptr));
     } else if (k_.rs_fp8_probe()) {
       MOE_EP_CUDA_CHECK(test::launch_rs_fp8_variant_gemm2(k_.rs_fp8_variant(), g2, grid2_, nullptr));
     } else if (k_.rs_fp8_block_m > 0) {
@@ -813,6 +827,20 @@ inline Nvfp4DeviceProblem random_nvfp4_problem(const Shape& s, int64_t T, uint64
 inline const Shape kFlashShape{"flash", 256, 4096, 2048, 6};
 
 // The token counts of a timing test: MOE_EP_WGMMA_TIMING_TOKENS ("2048,8192") or `defaults`.
+// Whether a timed variant runs: MOE_EP_WGMMA_TIMING_VARIANTS, a '|'-separated list of substrings
+// of Kernels::name() (unset: every variant).
+inline bool timing_variant_selected(const std::string& name) {
+  const char* v = std::getenv("MOE_EP_WGMMA_TIMING_VARIANTS");
+  if (!v || !*v) return true;
+  const std::string list = v;
+  for (size_t b = 0; b <= list.size();) {
+    const size_t e = std::min(list.find('|', b), list.size());
+    if (e > b && name.find(list.substr(b, e - b)) != std::string::npos) return true;
+    b = e + 1;
+  }
+  return false;
+}
+
 inline std::vector<int64_t> timing_tokens(std::vector<int64_t> defaults) {
   const char* v = std::getenv("MOE_EP_WGMMA_TIMING_TOKENS");
   if (!v) return defaults;

@@ -112,7 +112,8 @@ TEST(Sm90WgmmaTiming, DecodePrefetchDepthAtSmallT) {
 
 // Where the rs fp8 kernels' time goes: each GEMM timed whole and with parts of its mainloop left
 // out (activation copies, weight copies, math), with the weights by cp.async and by bulk copies,
-// at the flash size; the whole kernels are checked against mma.sync. Weight TB/s = the active
+// at the flash size, beside the bf16 register-operand kernels (their times include the
+// activations' conversion to bf16); the whole kernels are checked against mma.sync. Weight TB/s = the active
 // experts' FP4 weights and shift words over the time.
 TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
   MOE_EP_REQUIRE_WGMMA_TIMING();
@@ -159,7 +160,14 @@ TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
       k.rs_fp8_tails = tails;
       variants.push_back(k);
     }
+    {  // the bf16 register-operand kernels (no promotion), two and four consumers
+      Kernels k;
+      k.rs = true;
+      variants.push_back(k);
+      variants.push_back(rs_bf16_wide());
+    }
     for (const Kernels& k : variants) {
+      if (!timing_variant_selected(k.name())) continue;
       const int work = k.rs_fp8_work;
       GemmRun run(s, p, w, k);
       const double t1 = median_us([&] { run.gemm1(); });

@@ -10,7 +10,8 @@
 // same h (isolating it) and along the whole chain. Then 20 reruns must be bitwise identical.
 // The bf16 wgmma with the weights in registers (rs, sm90_rs16_mainloop.cuh) runs as one
 // more variant: its activations converted from the same Q8 to bf16 first, its products exact and
-// summed over all of K, so it meets the same threshold. So do the FP8 wgmma kernels with the
+// summed over all of K, so it meets the same threshold; its four-consumer form
+// (sm90_rs16_wide_mainloop.cuh) must give bitwise its outputs. So do the FP8 wgmma kernels with the
 // weights in registers (rs fp8, sm90_mxfp4_rs_fp8_mainloop.cuh), on m tiles of 64 and 96 tokens:
 // the FP8 wgmma products and promotion on the transposed tile.
 //
@@ -51,6 +52,7 @@ void compare_kernels(const Shape& s, const std::vector<RoutingCase>& cases, uint
     mma.gemm2();
     const GemmOutputs ref = mma.outputs();
     std::map<int, GemmOutputs> rs_fp8_chain;  // block_m -> the cp.async rs fp8 kernel's outputs
+    std::optional<GemmOutputs> rs_bf16_chain;  // the two-consumer rs bf16 kernel's
     for (const Kernels& k : wgmma_variants()) {
       SCOPED_TRACE(fmt::format("{} {} T={} {}", s.name, c.name, c.T, k.name()));
       GemmRun run(s, p, w, k);
@@ -79,6 +81,13 @@ void compare_kernels(const Shape& s, const std::vector<RoutingCase>& cases, uint
         const GemmOutputs& plain = rs_fp8_chain.at(k.rs_fp8_block_m);
         EXPECT_TRUE(chain.h == plain.h && chain.h_scale == plain.h_scale && chain.o == plain.o)
             << "the weight path, the consumer count or the narrow tail tiles changed the outputs";
+      }
+      // The four-consumer rs bf16 kernel: the same exact products summed in the same k order.
+      if (k.rs && !k.rs_wide) rs_bf16_chain = chain;
+      if (k.rs && k.rs_wide) {
+        ASSERT_TRUE(rs_bf16_chain.has_value()) << "the two-consumer rs bf16 kernel runs first";
+        EXPECT_TRUE(chain.h == rs_bf16_chain->h && chain.h_scale == rs_bf16_chain->h_scale && chain.o == rs_bf16_chain->o)
+            << "four consumers changed the rs bf16 kernel's outputs";
       }
       fmt::print("[ wgmma   ] {:<10} {:<22} T={:<5} {:<12} rows={:<6} h err={:.2e} (bytes equal {:.4f}, scales "
                  "{:.4f})  o err={:.2e} (equal {:.4f})  chain err={:.2e}\n",

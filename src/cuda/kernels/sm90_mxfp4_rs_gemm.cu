@@ -1,5 +1,5 @@
 // mxfp4 grouped GEMMs 1 and 2 on bf16 wgmma with the weights as the register operand
-// (sm90_rs16_mainloop.cuh, Mxfp4Bf16RsWeights), and the Q8 -> bf16 conversion of their
+// (sm90_rs16_mainloop.cuh, Mxfp4Bf16RsWeights; four consumers: sm90_rs16_wide_mainloop.cuh), and the Q8 -> bf16 conversion of their
 // activations into the rs order along k (tile/fp4_bf16_codec.h).
 #include <cuda_bf16.h>
 
@@ -10,6 +10,8 @@ namespace moe_ep::cuda {
 namespace {
 
 using Mxfp4RsConfig = RsTileConfig<Mxfp4Bf16RsWeights>;
+using Mxfp4RsWideConfig = Rs16WideTileConfig<Mxfp4Bf16RsWeights>;
+static_assert(Mxfp4RsWideConfig::kBlockM == kRsWideBlockM && Mxfp4RsWideConfig::kBlockN == kRsWideBlockN);
 
 // A k32 block of a Q8 row: 32 e4m3 bytes times the block's E8M0 scale, as bf16 (exact), at
 // positions rs_position_of_k(l) of the block's 32.
@@ -45,6 +47,22 @@ cudaError_t launch_sm90_mxfp4_rs_grouped_gemm1(const Gemm1Params& p, int grid, c
 
 cudaError_t launch_sm90_mxfp4_rs_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream) {
   return launch_rs_kernel<Mxfp4RsConfig, RsStoreBf16Epilogue>(p, grid, stream);
+}
+
+cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm1(int* blocks_per_sm) {
+  return configure_rs_kernel<Mxfp4RsWideConfig, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm);
+}
+
+cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm2(int* blocks_per_sm) {
+  return configure_rs_kernel<Mxfp4RsWideConfig, RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
+}
+
+cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
+  return launch_rs_kernel<Mxfp4RsWideConfig, RsSwigluQ8Epilogue>(p, grid, stream);
+}
+
+cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream) {
+  return launch_rs_kernel<Mxfp4RsWideConfig, RsStoreBf16Epilogue>(p, grid, stream);
 }
 
 cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows,

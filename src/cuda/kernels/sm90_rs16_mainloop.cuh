@@ -55,6 +55,29 @@ struct RsWeightStep {
   ScaleWord d_g, d_g8;
 };
 
+// Word j of a packed 16-byte weight chunk.
+template <int j>
+__device__ __forceinline__ uint32_t rs_word(const uint4& w) {
+  static_assert(j >= 0 && j < 4);
+  return j == 0 ? w.x : j == 1 ? w.y : j == 2 ? w.z : w.w;
+}
+
+// A whole k step's 8 k16 A fragments: Weights::decode_block<j> of each k32 block j into
+// fragments 2j, 2j + 1.
+template <class Weights>
+__device__ __forceinline__ void decode_blocks(const RsWeightStep<typename Weights::ScaleWord>& w,
+                                              uint32_t (&out)[8][4]) {
+  auto block = [&](auto j_constant) {
+    constexpr int j = decltype(j_constant)::value;
+    Weights::template decode_block<j>(rs_word<j>(w.w_g), rs_word<j>(w.w_g8), w.d_g, w.d_g8,
+                                      reinterpret_cast<uint32_t(&)[2][4]>(out[2 * j]));
+  };
+  block(std::integral_constant<int, 0>{});
+  block(std::integral_constant<int, 1>{});
+  block(std::integral_constant<int, 2>{});
+  block(std::integral_constant<int, 3>{});
+}
+
 // Folded mxfp4: the shifts of the 4 k32 blocks of a row's k step, bf16 fragments.
 struct Mxfp4Bf16RsWeights {
   using ScaleWord = uint32_t;
@@ -63,17 +86,18 @@ struct Mxfp4Bf16RsWeights {
   static constexpr float kAccScale = static_cast<float>(1 << kRsFoldBias);
   static bool operands_ok(const GroupedGemmOperands& op) { return op.w_col_scale != nullptr; }
 
+  // The 2 k16 A fragments of k32 block j (k16 steps 2j, 2j + 1) from word j of rows g, g + 8.
+  template <int j>
+  static __device__ __forceinline__ void decode_block(uint32_t word_g, uint32_t word_g8, ScaleWord d_g,
+                                                      ScaleWord d_g8, uint32_t (&out)[2][4]) {
+    const uint32_t fg = rs_fold_factor((d_g >> (8 * j)) & 0xF);
+    const uint32_t fg8 = rs_fold_factor((d_g8 >> (8 * j)) & 0xF);
+    rs_a_fragment<0>(word_g, word_g8, fg, fg8, out[0]);
+    rs_a_fragment<1>(word_g, word_g8, fg, fg8, out[1]);
+  }
   // The 8 k16 A fragments of a k step (k16 step 2j + s from word j).
   static __device__ __forceinline__ void decode(const RsWeightStep<ScaleWord>& w, uint32_t (&out)[8][4]) {
-    const uint32_t words_g[4] = {w.w_g.x, w.w_g.y, w.w_g.z, w.w_g.w};
-    const uint32_t words_g8[4] = {w.w_g8.x, w.w_g8.y, w.w_g8.z, w.w_g8.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t fg = rs_fold_factor((w.d_g >> (8 * j)) & 0xF);
-      const uint32_t fg8 = rs_fold_factor((w.d_g8 >> (8 * j)) & 0xF);
-      rs_a_fragment<0>(words_g[j], words_g8[j], fg, fg8, out[2 * j]);
-      rs_a_fragment<1>(words_g[j], words_g8[j], fg, fg8, out[2 * j + 1]);
-    }
+    decode_blocks<Mxfp4Bf16RsWeights>(w, out);
   }
 };
 
@@ -85,22 +109,23 @@ struct Nvfp4F16RsWeights {
   static constexpr float kAccScale = 1.0f;
   static bool operands_ok(const GroupedGemmOperands& op) { return op.w_global && op.a_global; }
 
-  // The 8 k16 A fragments of a k step: word kb holds k16 blocks 2kb (lo) and 2kb + 1 (hi);
-  // a0 / a2 = row g pairs 0 / 1, a1 / a3 = row g + 8 (tile/nvfp4_f16_codec.h).
+  // The 2 k16 A fragments of word kb (k16 blocks 2kb (lo) and 2kb + 1 (hi)); a0 / a2 = row g
+  // pairs 0 / 1, a1 / a3 = row g + 8 (tile/nvfp4_f16_codec.h).
+  template <int kb>
+  static __device__ __forceinline__ void decode_block(uint32_t word_g, uint32_t word_g8, ScaleWord d_g,
+                                                      ScaleWord d_g8, uint32_t (&out)[2][4]) {
+    uint32_t e4[2][2];  // [row g, g + 8][block 2kb, 2kb + 1]
+    decode_fp4_word(word_g, e4[0][0], e4[0][1]);
+    decode_fp4_word(word_g8, e4[1][0], e4[1][1]);
+    const uint32_t s_g = nvfp4_scale_pair(d_g, kb), s_g8 = nvfp4_scale_pair(d_g8, kb);
+    nvfp4_scaled_pairs<false>(e4[0][0], s_g, out[0][0], out[0][2]);
+    nvfp4_scaled_pairs<false>(e4[1][0], s_g8, out[0][1], out[0][3]);
+    nvfp4_scaled_pairs<true>(e4[0][1], s_g, out[1][0], out[1][2]);
+    nvfp4_scaled_pairs<true>(e4[1][1], s_g8, out[1][1], out[1][3]);
+  }
+  // The 8 k16 A fragments of a k step.
   static __device__ __forceinline__ void decode(const RsWeightStep<ScaleWord>& w, uint32_t (&out)[8][4]) {
-    const uint32_t words_g[4] = {w.w_g.x, w.w_g.y, w.w_g.z, w.w_g.w};
-    const uint32_t words_g8[4] = {w.w_g8.x, w.w_g8.y, w.w_g8.z, w.w_g8.w};
-#pragma unroll
-    for (int kb = 0; kb < 4; ++kb) {
-      uint32_t e4[2][2];  // [row g, g + 8][block 2kb, 2kb + 1]
-      decode_fp4_word(words_g[kb], e4[0][0], e4[0][1]);
-      decode_fp4_word(words_g8[kb], e4[1][0], e4[1][1]);
-      const uint32_t s_g = nvfp4_scale_pair(w.d_g, kb), s_g8 = nvfp4_scale_pair(w.d_g8, kb);
-      nvfp4_scaled_pairs<false>(e4[0][0], s_g, out[2 * kb][0], out[2 * kb][2]);
-      nvfp4_scaled_pairs<false>(e4[1][0], s_g8, out[2 * kb][1], out[2 * kb][3]);
-      nvfp4_scaled_pairs<true>(e4[0][1], s_g, out[2 * kb + 1][0], out[2 * kb + 1][2]);
-      nvfp4_scaled_pairs<true>(e4[1][1], s_g8, out[2 * kb + 1][1], out[2 * kb + 1][3]);
-    }
+    decode_blocks<Nvfp4F16RsWeights>(w, out);
   }
 };
 

@@ -1,6 +1,6 @@
 // The register-operand grouped GEMM kernels of one tile configuration and epilogue, and their
-// plan-time configuration and launch: the 16-bit family (RsTileConfig, sm90_rs16_mainloop.cuh:
-// sm90_mxfp4_rs_gemm.cu, sm90_nvfp4_rs_gemm.cu) and the FP8 one (RsFp8TileConfig,
+// plan-time configuration and launch: the 16-bit family (RsTileConfig, sm90_rs16_mainloop.cuh, and
+// Rs16WideTileConfig, sm90_rs16_wide_mainloop.cuh: sm90_mxfp4_rs_gemm.cu, sm90_nvfp4_rs_gemm.cu) and the FP8 one (RsFp8TileConfig,
 // sm90_mxfp4_rs_fp8_mainloop.cuh: sm90_mxfp4_rs_fp8_gemm.cu and the probes of tests/cuda). A
 // configuration provides run<Epilogue>(params, smem), operands_ok(op) and its block shape.
 #pragma once
@@ -8,6 +8,7 @@
 #include "cuda/kernels/sm90_kernel_config.cuh"
 #include "cuda/kernels/sm90_mxfp4_rs_fp8_mainloop.cuh"
 #include "cuda/kernels/sm90_rs16_mainloop.cuh"
+#include "cuda/kernels/sm90_rs16_wide_mainloop.cuh"
 #include "cuda/kernels/sm90_rs_epilogues.cuh"
 
 namespace moe_ep::cuda {

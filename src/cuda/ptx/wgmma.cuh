@@ -114,6 +114,33 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
 }
 
+// The m64n64k16 form of the wgmma above: D(64x64 fp32) += A(64x16) * B(64x16)^T, the same A
+// fragment and B layout, d[32] (the accumulator fragment of the file's head for n64).
+template <bool kF16>
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+#define MOE_EP_WGMMA_M64N64K16_RS(TYPE)                                                                 \
+  asm volatile(                                                                                       \
+      "{\n"                                                                                           \
+      ".reg .pred p;\n"                                                                               \
+      "setp.ne.b32 p, %37, 0;\n"                                                                      \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                                 \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                       \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "             \
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"                                                      \
+      "}\n"                                                                                           \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),        \
+        "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),      \
+        "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),      \
+        "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                                                          \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1))
+  if constexpr (kF16)
+    MOE_EP_WGMMA_M64N64K16_RS("f16");
+  else
+    MOE_EP_WGMMA_M64N64K16_RS("bf16");
+#undef MOE_EP_WGMMA_M64N64K16_RS
+}
+
 // D(64xN fp32) = A(64x32 e4m3) * B(Nx32 e4m3)^T with A in registers and D not accumulated
 // (scale-d = 0), for N = 48, 64 and 96 (d[N / 2]). Per warp w of the warpgroup, rows 16w..16w+15 as
 // the A fragment of mma.sync m16n8k32 e4m3 (a[0] = row g, k 4t..4t+3; a[1] = row g + 8;

@@ -1,0 +1,257 @@
+// FP4 x 16-bit grouped GEMM on 16-bit wgmma with the weights as the register operand, four
+// consumer warpgroups (sm_90a): the products and the fp32 sum of sm90_rs16_mainloop.cuh (the same
+// Weights policies, the same order along k, no promotion), on the stage ring of the four-consumer
+// FP8 kernel (sm90_mxfp4_rs_fp8_mainloop.cuh): the producer copies the tile's 16-bit token rows
+// and the n tile's weight micro-tiles and scale words into each stage, and each consumer decodes
+// its rows' k32 blocks from shared memory right before the two k16 wgmmas that read them.
+//
+// Unlike the FP8 kernel's, a consumer never waits on a wgmma's result inside the tile: every
+// k16 wgmma adds into the one accumulator set, so the decode of block j + 1 overlaps the wgmmas of
+// block j and the tensor cores queue the warpgroup's wgmmas back to back.
+//
+// Block of 5 warpgroups (640 threads), one block per SM, persistent over the (m tile, n tile) list
+// of the routing kernel (m tiles of kBlockM = 64 tokens, n tiles of kBlockN = 256 weight rows):
+//   WG 0      producer: per k step, cp.async of the tile's token rows (a_row_index gathers;
+//             zero-filled past the tile's rows), 256 bytes per row, 8 threads per 128-byte half
+//             (rows tid / 8 + 16 j, chunk tid % 8); the n tile's 32 weight micro-tiles (8
+//             16-byte chunks per thread) and kBlockN scale words. kLookahead steps later it fences
+//             and arrives on the stage's full barrier (run_ring_producer).
+//   WG 1 .. 4 consumers: weight rows 64 c .. 64 c + 63 of the n tile each. Per k32 block j of a
+//             k step: two m64n64k16 wgmmas from fragment set j % 2 in one group; wait_group 1
+//             retires block j - 1, whose set then takes the decode of block j + 1. A stage is
+//             released when its last block's group has retired (after block 0 of the next step).
+//
+// Shared memory (base aligned to 1024 bytes):
+//   stage s < kStages, kStageBytes (a multiple of 1024) apart:
+//     A   2 column blocks (k 0..63, 64..127 of the step in the rs order), each kBlockM rows x
+//         128 B, K-major with the 128-byte swizzle of ptx/wgmma.cuh
+//     W   kBlockN / 8 micro-tiles x 512 B: weight rows 8u .. 8u + 7 of the n tile, this k step
+//     D   kBlockN scale words (Weights::ScaleWord: the k step's block scales of one weight row)
+//   amax   [kConsumers][kBlockM][4 warps] fp32 (the epilogues' per-token area)
+//   full[kStages], empty[kStages]  mbarriers (full: 128 producer arrivals; empty: one per
+//                                  consumer warp)
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/kernels/sm90_persistent_tiles.cuh"
+#include "cuda/kernels/sm90_rs16_mainloop.cuh"
+#include "cuda/kernels/sm90_rs_fragment.cuh"
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/wgmma.cuh"
+
+namespace moe_ep::cuda {
+
+template <class Cfg, class Epilogue, class Params>
+__device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint8_t* smem_raw);
+
+template <class Weights_>
+struct Rs16WideTileConfig {
+  using Weights = Weights_;
+  using ScaleWord = typename Weights::ScaleWord;
+  // The kernel body (sm90_rs_kernel.cuh) and its launch check.
+  template <class Epilogue, class Params>
+  static __device__ __forceinline__ void run(const Params& p, uint8_t* smem) {
+    run_rs16_wide_grouped_gemm<Rs16WideTileConfig, Epilogue>(p, smem);
+  }
+  static bool operands_ok(const GroupedGemmOperands& op) { return Weights::operands_ok(op); }
+  static constexpr int kBlockM = 64;  // token rows (the wgmma N side)
+  static constexpr int kConsumers = 4;
+  static constexpr int kBlockN = 64 * kConsumers;  // weight rows (64 per consumer)
+  static constexpr int kBlockK = 128;
+  static constexpr int kAcc = kBlockM / 2;  // fp32 accumulators per consumer thread (m64n64)
+  static constexpr float kAccScale = Weights::kAccScale;
+  static constexpr int kStages = 6;
+  static constexpr int kLookahead = 3;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = 104;
+  // setmaxnreg moves registers within the block's allocation: 640 threads x 96 at launch.
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs, "register file");
+  // The producer signals full(i) after issuing step i + kLookahead, which needs step
+  // i + kLookahead - kStages released; a consumer releases step i - 1 only after it waited for
+  // step i, so the ring needs kStages >= kLookahead + 2.
+  static_assert(kStages >= kLookahead + 2, "the stage ring would deadlock");
+  static constexpr int kRowsPerThread = kBlockM / 16;  // producer: 8 threads per 128-byte row half
+
+  static constexpr int kColBytes = kBlockM * 128;  // one 64-wide k column block
+  static constexpr int kABytes = 2 * kColBytes;
+  static constexpr int kWBytes = (kBlockN / 8) * kWeightMicroTileBytes;
+  static constexpr int kWChunksPerThread = kWBytes / 16 / 128;
+  static constexpr int kDBytes = kBlockN * static_cast<int>(sizeof(ScaleWord));
+  static constexpr int kOffW = kABytes, kOffD = kOffW + kWBytes;
+  static constexpr int kStageBytes = (kOffD + kDBytes + 1023) / 1024 * 1024;
+  static constexpr int kAmaxBytes = kConsumers * 4 * kBlockM * 4;
+  static constexpr int kOffAmax = kStages * kStageBytes;
+  static constexpr int kOffBarriers = kOffAmax + kAmaxBytes;
+  static constexpr int kSharedBytes = kOffBarriers + 2 * kStages * 8 + 1024;  // + alignment slack
+  static_assert(kColBytes % 1024 == 0 && kDBytes % (16 * 32) == 0, "wgmma tiles 1024-aligned, D in 16-byte chunks");
+  static_assert(kWBytes % (16 * 128) == 0 && kDBytes / 16 <= 128, "the producer's chunks");
+  static_assert(kSharedBytes <= 232448, "H100/H200 allow 227 KiB of shared memory per block");
+};
+
+template <class Cfg>
+struct Rs16WideSmem {
+  uint8_t* base;
+  __device__ __forceinline__ uint8_t* a(int s) const { return base + s * Cfg::kStageBytes; }
+  __device__ __forceinline__ uint8_t* w(int s) const { return a(s) + Cfg::kOffW; }
+  __device__ __forceinline__ const typename Cfg::ScaleWord* d(int s) const {
+    return reinterpret_cast<const typename Cfg::ScaleWord*>(a(s) + Cfg::kOffD);
+  }
+  __device__ __forceinline__ float* amax(int wg) const {
+    return reinterpret_cast<float*>(base + Cfg::kOffAmax) + wg * 4 * Cfg::kBlockM;
+  }
+  __device__ __forceinline__ uint64_t* full(int s) const {
+    return reinterpret_cast<uint64_t*>(base + Cfg::kOffBarriers) + s;
+  }
+  __device__ __forceinline__ uint64_t* empty(int s) const { return full(Cfg::kStages) + s; }
+};
+
+// ---- producer warpgroup ----------------------------------------------------------------------
+template <class Cfg>
+struct Rs16WideProducer {
+  static constexpr int kScaleBytes = static_cast<int>(sizeof(typename Cfg::ScaleWord));
+  const uint8_t* a_src[Cfg::kRowsPerThread];  // token rows tid / 8 + 16 j at chunk tid % 8; null past the tile
+  const uint8_t* w_src;  // micro-tile tid / 32 of the n tile, lane chunk tid % 32, k step 0
+  const uint8_t* d_src;  // 16 bytes of the n tile's scale words, k step 0 (tid < kDBytes / 16)
+
+  __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const TileCoord& t, int k_steps,
+                                             int tid) {
+#pragma unroll
+    for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
+      const int r = tid / 8 + 16 * j;
+      const int row = t.row_begin + r;
+      a_src[j] = r < t.num_rows ? op.a + static_cast<int64_t>(op.a_row_index ? op.a_row_index[row] : row) *
+                                             op.a_row_bytes +
+                                      (tid % 8) * 16
+                                : nullptr;
+    }
+    const int64_t micro = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_tile * (Cfg::kBlockN / 8) + tid / 32;
+    w_src = op.w + micro * k_steps * kWeightMicroTileBytes + (tid % 32) * 16;
+    d_src = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + t.n_tile * Cfg::kBlockN) * kScaleBytes +
+            tid * 16;
+  }
+
+  __device__ __forceinline__ void issue(const GroupedGemmOperands& op, const Rs16WideSmem<Cfg>& sm, int ks,
+                                        int k_steps, int s, int tid) const {
+    const uint32_t a_dst = ptx::smem_addr(sm.a(s));
+    const int c = tid % 8;
+#pragma unroll
+    for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
+      const int row = tid / 8 + 16 * j;
+#pragma unroll
+      for (int cb = 0; cb < 2; ++cb)
+        ptx::cp_async_16(a_dst + cb * Cfg::kColBytes + row * 128 + ((c ^ (row & 7)) << 4),
+                         a_src[j] ? a_src[j] + ks * 256 + cb * 128 : op.a, a_src[j] ? 16 : 0);
+    }
+    const uint32_t w_dst = ptx::smem_addr(sm.w(s));
+    const int64_t micro_stride = static_cast<int64_t>(4) * k_steps * kWeightMicroTileBytes;  // 4 micro-tiles on
+#pragma unroll
+    for (int j = 0; j < Cfg::kWChunksPerThread; ++j)
+      ptx::cp_async_16(w_dst + (tid + 128 * j) * 16, w_src + j * micro_stride + ks * kWeightMicroTileBytes);
+    if (tid < Cfg::kDBytes / 16)
+      ptx::cp_async_16(ptx::smem_addr(sm.a(s) + Cfg::kOffD) + tid * 16,
+                       d_src + static_cast<int64_t>(ks) * op.n * kScaleBytes);
+  }
+};
+
+// ---- the kernel body -------------------------------------------------------------------------
+// Epilogue::apply<Cfg>(ep, op, tile, fragment, smem, acc): writes the valid columns of a consumer's
+// 64 x kBlockM transposed sub-tile.
+template <class Cfg, class Epilogue, class Params>
+__device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint8_t* smem_raw) {
+  const Rs16WideSmem<Cfg> sm{align_smem_1024(smem_raw)};
+  const int tid = threadIdx.x;
+  init_stage_barriers<Cfg>(sm);
+
+  const GroupedGemmOperands& op = p.op;
+  const int k_steps = op.k / Cfg::kBlockK;
+  const int n_tiles = op.n / Cfg::kBlockN;
+  constexpr int S = Cfg::kStages;
+
+  if (tid < 128) {
+    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    Rs16WideProducer<Cfg> prod;
+    run_ring_producer<Cfg>(
+        sm, p.schedule, n_tiles, k_steps, [&](const TileCoord& t) { prod.begin_tile(op, t, k_steps, tid); },
+        [&](int ks, int s) { prod.issue(op, sm, ks, k_steps, s, tid); }, [](int) {});
+    return;
+  }
+
+  ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
+  const int wg = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int micro = 8 * wg + 2 * warp;        // micro-tile of rows g (micro + 1: rows g + 8)
+  const int d_row = 64 * wg + 16 * warp + g;  // scale word of row g (d_row + 8: row g + 8)
+  const uint64_t desc0 = ptx::wgmma_desc_k_major_sw128(ptx::smem_addr(sm.a(0)));
+  int item = 0;  // k steps consumed so far (over all tiles of this block)
+  for_each_block_tile<Cfg>(p.schedule, n_tiles, [&](const TileCoord& tc, auto) {
+    const RsFragment f{tc.n_tile * Cfg::kBlockN + d_row, t, warp, wg};
+    float acc[Cfg::kAcc];
+#pragma unroll
+    for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
+    uint32_t frag[2][2][4];  // [set][k16 step of the block][register]
+    uint4 w_g, w_g8;         // this k step's packed words of rows g and g + 8
+    typename Cfg::ScaleWord d_g, d_g8;
+    // Waits for k step ks of this tile and takes its weight words.
+    auto load_step = [&](int ks) {
+      const int s = (item + ks) % S;
+      ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
+      w_g = *reinterpret_cast<const uint4*>(sm.w(s) + micro * kWeightMicroTileBytes + lane * 16);
+      w_g8 = *reinterpret_cast<const uint4*>(sm.w(s) + (micro + 1) * kWeightMicroTileBytes + lane * 16);
+      d_g = sm.d(s)[d_row];
+      d_g8 = sm.d(s)[d_row + 8];
+    };
+    auto decode = [&](auto kb_constant, uint32_t(&out)[2][4]) {
+      constexpr int kb = decltype(kb_constant)::value;
+      Cfg::Weights::template decode_block<kb>(rs_word<kb>(w_g), rs_word<kb>(w_g8), d_g, d_g8, out);
+    };
+    auto release = [&](int ks) {  // every group that read step ks's stage has retired
+      __syncwarp();
+      if (lane == 0) ptx::mbarrier_arrive(sm.empty((item + ks) % S));
+    };
+    // K32 block kb of step ks: its two k16 wgmmas (column block kb / 2, k16 slices 2 (kb % 2) and
+    // + 1) from set kb % 2, then retire block kb - 1 and decode block kb + 1 into its set (the
+    // next step's block 0 after kb = 3, when there is one: `more`).
+    auto block = [&](auto kb_constant, int ks, bool more) {
+      constexpr int kb = decltype(kb_constant)::value, set = kb % 2;
+      const uint64_t desc = desc0 + ((item + ks) % S) * (Cfg::kStageBytes >> 4) + (kb / 2) * (Cfg::kColBytes >> 4);
+      ptx::wgmma_fence();
+      ptx::wgmma_m64n64k16_rs<Cfg::Weights::kF16>(acc, frag[set][0], desc + 4 * (kb % 2));
+      ptx::wgmma_m64n64k16_rs<Cfg::Weights::kF16>(acc, frag[set][1], desc + 4 * (kb % 2) + 2);
+      ptx::wgmma_commit_group();
+      ptx::wgmma_wait_group<1>();
+      ptx::fence_operands(frag[1 - set][0]);
+      ptx::fence_operands(frag[1 - set][1]);
+      if constexpr (kb == 0) {
+        if (ks > 0) release(ks - 1);
+      }
+      if constexpr (kb < 3) {
+        decode(std::integral_constant<int, kb + 1>{}, frag[1 - set]);
+      } else if (more) {
+        load_step(ks + 1);
+        decode(std::integral_constant<int, 0>{}, frag[1 - set]);
+      }
+    };
+    load_step(0);
+    decode(std::integral_constant<int, 0>{}, frag[0]);
+    for (int ks = 0; ks < k_steps; ++ks) {
+      const bool more = ks + 1 < k_steps;
+      block(std::integral_constant<int, 0>{}, ks, more);
+      block(std::integral_constant<int, 1>{}, ks, more);
+      block(std::integral_constant<int, 2>{}, ks, more);
+      block(std::integral_constant<int, 3>{}, ks, more);
+    }
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_operands(acc);
+    release(k_steps - 1);
+    item += k_steps;
+    Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
+  });
+}
+
+}  // namespace moe_ep::cuda
