@@ -16,7 +16,9 @@
 #     --fuse-quantize-route, --fuse-combine and all of them (nvfp4 flash: default and all)
 #   shared: the shared expert's dot-product kernels at T = 1, 4, row-major and tiled weights, cp.async and bulk copies
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
-#   wide: the layer at T = 512, 2048, 8192 (flash, pro), auto against FP8 wgmma and the plain wgmma-rs 64x256
+#   wide: the layer at T = MOE_EP_WIDE_TOKENS (512, 2048, 8192; flash, pro), auto against FP8 wgmma and the plain
+#     wgmma-rs 64x256, or the runs of MOE_EP_WIDE_RUNS ("kernel:options" words, options joined by commas;
+#     "base/kernel:..." runs .../moe_ep_base)
 #   split: the rs fp8 kernels' time split by work (Sm90WgmmaTiming.RsFp8WorkSplit)
 #   cross: the decode GEMMs against wgmma-rs 64x256 at T = MOE_EP_CROSS_TOKENS (384 .. 1024), flash and pro
 #   ncu-layer: stall samples and issue rates of the layer's own GEMM launches (moe_ep bench, eager, one
@@ -167,17 +169,20 @@ if has small; then  # timings only: the tests above check these plans' bits
 fi
 
 # bench_kernels STEP TOKENS RUN...: `moe_ep bench` on flash and pro at TOKENS, once per RUN
-# ("kernel:options"), each run's table into the summary.
+# ("kernel:options"; "base/kernel:options" runs $BIN/moe_ep_base, an earlier build carried for a
+# same-call comparison), each run's table into the summary.
 bench_kernels() {
-  local step=$1 tokens=$2 preset run kernel pin
+  local step=$1 tokens=$2 preset run kernel pin cli
   shift 2
   for preset in flash pro; do
     for run in "$@"; do
-      kernel=${run%%:*} pin=${run#*:}
+      kernel=${run%%:*} pin=${run#*:} cli=$CLI
+      pin=${pin//,/ }
+      if [[ $kernel == base/* ]]; then kernel=${kernel#base/} cli=$BIN/moe_ep_base; fi
       # shellcheck disable=SC2086  # $pin is a list of options
-      run_limited 90 "$CLI" bench --device cuda --preset deepseek-v4-$preset --kernel "$kernel" $pin \
+      run_limited 90 "$cli" bench --device cuda --preset deepseek-v4-$preset --kernel "$kernel" $pin \
         --tokens "$tokens" --iters 20 --warmup 3 > "$WORK/$step.log" 2>&1
-      note "bench $step $preset [$kernel ${pin:-}]: rc=$?  ($(elapsed) s)"
+      note "bench $step $preset [$(basename "$cli") $kernel ${pin:-}]: rc=$?  ($(elapsed) s)"
       grep -E "^ +[0-9]+ " "$WORK/$step.log" | sed 's/^/  /' >> "$SUMMARY"
     done
   done
@@ -186,7 +191,8 @@ bench_kernels() {
 # 4a'. Prefill in the layer: auto (wgmma-rs 64x256, narrow tail tiles up to 64 rows per expert)
 # against FP8 wgmma and the plain 64x256 form, flash and pro.
 if has wide; then  # timings only: Kernels/Sm90WgmmaFlashLayer checks the plans' results
-  bench_kernels wide "${MOE_EP_WIDE_TOKENS:-512,2048,8192}" "auto:" "wgmma:" "wgmma-rs:--tile 64x256"
+  # shellcheck disable=SC2086  # MOE_EP_WIDE_RUNS is a list of runs
+  bench_kernels wide "${MOE_EP_WIDE_TOKENS:-512,2048,8192}" ${MOE_EP_WIDE_RUNS:-auto: wgmma: wgmma-rs:--tile,64x256}
 fi
 
 # 4b. nvfp4: auto (decode / mma.sync) against nvfp4-wgmma, the same graph-replay bench.
@@ -230,7 +236,7 @@ fi
 # 7b. Where auto's decode bucket should end: the decode GEMMs against wgmma-rs 64x256 at T around
 # the decode bound (flash, pro).
 if has cross; then
-  bench_kernels cross "${MOE_EP_CROSS_TOKENS:-384,512,640,768,1024}" "decode:" "wgmma-rs:--tile 64x256"
+  bench_kernels cross "${MOE_EP_CROSS_TOKENS:-384,512,640,768,1024}" "decode:" "wgmma-rs:--tile,64x256"
 fi
 
 # 7c. The same stall samples as ncu-source, of the layer's own launches: `moe_ep bench` eager, one

@@ -113,7 +113,13 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
   if (!o.tile.automatic()) {
     MOE_EP_CHECK_CODE(mxfp4, ErrorCode::kUnsupported, "overrides.tile = {}: recipe '{}' has no "
                       "tile choice on SM90", o.tile.str(), recipe_name(desc.recipe));
-    if (o.gemm == GemmKernel::kWgmmaRs) {
+    if (o.gemm == GemmKernel::kWgmmaBf16) {
+      MOE_EP_CHECK_CODE(o.tile == (TileShape{kRsBlockM, 128}) || o.tile == (TileShape{kRsWideBlockM, kRsWideBlockN}),
+                        ErrorCode::kUnsupported,
+                        "overrides.tile = {} is not a wgmma-bf16 tile of SM90; allowed: {}x128, {}x{}", o.tile.str(),
+                        kRsBlockM, kRsWideBlockM, kRsWideBlockN);
+      c.wgmma_bf16_block_n = static_cast<int>(o.tile.n);
+    } else if (o.gemm == GemmKernel::kWgmmaRs) {
       MOE_EP_CHECK_CODE(o.tile == (TileShape{64, 128}) || o.tile == (TileShape{96, 128}) ||
                             o.tile == (TileShape{64, 256}),
                         ErrorCode::kUnsupported,
@@ -218,7 +224,10 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
       facts.w13_folded && facts.w2_folded ? ""
       : c.fold ? "the weights are not inside the FP8 window (SPEC.md §5), so they are not folded"
                : "folding is off (overrides.fold_fp8 = false)";
-  c.wgmma_bf16_unavailable = register_operand_unavailable(desc, unfolded, facts.wgmma_bf16_blocks_per_sm);
+  c.wgmma_bf16_unavailable =
+      c.wgmma_bf16_block_n == kRsWideBlockN
+          ? register_operand_unavailable(desc, unfolded, facts.wgmma_bf16_wide_blocks_per_sm, kRsWideBlockN)
+          : register_operand_unavailable(desc, unfolded, facts.wgmma_bf16_blocks_per_sm);
   const std::string wide_rs_unavailable =
       register_operand_unavailable(desc, unfolded, facts.wgmma_rs_wide_blocks_per_sm, kRsFp8WideBlockN);
   c.wgmma_rs_unavailable = c.wgmma_rs_block_n == kRsFp8WideBlockN
@@ -246,7 +255,7 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
     switch (g) {
       case Sm90Gemm::kDecode: return kDecodeBlockM;
       case Sm90Gemm::kWgmma: return ts.block_m;
-      case Sm90Gemm::kWgmmaBf16: return kRsBlockM;
+      case Sm90Gemm::kWgmmaBf16: return rs_block_n == kRsWideBlockN ? kRsWideBlockM : kRsBlockM;
       case Sm90Gemm::kWgmmaRs:
         return rs_block_n == kRsFp8WideBlockN ? 64
                : c.wgmma_rs_block_m           ? c.wgmma_rs_block_m
@@ -259,7 +268,8 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
   // where the split kernels fit.
   const int64_t split_hi = c.decode_split ? (*c.decode_split == 2 ? max_tokens : -1)
                                           : (split_unavailable.empty() ? kDecodeSplitMaxTokens : -1);
-  // rs_block_n: the n tile of a wgmma-rs bucket (0 for the other families).
+  // rs_block_n: the n tile of a wgmma-rs bucket, or kRsWideBlockN for wgmma-bf16's four-consumer
+  // form (0 for the other families).
   auto bucket = [&](int64_t lo, int64_t hi, Sm90Gemm g, int rs_block_n = 0) {
     if (lo > hi) return;
     if (g == Sm90Gemm::kWgmmaRs && rs_block_n != kRsFp8WideBlockN && c.wgmma_rs_block_m == 0 &&
@@ -285,7 +295,9 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
     case GemmKernel::kDecode: bucket(0, max_tokens, Sm90Gemm::kDecode); return;
     case GemmKernel::kMma: bucket(0, max_tokens, Sm90Gemm::kMma); return;
     case GemmKernel::kWgmma: bucket(0, max_tokens, Sm90Gemm::kWgmma); return;
-    case GemmKernel::kWgmmaBf16: bucket(0, max_tokens, Sm90Gemm::kWgmmaBf16); return;
+    case GemmKernel::kWgmmaBf16:
+      bucket(0, max_tokens, Sm90Gemm::kWgmmaBf16, c.wgmma_bf16_block_n == kRsWideBlockN ? kRsWideBlockN : 0);
+      return;
     case GemmKernel::kWgmmaRs: bucket(0, max_tokens, Sm90Gemm::kWgmmaRs, c.wgmma_rs_block_n); return;
     case GemmKernel::kAuto: break;
   }
@@ -396,17 +408,22 @@ void Sm90Config::describe(SelectedConfig& out) const {
                        ? fmt::format("available: {}x{} tiles{}, blocks/SM {} / {}", ts.block_m, ts.block_n,
                                      wgmma_auto, facts.wgmma_blocks_per_sm[0], facts.wgmma_blocks_per_sm[1])
                        : "unavailable: " + wgmma_unavailable);
+  const bool bf16_wide = wgmma_bf16_block_n == kRsWideBlockN;
+  const int* bf16_per_sm = bf16_wide ? facts.wgmma_bf16_wide_blocks_per_sm : facts.wgmma_bf16_blocks_per_sm;
   out.add("wgmma_bf16", wgmma_bf16_unavailable.empty()
-                            ? fmt::format("available by override (overrides.gemm = wgmma-bf16): {}x128 tiles, "
-                                          "blocks/SM {} / {}", kRsBlockM, facts.wgmma_bf16_blocks_per_sm[0],
-                                          facts.wgmma_bf16_blocks_per_sm[1])
+                            ? fmt::format("available by override (overrides.gemm = wgmma-bf16): {} tiles{}, "
+                                          "blocks/SM {} / {}",
+                                          bf16_wide ? fmt::format("{}x{}", kRsWideBlockM, kRsWideBlockN)
+                                                    : fmt::format("{}x128", kRsBlockM),
+                                          bf16_wide ? " (four consumer warpgroups)" : "", bf16_per_sm[0],
+                                          bf16_per_sm[1])
                             : "unavailable: " + wgmma_bf16_unavailable);
   const int* rs_per_sm =
       wgmma_rs_block_n == kRsFp8WideBlockN ? facts.wgmma_rs_wide_blocks_per_sm : facts.wgmma_rs_blocks_per_sm;
   const std::string rs_auto =
       rs_auto_from ? fmt::format("auto from T = {} on 64x256 tiles (four consumer warpgroups, blocks/SM {} / {}{}); ",
                                  rs_auto_from, facts.wgmma_rs_wide_blocks_per_sm[0], facts.wgmma_rs_wide_blocks_per_sm[1],
-                                 narrow_to ? fmt::format(", tiles of <= 48 rows on n48 up to T = {}", narrow_to) : "")
+                                 narrow_to ? fmt::format(", tiles of <= 48 rows on n48 after the others up to T = {}", narrow_to) : "")
                    : !by_t || wgmma_rs_auto_unavailable.empty() ? std::string()
                                                        : fmt::format("not in auto ({}); ", wgmma_rs_auto_unavailable);
   out.add("wgmma_rs", wgmma_rs_unavailable.empty()

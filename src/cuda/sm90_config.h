@@ -42,10 +42,11 @@ inline constexpr int64_t kWgmmaRsWideMinTokens = 4096;
 // (H and I multiples of 1024; not with exact accumulation). Measured on an H100, flash: T = 1
 // 59.0 -> 52.3 µs; T = 2 79.2 -> 87.4 (bench/RESULTS.md, stop 29).
 inline constexpr int64_t kDecodeSplitMaxTokens = 1;
-// Auto's wgmma-rs 64x256 buckets run an expert's last tile of <= 48 rows on n48 wgmmas while the
-// experts hold at most this many rows each on average (T * top_k / E): H200, flash T = 1024 / 2048
-// -11% / -2%, pro T = 2048 -9%; at T = 8192 (192 / 128 rows) the second tile form costs the
-// 64-row one registers, +3.5% (bench/RESULTS.md, stop 30).
+// Auto's wgmma-rs 64x256 buckets run an expert's last tile of <= 48 rows on n48 wgmmas, in a second
+// pass after the block's other tiles, while the experts hold at most this many rows each on average
+// (T * top_k / E): in tile order H200, flash T = 1024 / 2048 -11% / -2%, pro T = 2048 -9%; in a
+// second pass the flash GEMMs at T = 2048 another -3.3% (H100); at T = 8192 (192 / 128 rows) either
+// form costs 3-3.5% (bench/RESULTS.md, stops 30-31).
 inline constexpr int64_t kNarrowTailsMaxRowsPerExpert = 64;
 
 // What the device and the loaded weights allow, measured before selection.
@@ -59,6 +60,7 @@ struct Sm90Facts {
   int mma_blocks_per_sm[2] = {0, 0};    // mma.sync (mxfp4) or f16 mma.sync (nvfp4) GEMMs
   int wgmma_blocks_per_sm[2] = {0, 0};  // of the selected tile; 0 when not configured
   int wgmma_bf16_blocks_per_sm[2] = {0, 0};  // 0 when not configured
+  int wgmma_bf16_wide_blocks_per_sm[2] = {0, 0};  // the 64x256 tile (four consumers); 0 when it does not fit
   int wgmma_rs_blocks_per_sm[2] = {0, 0};    // both m tiles (the smaller count); 0 when not configured
   int wgmma_rs_wide_blocks_per_sm[2] = {0, 0};  // the 64x256 tile (four consumers); 0 when it does not fit
   int nvfp4_wgmma_blocks_per_sm[2] = {0, 0}; // 0 when not configured
@@ -70,8 +72,9 @@ struct Sm90Bucket {
   int block_m = kGemmBlockM;               // rows per m tile the routing lists
   int decode_split = 1;                    // decode buckets: K parts per block (1 or 2)
   int block_n = 0;                         // wgmma-rs buckets: weight rows per n tile (kRsFp8BlockN, or
-                                           // kRsFp8WideBlockN: four consumer warpgroups); 0 elsewhere
-  bool narrow_tails = false;               // wgmma-rs 64x256: tiles of <= 48 rows on n48 wgmmas
+                                           // kRsFp8WideBlockN: four consumer warpgroups); wgmma-bf16:
+                                           // kRsWideBlockN for its four-consumer form; 0 elsewhere
+  bool narrow_tails = false;               // wgmma-rs 64x256: tiles of <= 48 rows on n48 wgmmas, last
 };
 
 struct Sm90Config {
@@ -94,6 +97,8 @@ struct Sm90Config {
   std::string nvfp4_wgmma_unavailable;       // the same for nvfp4's f16 wgmma (overrides.gemm = wgmma)
   int wgmma_rs_block_m = 0;                  // overrides.tile's m for wgmma-rs; 0: by T
   int wgmma_rs_block_n = kRsFp8BlockN;       // overrides.tile's n for wgmma-rs (256: four consumers)
+  int wgmma_bf16_block_n = 128;              // overrides.tile's n for wgmma-bf16 (kRsWideBlockN: 64x256,
+                                             // four consumers)
   Sm90Facts facts;
   std::vector<Sm90Bucket> buckets;           // ascending, covering 1..max_tokens_per_rank
 

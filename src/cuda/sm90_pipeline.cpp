@@ -185,6 +185,9 @@ GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
       return {&launch_sm90_nvfp4_rs_grouped_gemm1, &launch_sm90_nvfp4_rs_grouped_gemm2, 128, true,
               f.nvfp4_wgmma_blocks_per_sm};
     case Sm90Gemm::kWgmmaBf16:
+      if (bucket.block_n == kRsWideBlockN)
+        return {&launch_sm90_mxfp4_rs_wide_grouped_gemm1, &launch_sm90_mxfp4_rs_wide_grouped_gemm2, kRsWideBlockN,
+                true, f.wgmma_bf16_wide_blocks_per_sm};
       return {&launch_sm90_mxfp4_rs_grouped_gemm1, &launch_sm90_mxfp4_rs_grouped_gemm2, 128, true,
               f.wgmma_bf16_blocks_per_sm};
     case Sm90Gemm::kWgmmaRs:
@@ -401,7 +404,7 @@ void Sm90Pipeline::describe(SelectedConfig& out) const {
                                                                     l.decode_split ? ", K split in two per block" : "")
                                     : l.bucket.block_n ? fmt::format(" (n tiles of {} weight rows, {} consumer warpgroups{})",
                                                                      l.bucket.block_n, l.bucket.block_n / 64,
-                                                                     l.bucket.narrow_tails ? ", tiles of <= 48 rows on n48" : "")
+                                                                     l.bucket.narrow_tails ? ", tiles of <= 48 rows on n48 after the others" : "")
                                                        : std::string(),
                                     l.bucket.block_m, grid_str(l.grid1), grid_str(l.grid2), l.steps.size(), steps)});
   }

@@ -191,12 +191,12 @@ struct Kernels {
   // or into registers, parts of the mainloop's work left out (timing only: the outputs are not
   // the GEMM's).
   test::RsFp8WeightPath rs_fp8_weights = test::RsFp8WeightPath::kCpAsync;
-  int rs_fp8_work = kRsFp8All;
+  int rs_fp8_work = kRsFp8All;  // also rs bf16 64x256 (copies only 3, math only 4)
   int decode_prefetch = 0;  // > 0: the mxfp4 decode kernels (folded) with 2 or kDecodeDeepPrefetch k steps in flight
   int rs_fp8_consumers = 2;  // rs fp8: consumer warpgroups (4: n tiles of 256 weight rows, a probe)
   int decode_split = 1;      // decode kernels: K in 1 or 2 parts per block (2: kDecodePrefetch only)
-  // rs fp8, four consumers: tiles of <= 48 rows on n48 wgmmas: 0 never, 1 in tile order (the
-  // library's form), 2 in a second pass (a probe)
+  // rs fp8, four consumers: tiles of <= 48 rows on n48 wgmmas: 0 never, 1 in a second pass (the
+  // library's form), 2 in tile order (a probe)
   int rs_fp8_tails = 0;
   int decode_bulk_slots = 0;  // decode kernels (kDecodePrefetch): > 0, the weights by bulk copies into a
                               // ring of 2 or 3 chunks per warp (decode_variant_probe.h)
@@ -215,10 +215,13 @@ struct Kernels {
     if (decode_prefetch > 0 && decode_split > 1) return fmt::format("decode, K split in {}", decode_split);
     if (decode_prefetch > 0 && decode_bulk_slots > 0) return fmt::format("decode, bulk ring of {}", decode_bulk_slots);
     if (decode_prefetch > 0) return fmt::format("decode, {} steps ahead", decode_prefetch);
-    if (rs) return rs_wide ? "rs bf16 64x256" : "rs bf16";
+    if (rs)
+      return rs_wide ? fmt::format("rs bf16 64x256{}{}", rs_fp8_work == kRsFp8All ? "" : " ",
+                                   rs_fp8_work == kRsFp8All ? "" : work_name(rs_fp8_work))
+                     : "rs bf16";
     if (rs_fp8_block_m > 0)
       return fmt::format("rs fp8 {}{}{}{}{}{}", rs_fp8_block_m, rs_fp8_consumers == 2 ? "" : "x256",
-                         rs_fp8_tails == 1 ? " narrow" : rs_fp8_tails == 2 ? " narrow last" : "",
+                         rs_fp8_tails == 1 ? " narrow last" : rs_fp8_tails == 2 ? " narrow in order" : "",
                          rs_fp8_weights == test::RsFp8WeightPath::kBulk        ? " bulk"
                          : rs_fp8_weights == test::RsFp8WeightPath::kRegisters ? " registers"
                                                                                : "",
@@ -293,6 +296,8 @@ class GemmRun {
           static_cast<int>(s.H), &per_sm1));
       MOE_EP_CUDA_CHECK((deep ? configure_sm90_mxfp4_decode_deep_gemm2 : configure_sm90_mxfp4_decode_gemm2)(
           static_cast<int>(s.I), &per_sm2));
+    } else if (k.rs && k.rs_wide && k.rs_fp8_work != kRsFp8All) {
+      MOE_EP_CUDA_CHECK(test::configure_rs16_wide_work(k.rs_fp8_work, &per_sm1, &per_sm2));
     } else if (k.rs) {
       MOE_EP_CUDA_CHECK((k.rs_wide ? configure_sm90_mxfp4_rs_wide_grouped_gemm1 : configure_sm90_mxfp4_rs_grouped_gemm1)(
           &per_sm1));
@@ -355,7 +360,10 @@ class GemmRun {
           g1, static_cast<int>(r_.max_tiles), nullptr));
     } else if (k_.rs) {
       use_bf16_activations(g1.op, p_.a, p_.a_scale, p_.T, x_rs_);
-      MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm1 : launch_sm90_mxfp4_rs_grouped_gemm1)(
+      if (k_.rs_wide && k_.rs_fp8_work != kRsFp8All)
+        MOE_EP_CUDA_CHECK(test::launch_rs16_wide_work_gemm1(k_.rs_fp8_work, g1, grid1_, nullptr));
+      else
+        MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm1 : launch_sm90_mxfp4_rs_grouped_gemm1)(
           g1, grid1_, nullptr));
     } else if (k_.rs_fp8_probe()) {
       MOE_EP_CUDA_CHECK(test::launch_rs_fp8_variant_gemm1(k_.rs_fp8_variant(), g1, grid1_, nullptr));
@@ -392,7 +400,10 @@ class GemmRun {
           g2, static_cast<int>(r_.max_tiles), nullptr));
     } else if (k_.rs) {
       use_bf16_activations(g2.op, in.h_, in.h_scale_, r_.rows, h_rs_);
-      MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm2 : launch_sm90_mxfp4_rs_grouped_gemm2)(
+      if (k_.rs_wide && k_.rs_fp8_work != kRsFp8All)
+        MOE_EP_CUDA_CHECK(test::launch_rs16_wide_work_gemm2(k_.rs_fp8_work, g2, grid2_, nullptr));
+      else
+        MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm2 : launch_sm90_mxfp4_rs_grouped_gemm2)(
           g2, grid2_, nullptr));
     } else if (k_.rs_fp8_probe()) {
       MOE_EP_CUDA_CHECK(test::launch_rs_fp8_variant_gemm2(k_.rs_fp8_variant(), g2, grid2_, nullptr));

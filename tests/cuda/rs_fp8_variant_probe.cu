@@ -43,20 +43,45 @@ template <class F>
 cudaError_t with_variant(const RsFp8Variant& v, F&& f) {
   if (v.consumers == 4) {
     if (v.block_m != 64 || v.weights != RsFp8WeightPath::kCpAsync) return cudaErrorInvalidValue;
-    if (v.narrow_last)
-      return v.work == 7 ? f(RsFp8TileConfig<64, RsFp8Weights::kCpAsync, 7, 4, RsFp8Tails::kNarrowLast>{})
+    if (v.narrow_in_order)
+      return v.work == 7 ? f(RsFp8TileConfig<64, RsFp8Weights::kCpAsync, 7, 4, RsFp8Tails::kNarrow>{})
                          : cudaErrorInvalidValue;
     if (v.work == 7) return f(RsFp8TileConfig<64, RsFp8Weights::kCpAsync, 7, 4>{});
     if (v.work == 4) return f(RsFp8TileConfig<64, RsFp8Weights::kCpAsync, 4, 4>{});
     return cudaErrorInvalidValue;
   }
-  if (v.consumers != 2 || v.narrow_last) return cudaErrorInvalidValue;
+  if (v.consumers != 2 || v.narrow_in_order) return cudaErrorInvalidValue;
   if (v.block_m == 64) return with_weights<64>(v, f);
   if (v.block_m == 96) return with_weights<96>(v, f);
   return cudaErrorInvalidValue;
 }
 
+template <class F>
+cudaError_t with_rs16_wide_work(int work, F&& f) {
+  switch (work) {
+    case 3: return f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 3>{});
+    case 4: return f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 4>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
 }  // namespace
+
+cudaError_t configure_rs16_wide_work(int work, int* blocks_per_sm1, int* blocks_per_sm2) {
+  return with_rs16_wide_work(work, [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    cudaError_t err = configure_rs_kernel<Cfg, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm1);
+    return err == cudaSuccess ? configure_rs_kernel<Cfg, RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm2) : err;
+  });
+}
+
+cudaError_t launch_rs16_wide_work_gemm1(int work, const Gemm1Params& p, int grid, cudaStream_t stream) {
+  return with_rs16_wide_work(work, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsSwigluQ8Epilogue>(p, grid, stream); });
+}
+
+cudaError_t launch_rs16_wide_work_gemm2(int work, const Gemm2Params& p, int grid, cudaStream_t stream) {
+  return with_rs16_wide_work(work, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsStoreBf16Epilogue>(p, grid, stream); });
+}
 
 cudaError_t configure_rs_fp8_variant(const RsFp8Variant& v, int* blocks_per_sm1, int* blocks_per_sm2) {
   return with_variant(v, [&](auto cfg) {

@@ -164,7 +164,11 @@ TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
       Kernels k;
       k.rs = true;
       variants.push_back(k);
-      variants.push_back(rs_bf16_wide());
+      for (int work : {kRsFp8All, 3, 4}) {
+        Kernels wide = rs_bf16_wide();
+        wide.rs_fp8_work = work;
+        variants.push_back(wide);
+      }
     }
     for (const Kernels& k : variants) {
       if (!timing_variant_selected(k.name())) continue;

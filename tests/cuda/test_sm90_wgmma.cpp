@@ -118,6 +118,7 @@ Sm90Facts all_available() {
   f.mma_blocks_per_sm[0] = f.mma_blocks_per_sm[1] = 1;
   f.wgmma_blocks_per_sm[0] = f.wgmma_blocks_per_sm[1] = 1;
   f.wgmma_bf16_blocks_per_sm[0] = f.wgmma_bf16_blocks_per_sm[1] = 1;
+  f.wgmma_bf16_wide_blocks_per_sm[0] = f.wgmma_bf16_wide_blocks_per_sm[1] = 1;
   f.wgmma_rs_blocks_per_sm[0] = f.wgmma_rs_blocks_per_sm[1] = 1;
   f.wgmma_rs_wide_blocks_per_sm[0] = f.wgmma_rs_wide_blocks_per_sm[1] = 1;
   f.nvfp4_wgmma_blocks_per_sm[0] = f.nvfp4_wgmma_blocks_per_sm[1] = 1;
@@ -188,7 +189,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
             std::string::npos) << auto_out;
   EXPECT_NE(auto_out.find("by override (overrides.gemm = wgmma; auto takes wgmma-rs)"), std::string::npos)
       << auto_out;
-  EXPECT_NE(auto_out.find(fmt::format("tiles of <= 48 rows on n48 up to T = {}", narrow_max)), std::string::npos)
+  EXPECT_NE(auto_out.find(fmt::format("tiles of <= 48 rows on n48 after the others up to T = {}", narrow_max)), std::string::npos)
       << auto_out;
   // FP8 wgmma where the four-consumer tile does not fit, or where overrides.tile pins its tile.
   Sm90Facts no_wide_tile = all_available();
@@ -245,7 +246,19 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   ASSERT_EQ(bf16.buckets.size(), 1u);
   EXPECT_EQ(bf16.bucket(1).gemm, G::kWgmmaBf16);
   EXPECT_EQ(bf16.bucket(8192).block_m, kRsBlockM);
+  EXPECT_EQ(bf16.bucket(8192).block_n, 0);
   EXPECT_TRUE(bf16.uses_16bit_activations());
+  // Its four-consumer form by overrides.tile = 64x256.
+  forced.tile = {kRsWideBlockM, kRsWideBlockN};
+  const Sm90Config bf16_wide = selected(d, forced);
+  ASSERT_EQ(bf16_wide.buckets.size(), 1u);
+  EXPECT_EQ(bf16_wide.bucket(1).gemm, G::kWgmmaBf16);
+  EXPECT_EQ(bf16_wide.bucket(8192).block_m, kRsWideBlockM);
+  EXPECT_EQ(bf16_wide.bucket(8192).block_n, kRsWideBlockN);
+  EXPECT_NE(described(bf16_wide).find("wgmma_bf16 = available by override (overrides.gemm = wgmma-bf16): 64x256 "
+                                         "tiles (four consumer warpgroups)"),
+            std::string::npos);
+  forced.tile = {};
   // wgmma-rs by override: 64-token m tiles below kWgmmaRsWideMinTokens, 96 from there (one
   // bucket each); overrides.tile pins one of them for every T.
   forced.gemm = GemmKernel::kWgmmaRs;
@@ -390,6 +403,17 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   Sm90Facts no_fit = all_available();
   no_fit.wgmma_bf16_blocks_per_sm[1] = 0;
   expect_refused([&] { selected(d, bf16, no_fit); }, ErrorCode::kUnsupported, "do not fit on this device");
+  KernelOverrides bf16_wide = bf16;
+  bf16_wide.tile = {64, 256};
+  EXPECT_NO_THROW(selected(d, bf16_wide, no_fit));  // the other form's fit
+  Sm90Facts no_wide_fit = all_available();
+  no_wide_fit.wgmma_bf16_wide_blocks_per_sm[0] = 0;
+  expect_refused([&] { selected(d, bf16_wide, no_wide_fit); }, ErrorCode::kUnsupported,
+                 "overrides.gemm = wgmma-bf16: the wgmma-bf16 GEMMs cannot run this layer: the kernels do not fit");
+  KernelOverrides bf16_tile = bf16;
+  bf16_tile.tile = {96, 128};
+  expect_refused([&] { select_sm90_load_config(d, bf16_tile); }, ErrorCode::kUnsupported,
+                 "overrides.tile = 96x128 is not a wgmma-bf16 tile of SM90; allowed: 128x128, 64x256");
 
   KernelOverrides rs;
   rs.gemm = GemmKernel::kWgmmaRs;
@@ -592,7 +616,7 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
                        "launch), gemm1, gemm2, combine)"),
             std::string::npos) << plain;
   EXPECT_NE(plain.find("plan T=641..1024: wgmma-rs GEMMs (n tiles of 256 weight rows, 4 consumer warpgroups, "
-                       "tiles of <= 48 rows on n48), routing m tiles of 64 rows; gemm1 grid min(m_tiles64(T) x 16, 132)"),
+                       "tiles of <= 48 rows on n48 after the others), routing m tiles of 64 rows; gemm1 grid min(m_tiles64(T) x 16, 132)"),
             std::string::npos) << plain;
   EXPECT_NE(plain.find("5 steps (quantize x, routing, gemm1, gemm2, combine)"), std::string::npos) << plain;
   KernelOverrides unfused;
@@ -846,7 +870,9 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
     const char* tile;  // "" = the kernel's own choice
   };
   for (const Variant v : {Variant{"64x256", GemmKernel::kWgmma, "64x256"}, Variant{"128x128", GemmKernel::kWgmma, "128x128"},
-                          Variant{"wgmma-bf16", GemmKernel::kWgmmaBf16, ""}, Variant{"rs 64x128", GemmKernel::kWgmmaRs, ""},
+                          Variant{"wgmma-bf16", GemmKernel::kWgmmaBf16, ""},
+                          Variant{"wgmma-bf16 64x256", GemmKernel::kWgmmaBf16, "64x256"},
+                          Variant{"rs 64x128", GemmKernel::kWgmmaRs, ""},
                           Variant{"rs 96x128", GemmKernel::kWgmmaRs, "96x128"},
                           Variant{"rs 64x256", GemmKernel::kWgmmaRs, "64x256"}}) {
     const char* tile = v.name;
@@ -997,6 +1023,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, Sm90WgmmaFlashLayer,
                          ::testing::Values(FlashKernel{"auto", GemmKernel::kAuto, Recipe::kMxfp4},
                                            FlashKernel{"wgmma", GemmKernel::kWgmma, Recipe::kMxfp4},
                                            FlashKernel{"wgmma_bf16", GemmKernel::kWgmmaBf16, Recipe::kMxfp4},
+                                           FlashKernel{"wgmma_bf16_64x256", GemmKernel::kWgmmaBf16, Recipe::kMxfp4, "64x256"},
                                            FlashKernel{"wgmma_rs", GemmKernel::kWgmmaRs, Recipe::kMxfp4},
                                            FlashKernel{"wgmma_rs_64x256", GemmKernel::kWgmmaRs, Recipe::kMxfp4, "64x256"},
                                            FlashKernel{"nvfp4_wgmma", GemmKernel::kWgmma, Recipe::kNvfp4}),

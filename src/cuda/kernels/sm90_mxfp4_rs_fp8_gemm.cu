@@ -2,7 +2,7 @@
 // (sm90_mxfp4_rs_fp8_mainloop.cuh), m tiles of 64 or 96 tokens (128 would need
 // 3 x 64 accumulator registers per consumer thread: it spills) on n tiles of 128 weight rows, or
 // 64 tokens on 256 rows (four consumer warpgroups; with narrow_tails, an expert's last tile of at
-// most 48 tokens on n48 wgmmas).
+// most 48 tokens on n48 wgmmas, in a second pass after the block's other tiles).
 #include "cuda/kernels/sm90_rs_kernel.cuh"
 
 namespace moe_ep::cuda {
@@ -19,7 +19,7 @@ template <class F>
 cudaError_t with_rs_fp8_config(int block_m, int block_n, bool narrow_tails, F&& f) {
   if (block_n == kRsFp8WideBlockN) {
     if (block_m != 64) return cudaErrorInvalidValue;
-    return narrow_tails ? f(RsFp8Wide<RsFp8Tails::kNarrow>{}) : f(RsFp8Wide<RsFp8Tails::kFull>{});
+    return narrow_tails ? f(RsFp8Wide<RsFp8Tails::kNarrowLast>{}) : f(RsFp8Wide<RsFp8Tails::kFull>{});
   }
   if (block_n != kRsFp8BlockN || narrow_tails) return cudaErrorInvalidValue;
   switch (block_m) {

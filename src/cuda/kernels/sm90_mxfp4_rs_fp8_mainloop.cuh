@@ -83,7 +83,8 @@ enum class RsFp8Weights { kCpAsync, kBulk, kRegisters };
 //   kNarrow      on m64 n(kNarrowRows) k32 wgmmas, over its rows only, in tile order;
 //   kNarrowLast  the same, in a second pass after the block's other tiles
 //                (for_each_block_tile), which keeps the 64-row loop free of the narrow form's
-//                registers (with both forms in one loop it spills a few registers per k step).
+//                registers (with both forms in one loop it spills a few registers per k step):
+//                the library's form (flash GEMMs at T = 2048 -3.3% against kNarrow, H100).
 enum class RsFp8Tails { kFull, kNarrow, kNarrowLast };
 
 template <int kBlockM_, RsFp8Weights kWeights_ = RsFp8Weights::kCpAsync, int kWork_ = kRsFp8AllWork,

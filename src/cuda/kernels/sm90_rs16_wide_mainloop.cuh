@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/kernels/sm90_mxfp4_rs_fp8_mainloop.cuh"
 #include "cuda/kernels/sm90_persistent_tiles.cuh"
 #include "cuda/kernels/sm90_rs16_mainloop.cuh"
 #include "cuda/kernels/sm90_rs_fragment.cuh"
@@ -48,9 +49,12 @@ namespace moe_ep::cuda {
 template <class Cfg, class Epilogue, class Params>
 __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint8_t* smem_raw);
 
-template <class Weights_>
+// kWork_: the parts of the mainloop a block runs (RsFp8Work bits: activation copies, weight
+// copies, math); the library's kernels run all, the probes of tests/cuda split the time.
+template <class Weights_, int kWork_ = 7>
 struct Rs16WideTileConfig {
   using Weights = Weights_;
+  static constexpr int kWork = kWork_;
   using ScaleWord = typename Weights::ScaleWord;
   // The kernel body (sm90_rs_kernel.cuh) and its launch check.
   template <class Epilogue, class Params>
@@ -138,16 +142,19 @@ struct Rs16WideProducer {
 
   __device__ __forceinline__ void issue(const GroupedGemmOperands& op, const Rs16WideSmem<Cfg>& sm, int ks,
                                         int k_steps, int s, int tid) const {
-    const uint32_t a_dst = ptx::smem_addr(sm.a(s));
-    const int c = tid % 8;
+    if constexpr ((Cfg::kWork & kRsFp8CopyA) != 0) {
+      const uint32_t a_dst = ptx::smem_addr(sm.a(s));
+      const int c = tid % 8;
 #pragma unroll
-    for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
-      const int row = tid / 8 + 16 * j;
+      for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
+        const int row = tid / 8 + 16 * j;
 #pragma unroll
-      for (int cb = 0; cb < 2; ++cb)
-        ptx::cp_async_16(a_dst + cb * Cfg::kColBytes + row * 128 + ((c ^ (row & 7)) << 4),
-                         a_src[j] ? a_src[j] + ks * 256 + cb * 128 : op.a, a_src[j] ? 16 : 0);
+        for (int cb = 0; cb < 2; ++cb)
+          ptx::cp_async_16(a_dst + cb * Cfg::kColBytes + row * 128 + ((c ^ (row & 7)) << 4),
+                           a_src[j] ? a_src[j] + ks * 256 + cb * 128 : op.a, a_src[j] ? 16 : 0);
+      }
     }
+    if constexpr ((Cfg::kWork & kRsFp8CopyW) == 0) return;
     const uint32_t w_dst = ptx::smem_addr(sm.w(s));
     const int64_t micro_stride = static_cast<int64_t>(4) * k_steps * kWeightMicroTileBytes;  // 4 micro-tiles on
 #pragma unroll
@@ -237,18 +244,25 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
         decode(std::integral_constant<int, 0>{}, frag[1 - set]);
       }
     };
-    load_step(0);
-    decode(std::integral_constant<int, 0>{}, frag[0]);
-    for (int ks = 0; ks < k_steps; ++ks) {
-      const bool more = ks + 1 < k_steps;
-      block(std::integral_constant<int, 0>{}, ks, more);
-      block(std::integral_constant<int, 1>{}, ks, more);
-      block(std::integral_constant<int, 2>{}, ks, more);
-      block(std::integral_constant<int, 3>{}, ks, more);
+    if constexpr ((Cfg::kWork & kRsFp8Math) != 0) {
+      load_step(0);
+      decode(std::integral_constant<int, 0>{}, frag[0]);
+      for (int ks = 0; ks < k_steps; ++ks) {
+        const bool more = ks + 1 < k_steps;
+        block(std::integral_constant<int, 0>{}, ks, more);
+        block(std::integral_constant<int, 1>{}, ks, more);
+        block(std::integral_constant<int, 2>{}, ks, more);
+        block(std::integral_constant<int, 3>{}, ks, more);
+      }
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_operands(acc);
+      release(k_steps - 1);
+    } else {
+      for (int ks = 0; ks < k_steps; ++ks) {
+        ptx::mbarrier_wait_parity(sm.full((item + ks) % S), ((item + ks) / S) & 1);
+        release(ks);
+      }
     }
-    ptx::wgmma_wait_group<0>();
-    ptx::fence_operands(acc);
-    release(k_steps - 1);
     item += k_steps;
     Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
   });
