@@ -201,6 +201,8 @@ struct Kernels {
   int decode_bulk_slots = 0;  // decode kernels (kDecodePrefetch): > 0, the weights by bulk copies into a
                               // ring of 2 or 3 chunks per warp (decode_variant_probe.h)
   bool rs_wide = false;  // rs: four consumer warpgroups on 64x256 tiles (sm90_rs16_wide_mainloop.cuh)
+  int rs_slabs = 1;      // rs_wide: 2, two slabs per consumer on 64x512 tiles (a probe)
+  bool rs_wide_probe() const { return rs && rs_wide && (rs_fp8_work != kRsFp8All || rs_slabs != 1); }
   bool folded() const { return wgmma || rs || rs_fp8_block_m > 0 || decode_prefetch > 0; }
   bool rs_fp8_probe() const {
     return rs_fp8_block_m > 0 && rs_fp8_tails != 1 &&
@@ -216,7 +218,7 @@ struct Kernels {
     if (decode_prefetch > 0 && decode_bulk_slots > 0) return fmt::format("decode, bulk ring of {}", decode_bulk_slots);
     if (decode_prefetch > 0) return fmt::format("decode, {} steps ahead", decode_prefetch);
     if (rs)
-      return rs_wide ? fmt::format("rs bf16 64x256{}{}", rs_fp8_work == kRsFp8All ? "" : " ",
+      return rs_wide ? fmt::format("rs bf16 64x{}{}{}", 256 * rs_slabs, rs_fp8_work == kRsFp8All ? "" : " ",
                                    rs_fp8_work == kRsFp8All ? "" : work_name(rs_fp8_work))
                      : "rs bf16";
     if (rs_fp8_block_m > 0)
@@ -232,10 +234,11 @@ struct Kernels {
 };
 
 // The bf16 register-operand kernels on four consumer warpgroups.
-inline Kernels rs_bf16_wide() {
+inline Kernels rs_bf16_wide(int slabs = 1) {
   Kernels k;
   k.rs = true;
   k.rs_wide = true;
+  k.rs_slabs = slabs;
   return k;
 }
 
@@ -257,7 +260,7 @@ inline const std::vector<Kernels>& wgmma_variants() {
                                           kRsFp8All, 0, 4, 1, 1},
                                          {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
                                           kRsFp8All, 0, 4, 1, 2},
-                                         rs_bf16_wide()};
+                                         rs_bf16_wide(), rs_bf16_wide(2)};
   return v;
 }
 
@@ -296,8 +299,8 @@ class GemmRun {
           static_cast<int>(s.H), &per_sm1));
       MOE_EP_CUDA_CHECK((deep ? configure_sm90_mxfp4_decode_deep_gemm2 : configure_sm90_mxfp4_decode_gemm2)(
           static_cast<int>(s.I), &per_sm2));
-    } else if (k.rs && k.rs_wide && k.rs_fp8_work != kRsFp8All) {
-      MOE_EP_CUDA_CHECK(test::configure_rs16_wide_work(k.rs_fp8_work, &per_sm1, &per_sm2));
+    } else if (k.rs_wide_probe()) {
+      MOE_EP_CUDA_CHECK(test::configure_rs16_wide_work(k.rs_fp8_work, k.rs_slabs, &per_sm1, &per_sm2));
     } else if (k.rs) {
       MOE_EP_CUDA_CHECK((k.rs_wide ? configure_sm90_mxfp4_rs_wide_grouped_gemm1 : configure_sm90_mxfp4_rs_grouped_gemm1)(
           &per_sm1));
@@ -360,8 +363,8 @@ class GemmRun {
           g1, static_cast<int>(r_.max_tiles), nullptr));
     } else if (k_.rs) {
       use_bf16_activations(g1.op, p_.a, p_.a_scale, p_.T, x_rs_);
-      if (k_.rs_wide && k_.rs_fp8_work != kRsFp8All)
-        MOE_EP_CUDA_CHECK(test::launch_rs16_wide_work_gemm1(k_.rs_fp8_work, g1, grid1_, nullptr));
+      if (k_.rs_wide_probe())
+        MOE_EP_CUDA_CHECK(test::launch_rs16_wide_work_gemm1(k_.rs_fp8_work, k_.rs_slabs, g1, grid1_, nullptr));
       else
         MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm1 : launch_sm90_mxfp4_rs_grouped_gemm1)(
           g1, grid1_, nullptr));
@@ -400,8 +403,8 @@ class GemmRun {
           g2, static_cast<int>(r_.max_tiles), nullptr));
     } else if (k_.rs) {
       use_bf16_activations(g2.op, in.h_, in.h_scale_, r_.rows, h_rs_);
-      if (k_.rs_wide && k_.rs_fp8_work != kRsFp8All)
-        MOE_EP_CUDA_CHECK(test::launch_rs16_wide_work_gemm2(k_.rs_fp8_work, g2, grid2_, nullptr));
+      if (k_.rs_wide_probe())
+        MOE_EP_CUDA_CHECK(test::launch_rs16_wide_work_gemm2(k_.rs_fp8_work, k_.rs_slabs, g2, grid2_, nullptr));
       else
         MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm2 : launch_sm90_mxfp4_rs_grouped_gemm2)(
           g2, grid2_, nullptr));

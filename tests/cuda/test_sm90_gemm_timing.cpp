@@ -164,11 +164,12 @@ TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
       Kernels k;
       k.rs = true;
       variants.push_back(k);
-      for (int work : {kRsFp8All, 3, 4}) {
-        Kernels wide = rs_bf16_wide();
-        wide.rs_fp8_work = work;
-        variants.push_back(wide);
-      }
+      for (int slabs : {1, 2})
+        for (int work : {kRsFp8All, 3, 4}) {
+          Kernels wide = rs_bf16_wide(slabs);
+          wide.rs_fp8_work = work;
+          variants.push_back(wide);
+        }
     }
     for (const Kernels& k : variants) {
       if (!timing_variant_selected(k.name())) continue;
