@@ -57,7 +57,10 @@ cudaError_t with_variant(const RsFp8Variant& v, F&& f) {
 }
 
 template <class F>
-cudaError_t with_rs16_wide_work(int work, int slabs, F&& f) {
+cudaError_t with_rs16_wide_work(int work, int slabs, int frag_sets, F&& f) {
+  if (frag_sets == 2) return work == 7 && slabs == 1 ? f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1, 1>{})
+                                                     : cudaErrorInvalidValue;
+  if (frag_sets != 4) return cudaErrorInvalidValue;
   if (slabs == 2) {
     switch (work) {
       case 7: return f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 2>{});
@@ -75,20 +78,22 @@ cudaError_t with_rs16_wide_work(int work, int slabs, F&& f) {
 
 }  // namespace
 
-cudaError_t configure_rs16_wide_work(int work, int slabs, int* blocks_per_sm1, int* blocks_per_sm2) {
-  return with_rs16_wide_work(work, slabs, [&](auto cfg) {
+cudaError_t configure_rs16_wide_work(int work, int slabs, int frag_sets, int* blocks_per_sm1, int* blocks_per_sm2) {
+  return with_rs16_wide_work(work, slabs, frag_sets, [&](auto cfg) {
     using Cfg = decltype(cfg);
     cudaError_t err = configure_rs_kernel<Cfg, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm1);
     return err == cudaSuccess ? configure_rs_kernel<Cfg, RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm2) : err;
   });
 }
 
-cudaError_t launch_rs16_wide_work_gemm1(int work, int slabs, const Gemm1Params& p, int grid, cudaStream_t stream) {
-  return with_rs16_wide_work(work, slabs, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsSwigluQ8Epilogue>(p, grid, stream); });
+cudaError_t launch_rs16_wide_work_gemm1(int work, int slabs, int frag_sets, const Gemm1Params& p, int grid,
+                                        cudaStream_t stream) {
+  return with_rs16_wide_work(work, slabs, frag_sets, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsSwigluQ8Epilogue>(p, grid, stream); });
 }
 
-cudaError_t launch_rs16_wide_work_gemm2(int work, int slabs, const Gemm2Params& p, int grid, cudaStream_t stream) {
-  return with_rs16_wide_work(work, slabs, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsStoreBf16Epilogue>(p, grid, stream); });
+cudaError_t launch_rs16_wide_work_gemm2(int work, int slabs, int frag_sets, const Gemm2Params& p, int grid,
+                                        cudaStream_t stream) {
+  return with_rs16_wide_work(work, slabs, frag_sets, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsStoreBf16Epilogue>(p, grid, stream); });
 }
 
 cudaError_t configure_rs_fp8_variant(const RsFp8Variant& v, int* blocks_per_sm1, int* blocks_per_sm2) {

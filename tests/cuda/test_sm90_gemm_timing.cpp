@@ -170,6 +170,7 @@ TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
           wide.rs_fp8_work = work;
           variants.push_back(wide);
         }
+      variants.push_back(rs_bf16_wide(1, 2));  // one k32 group in flight per consumer
     }
     for (const Kernels& k : variants) {
       if (!timing_variant_selected(k.name())) continue;

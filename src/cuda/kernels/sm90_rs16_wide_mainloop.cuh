@@ -54,12 +54,18 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
 // kSlabs_ = 2: each consumer takes two slabs of 64 weight rows (n tiles of 512: rows 64 c .. and
 // 256 + 64 c ..), so every copied token row meets twice the weight rows (the activation bytes
 // per FLOP halve); the slabs' k32 blocks alternate, one fragment set each.
-template <class Weights_, int kWork_ = 7, int kSlabs_ = 1>
+// kGroupBlocks_ (one slab): k32 blocks per wgmma group (1 or 2). A consumer has two fragment sets
+// of one group each; it issues a group from one set, waits until only that group is in flight and
+// decodes the next group into the other set. (ptxas follows wgmma input registers only with one
+// group in flight: with three sets and wait_group 2 it serializes every wgmma, C7513.)
+template <class Weights_, int kWork_ = 7, int kSlabs_ = 1, int kGroupBlocks_ = 2>
 struct Rs16WideTileConfig {
   using Weights = Weights_;
   static constexpr int kWork = kWork_;
   static constexpr int kSlabs = kSlabs_;
+  static constexpr int kGroupBlocks = kGroupBlocks_;
   static_assert(kSlabs == 1 || kSlabs == 2);
+  static_assert(kGroupBlocks == 1 || kGroupBlocks == 2, "a k step's 4 blocks make whole groups");
   using ScaleWord = typename Weights::ScaleWord;
   // The kernel body (sm90_rs_kernel.cuh) and its launch check.
   template <class Epilogue, class Params>
@@ -317,7 +323,7 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
       float acc[Cfg::kAcc];
 #pragma unroll
       for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
-      uint32_t frag[2][2][4];  // [set][k16 step of the block][register]
+      uint32_t frag[2][2 * Cfg::kGroupBlocks][4];  // [set][k16 step of the group][register]
       uint4 w_g, w_g8;         // this k step's packed words of rows g and g + 8
       typename Cfg::ScaleWord d_g, d_g8;
       // Waits for k step ks of this tile and takes its weight words.
@@ -329,32 +335,42 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
         d_g = sm.d(s)[d_row];
         d_g8 = sm.d(s)[d_row + 8];
       };
-      auto decode = [&](auto kb_constant, uint32_t(&out)[2][4]) {
-        constexpr int kb = decltype(kb_constant)::value;
-        Cfg::Weights::template decode_block<kb>(rs_word<kb>(w_g), rs_word<kb>(w_g8), d_g, d_g8, out);
+      // Group q of the loaded step (blocks G q .. G q + G - 1) into fragment set `out`.
+      auto decode = [&](auto q_constant, uint32_t(&out)[2 * Cfg::kGroupBlocks][4]) {
+        constexpr int kb = Cfg::kGroupBlocks * decltype(q_constant)::value;
+        Cfg::Weights::template decode_block<kb>(rs_word<kb>(w_g), rs_word<kb>(w_g8), d_g, d_g8,
+                                                *reinterpret_cast<uint32_t(*)[2][4]>(&out[0]));
+        if constexpr (Cfg::kGroupBlocks == 2)
+          Cfg::Weights::template decode_block<kb + 1>(rs_word<kb + 1>(w_g), rs_word<kb + 1>(w_g8), d_g, d_g8,
+                                                      *reinterpret_cast<uint32_t(*)[2][4]>(&out[2]));
       };
       auto release = [&](int ks) {  // every group that read step ks's stage has retired
         __syncwarp();
         if (lane == 0) ptx::mbarrier_arrive(sm.empty((item + ks) % S));
       };
-      // K32 block kb of step ks: its two k16 wgmmas (column block kb / 2, k16 slices 2 (kb % 2) and
-      // + 1) from set kb % 2, then retire block kb - 1 and decode block kb + 1 into its set (the
-      // next step's block 0 after kb = 3, when there is one: `more`).
-      auto block = [&](auto kb_constant, int ks, bool more) {
-        constexpr int kb = decltype(kb_constant)::value, set = kb % 2;
-        const uint64_t desc = desc0 + ((item + ks) % S) * (Cfg::kStageBytes >> 4) + (kb / 2) * (Cfg::kColBytes >> 4);
+      // Group q of step ks (k32 blocks G q ..): its 2 G k16 wgmmas (k16 step L = 2 G q + i: column
+      // block L / 4, slice L % 4) from set q % 2, then retire the previous group (step ks - 1's
+      // last at q = 0, which releases its stage) and decode group q + 1 into the other set (the
+      // next step's group 0 after the last, when there is one: `more`).
+      auto group = [&](auto q_constant, int ks, bool more) {
+        constexpr int q = decltype(q_constant)::value, set = q % 2, G = Cfg::kGroupBlocks, kGroups = 4 / G;
+        const uint64_t desc = desc0 + ((item + ks) % S) * (Cfg::kStageBytes >> 4);
         ptx::wgmma_fence();
-        ptx::wgmma_m64n64k16_rs<Cfg::Weights::kF16>(acc, frag[set][0], desc + 4 * (kb % 2));
-        ptx::wgmma_m64n64k16_rs<Cfg::Weights::kF16>(acc, frag[set][1], desc + 4 * (kb % 2) + 2);
+#pragma unroll
+        for (int i = 0; i < 2 * G; ++i) {
+          const int L = 2 * G * q + i;
+          ptx::wgmma_m64n64k16_rs<Cfg::Weights::kF16>(acc, frag[set][i],
+                                                      desc + (L / 4) * (Cfg::kColBytes >> 4) + 2 * (L % 4));
+        }
         ptx::wgmma_commit_group();
         ptx::wgmma_wait_group<1>();
-        ptx::fence_operands(frag[1 - set][0]);
-        ptx::fence_operands(frag[1 - set][1]);
-        if constexpr (kb == 0) {
+#pragma unroll
+        for (int i = 0; i < 2 * G; ++i) ptx::fence_operands(frag[1 - set][i]);
+        if constexpr (q == 0) {
           if (ks > 0) release(ks - 1);
         }
-        if constexpr (kb < 3) {
-          decode(std::integral_constant<int, kb + 1>{}, frag[1 - set]);
+        if constexpr (q + 1 < kGroups) {
+          decode(std::integral_constant<int, q + 1>{}, frag[1 - set]);
         } else if (more) {
           load_step(ks + 1);
           decode(std::integral_constant<int, 0>{}, frag[1 - set]);
@@ -365,10 +381,12 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
         decode(std::integral_constant<int, 0>{}, frag[0]);
         for (int ks = 0; ks < k_steps; ++ks) {
           const bool more = ks + 1 < k_steps;
-          block(std::integral_constant<int, 0>{}, ks, more);
-          block(std::integral_constant<int, 1>{}, ks, more);
-          block(std::integral_constant<int, 2>{}, ks, more);
-          block(std::integral_constant<int, 3>{}, ks, more);
+          group(std::integral_constant<int, 0>{}, ks, more);
+          group(std::integral_constant<int, 1>{}, ks, more);
+          if constexpr (Cfg::kGroupBlocks == 1) {
+            group(std::integral_constant<int, 2>{}, ks, more);
+            group(std::integral_constant<int, 3>{}, ks, more);
+          }
         }
         ptx::wgmma_wait_group<0>();
         ptx::fence_operands(acc);
