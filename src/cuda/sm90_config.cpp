@@ -114,11 +114,10 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
     MOE_EP_CHECK_CODE(mxfp4, ErrorCode::kUnsupported, "overrides.tile = {}: recipe '{}' has no "
                       "tile choice on SM90", o.tile.str(), recipe_name(desc.recipe));
     if (o.gemm == GemmKernel::kWgmmaBf16) {
-      MOE_EP_CHECK_CODE(o.tile == (TileShape{kRsBlockM, 128}) || o.tile == (TileShape{kRsWideBlockM, kRsWideBlockN}) ||
-                            o.tile == (TileShape{kRsWideBlockM, kRsWideTwoSlabBlockN}),
+      MOE_EP_CHECK_CODE(o.tile == (TileShape{kRsBlockM, 128}) || o.tile == (TileShape{kRsWideBlockM, kRsWideBlockN}),
                         ErrorCode::kUnsupported,
-                        "overrides.tile = {} is not a wgmma-bf16 tile of SM90; allowed: {}x128, {}x{}, {}x{}",
-                        o.tile.str(), kRsBlockM, kRsWideBlockM, kRsWideBlockN, kRsWideBlockM, kRsWideTwoSlabBlockN);
+                        "overrides.tile = {} is not a wgmma-bf16 tile of SM90; allowed: {}x128, {}x{}", o.tile.str(),
+                        kRsBlockM, kRsWideBlockM, kRsWideBlockN);
       c.wgmma_bf16_block_n = static_cast<int>(o.tile.n);
     } else if (o.gemm == GemmKernel::kWgmmaRs) {
       MOE_EP_CHECK_CODE(o.tile == (TileShape{64, 128}) || o.tile == (TileShape{96, 128}) ||
@@ -228,8 +227,6 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
   c.wgmma_bf16_unavailable =
       c.wgmma_bf16_block_n == kRsWideBlockN
           ? register_operand_unavailable(desc, unfolded, facts.wgmma_bf16_wide_blocks_per_sm, kRsWideBlockN)
-      : c.wgmma_bf16_block_n == kRsWideTwoSlabBlockN
-          ? register_operand_unavailable(desc, unfolded, facts.wgmma_bf16_two_slab_blocks_per_sm, kRsWideTwoSlabBlockN)
           : register_operand_unavailable(desc, unfolded, facts.wgmma_bf16_blocks_per_sm);
   const std::string wide_rs_unavailable =
       register_operand_unavailable(desc, unfolded, facts.wgmma_rs_wide_blocks_per_sm, kRsFp8WideBlockN);
@@ -258,7 +255,7 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
     switch (g) {
       case Sm90Gemm::kDecode: return kDecodeBlockM;
       case Sm90Gemm::kWgmma: return ts.block_m;
-      case Sm90Gemm::kWgmmaBf16: return rs_block_n != 0 ? kRsWideBlockM : kRsBlockM;
+      case Sm90Gemm::kWgmmaBf16: return rs_block_n == kRsWideBlockN ? kRsWideBlockM : kRsBlockM;
       case Sm90Gemm::kWgmmaRs:
         return rs_block_n == kRsFp8WideBlockN ? 64
                : c.wgmma_rs_block_m           ? c.wgmma_rs_block_m
@@ -299,7 +296,7 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
     case GemmKernel::kMma: bucket(0, max_tokens, Sm90Gemm::kMma); return;
     case GemmKernel::kWgmma: bucket(0, max_tokens, Sm90Gemm::kWgmma); return;
     case GemmKernel::kWgmmaBf16:
-      bucket(0, max_tokens, Sm90Gemm::kWgmmaBf16, c.wgmma_bf16_block_n == 128 ? 0 : c.wgmma_bf16_block_n);
+      bucket(0, max_tokens, Sm90Gemm::kWgmmaBf16, c.wgmma_bf16_block_n == kRsWideBlockN ? kRsWideBlockN : 0);
       return;
     case GemmKernel::kWgmmaRs: bucket(0, max_tokens, Sm90Gemm::kWgmmaRs, c.wgmma_rs_block_n); return;
     case GemmKernel::kAuto: break;
@@ -411,20 +408,14 @@ void Sm90Config::describe(SelectedConfig& out) const {
                        ? fmt::format("available: {}x{} tiles{}, blocks/SM {} / {}", ts.block_m, ts.block_n,
                                      wgmma_auto, facts.wgmma_blocks_per_sm[0], facts.wgmma_blocks_per_sm[1])
                        : "unavailable: " + wgmma_unavailable);
-  const bool bf16_wide = wgmma_bf16_block_n != 128;
-  const int* bf16_per_sm = wgmma_bf16_block_n == kRsWideBlockN          ? facts.wgmma_bf16_wide_blocks_per_sm
-                           : wgmma_bf16_block_n == kRsWideTwoSlabBlockN ? facts.wgmma_bf16_two_slab_blocks_per_sm
-                                                                        : facts.wgmma_bf16_blocks_per_sm;
+  const bool bf16_wide = wgmma_bf16_block_n == kRsWideBlockN;
+  const int* bf16_per_sm = bf16_wide ? facts.wgmma_bf16_wide_blocks_per_sm : facts.wgmma_bf16_blocks_per_sm;
   out.add("wgmma_bf16", wgmma_bf16_unavailable.empty()
                             ? fmt::format("available by override (overrides.gemm = wgmma-bf16): {} tiles{}, "
                                           "blocks/SM {} / {}",
-                                          bf16_wide ? fmt::format("{}x{}", kRsWideBlockM, wgmma_bf16_block_n)
+                                          bf16_wide ? fmt::format("{}x{}", kRsWideBlockM, kRsWideBlockN)
                                                     : fmt::format("{}x128", kRsBlockM),
-                                          !bf16_wide                            ? ""
-                                          : wgmma_bf16_block_n == kRsWideBlockN ? " (four consumer warpgroups)"
-                                                                                : " (four consumer warpgroups, two "
-                                                                                  "slabs of 64 weight rows each)",
-                                          bf16_per_sm[0],
+                                          bf16_wide ? " (four consumer warpgroups)" : "", bf16_per_sm[0],
                                           bf16_per_sm[1])
                             : "unavailable: " + wgmma_bf16_unavailable);
   const int* rs_per_sm =

@@ -61,7 +61,6 @@ struct Sm90Facts {
   int wgmma_blocks_per_sm[2] = {0, 0};  // of the selected tile; 0 when not configured
   int wgmma_bf16_blocks_per_sm[2] = {0, 0};  // 0 when not configured
   int wgmma_bf16_wide_blocks_per_sm[2] = {0, 0};  // the 64x256 tile (four consumers); 0 when it does not fit
-  int wgmma_bf16_two_slab_blocks_per_sm[2] = {0, 0};  // the 64x512 tile (four consumers, two slabs each)
   int wgmma_rs_blocks_per_sm[2] = {0, 0};    // both m tiles (the smaller count); 0 when not configured
   int wgmma_rs_wide_blocks_per_sm[2] = {0, 0};  // the 64x256 tile (four consumers); 0 when it does not fit
   int nvfp4_wgmma_blocks_per_sm[2] = {0, 0}; // 0 when not configured
@@ -74,8 +73,7 @@ struct Sm90Bucket {
   int decode_split = 1;                    // decode buckets: K parts per block (1 or 2)
   int block_n = 0;                         // wgmma-rs buckets: weight rows per n tile (kRsFp8BlockN, or
                                            // kRsFp8WideBlockN: four consumer warpgroups); wgmma-bf16:
-                                           // kRsWideBlockN / kRsWideTwoSlabBlockN for its four-consumer
-                                           // forms; 0 elsewhere
+                                           // kRsWideBlockN for its four-consumer form; 0 elsewhere
   bool narrow_tails = false;               // wgmma-rs 64x256: tiles of <= 48 rows on n48 wgmmas, last
 };
 
@@ -100,7 +98,7 @@ struct Sm90Config {
   int wgmma_rs_block_m = 0;                  // overrides.tile's m for wgmma-rs; 0: by T
   int wgmma_rs_block_n = kRsFp8BlockN;       // overrides.tile's n for wgmma-rs (256: four consumers)
   int wgmma_bf16_block_n = 128;              // overrides.tile's n for wgmma-bf16 (kRsWideBlockN: 64x256,
-                                             // four consumers; kRsWideTwoSlabBlockN: 64x512, two slabs each)
+                                             // four consumers)
   Sm90Facts facts;
   std::vector<Sm90Bucket> buckets;           // ascending, covering 1..max_tokens_per_rank
 

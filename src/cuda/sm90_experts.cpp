@@ -173,14 +173,10 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
         (void)cudaGetLastError();
         facts.wgmma_bf16_blocks_per_sm[0] = facts.wgmma_bf16_blocks_per_sm[1] = 0;
       }
-      for (const int block_n : {kRsWideBlockN, kRsWideTwoSlabBlockN}) {
-        int* per_sm = block_n == kRsWideBlockN ? facts.wgmma_bf16_wide_blocks_per_sm
-                                               : facts.wgmma_bf16_two_slab_blocks_per_sm;
-        if (configure_sm90_mxfp4_rs_wide_grouped_gemm1(&per_sm[0], block_n) != cudaSuccess ||
-            configure_sm90_mxfp4_rs_wide_grouped_gemm2(&per_sm[1], block_n) != cudaSuccess) {
-          (void)cudaGetLastError();
-          per_sm[0] = per_sm[1] = 0;
-        }
+      if (configure_sm90_mxfp4_rs_wide_grouped_gemm1(&facts.wgmma_bf16_wide_blocks_per_sm[0]) != cudaSuccess ||
+          configure_sm90_mxfp4_rs_wide_grouped_gemm2(&facts.wgmma_bf16_wide_blocks_per_sm[1]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        facts.wgmma_bf16_wide_blocks_per_sm[0] = facts.wgmma_bf16_wide_blocks_per_sm[1] = 0;
       }
       // wgmma-rs: blocks per SM of one GEMM's kernel (g = 0: GEMM 1), 0 where it does not fit (a
       // failed probe leaves the form unavailable, never fails the layer).

@@ -157,16 +157,6 @@ cudaError_t rs_fp8_gemm2(const Gemm2Params& p, int grid, cudaStream_t s) {
   return launch_sm90_mxfp4_rs_fp8_grouped_gemm2(kBlockM, p, grid, s, kBlockN, kNarrowTails);
 }
 
-template <int kBlockN>
-cudaError_t rs_bf16_wide_gemm1(const Gemm1Params& p, int grid, cudaStream_t s) {
-  return launch_sm90_mxfp4_rs_wide_grouped_gemm1(p, grid, s, kBlockN);
-}
-
-template <int kBlockN>
-cudaError_t rs_bf16_wide_gemm2(const Gemm2Params& p, int grid, cudaStream_t s) {
-  return launch_sm90_mxfp4_rs_wide_grouped_gemm2(p, grid, s, kBlockN);
-}
-
 GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
   const Sm90Facts& f = c.facts;
   switch (bucket.gemm) {
@@ -196,11 +186,8 @@ GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
               f.nvfp4_wgmma_blocks_per_sm};
     case Sm90Gemm::kWgmmaBf16:
       if (bucket.block_n == kRsWideBlockN)
-        return {&rs_bf16_wide_gemm1<kRsWideBlockN>, &rs_bf16_wide_gemm2<kRsWideBlockN>, kRsWideBlockN, true,
-                f.wgmma_bf16_wide_blocks_per_sm};
-      if (bucket.block_n == kRsWideTwoSlabBlockN)
-        return {&rs_bf16_wide_gemm1<kRsWideTwoSlabBlockN>, &rs_bf16_wide_gemm2<kRsWideTwoSlabBlockN>,
-                kRsWideTwoSlabBlockN, true, f.wgmma_bf16_two_slab_blocks_per_sm};
+        return {&launch_sm90_mxfp4_rs_wide_grouped_gemm1, &launch_sm90_mxfp4_rs_wide_grouped_gemm2, kRsWideBlockN,
+                true, f.wgmma_bf16_wide_blocks_per_sm};
       return {&launch_sm90_mxfp4_rs_grouped_gemm1, &launch_sm90_mxfp4_rs_grouped_gemm2, 128, true,
               f.wgmma_bf16_blocks_per_sm};
     case Sm90Gemm::kWgmmaRs:
@@ -416,10 +403,7 @@ void Sm90Pipeline::describe(SelectedConfig& out) const {
                                     l.decode_prefetch ? fmt::format(" ({} k steps of weights in flight{})", l.decode_prefetch,
                                                                     l.decode_split ? ", K split in two per block" : "")
                                     : l.bucket.block_n ? fmt::format(" (n tiles of {} weight rows, {} consumer warpgroups{})",
-                                                                     l.bucket.block_n,
-                                                                     l.bucket.block_n == kRsWideTwoSlabBlockN
-                                                                         ? "4 two-slab"
-                                                                         : std::to_string(l.bucket.block_n / 64),
+                                                                     l.bucket.block_n, l.bucket.block_n / 64,
                                                                      l.bucket.narrow_tails ? ", tiles of <= 48 rows on n48 after the others" : "")
                                                        : std::string(),
                                     l.bucket.block_m, grid_str(l.grid1), grid_str(l.grid2), l.steps.size(), steps)});

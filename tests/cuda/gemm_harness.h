@@ -307,10 +307,10 @@ class GemmRun {
     } else if (k.rs_wide_probe()) {
       MOE_EP_CUDA_CHECK(test::configure_rs16_wide_work(k.rs_fp8_work, k.rs_slabs, k.rs_frag_sets, &per_sm1, &per_sm2));
     } else if (k.rs) {
-      MOE_EP_CUDA_CHECK(k.rs_wide ? configure_sm90_mxfp4_rs_wide_grouped_gemm1(&per_sm1)
-                                  : configure_sm90_mxfp4_rs_grouped_gemm1(&per_sm1));
-      MOE_EP_CUDA_CHECK(k.rs_wide ? configure_sm90_mxfp4_rs_wide_grouped_gemm2(&per_sm2)
-                                  : configure_sm90_mxfp4_rs_grouped_gemm2(&per_sm2));
+      MOE_EP_CUDA_CHECK((k.rs_wide ? configure_sm90_mxfp4_rs_wide_grouped_gemm1 : configure_sm90_mxfp4_rs_grouped_gemm1)(
+          &per_sm1));
+      MOE_EP_CUDA_CHECK((k.rs_wide ? configure_sm90_mxfp4_rs_wide_grouped_gemm2 : configure_sm90_mxfp4_rs_grouped_gemm2)(
+          &per_sm2));
     } else if (k.rs_fp8_probe()) {
       MOE_EP_CUDA_CHECK(test::configure_rs_fp8_variant(k.rs_fp8_variant(), &per_sm1, &per_sm2));
     } else if (k.rs_fp8_block_m > 0) {
@@ -372,8 +372,8 @@ class GemmRun {
         MOE_EP_CUDA_CHECK(
             test::launch_rs16_wide_work_gemm1(k_.rs_fp8_work, k_.rs_slabs, k_.rs_frag_sets, g1, grid1_, nullptr));
       else
-        MOE_EP_CUDA_CHECK(k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm1(g1, grid1_, nullptr)
-                                     : launch_sm90_mxfp4_rs_grouped_gemm1(g1, grid1_, nullptr));
+        MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm1 : launch_sm90_mxfp4_rs_grouped_gemm1)(
+          g1, grid1_, nullptr));
     } else if (k_.rs_fp8_probe()) {
       MOE_EP_CUDA_CHECK(test::launch_rs_fp8_variant_gemm1(k_.rs_fp8_variant(), g1, grid1_, nullptr));
     } else if (k_.rs_fp8_block_m > 0) {
@@ -413,8 +413,8 @@ class GemmRun {
         MOE_EP_CUDA_CHECK(
             test::launch_rs16_wide_work_gemm2(k_.rs_fp8_work, k_.rs_slabs, k_.rs_frag_sets, g2, grid2_, nullptr));
       else
-        MOE_EP_CUDA_CHECK(k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm2(g2, grid2_, nullptr)
-                                     : launch_sm90_mxfp4_rs_grouped_gemm2(g2, grid2_, nullptr));
+        MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm2 : launch_sm90_mxfp4_rs_grouped_gemm2)(
+          g2, grid2_, nullptr));
     } else if (k_.rs_fp8_probe()) {
       MOE_EP_CUDA_CHECK(test::launch_rs_fp8_variant_gemm2(k_.rs_fp8_variant(), g2, grid2_, nullptr));
     } else if (k_.rs_fp8_block_m > 0) {

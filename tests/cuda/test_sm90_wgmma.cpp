@@ -120,7 +120,6 @@ Sm90Facts all_available() {
   f.wgmma_blocks_per_sm[0] = f.wgmma_blocks_per_sm[1] = 1;
   f.wgmma_bf16_blocks_per_sm[0] = f.wgmma_bf16_blocks_per_sm[1] = 1;
   f.wgmma_bf16_wide_blocks_per_sm[0] = f.wgmma_bf16_wide_blocks_per_sm[1] = 1;
-  f.wgmma_bf16_two_slab_blocks_per_sm[0] = f.wgmma_bf16_two_slab_blocks_per_sm[1] = 1;
   f.wgmma_rs_blocks_per_sm[0] = f.wgmma_rs_blocks_per_sm[1] = 1;
   f.wgmma_rs_wide_blocks_per_sm[0] = f.wgmma_rs_wide_blocks_per_sm[1] = 1;
   f.nvfp4_wgmma_blocks_per_sm[0] = f.nvfp4_wgmma_blocks_per_sm[1] = 1;
@@ -260,11 +259,6 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_NE(described(bf16_wide).find("wgmma_bf16 = available by override (overrides.gemm = wgmma-bf16): 64x256 "
                                          "tiles (four consumer warpgroups)"),
             std::string::npos);
-  forced.tile = {kRsWideBlockM, kRsWideTwoSlabBlockN};
-  const Sm90Config bf16_two_slab = selected(d, forced);
-  EXPECT_EQ(bf16_two_slab.bucket(8192).block_m, kRsWideBlockM);
-  EXPECT_EQ(bf16_two_slab.bucket(8192).block_n, kRsWideTwoSlabBlockN);
-  EXPECT_NE(described(bf16_two_slab).find("64x512 tiles (four consumer warpgroups, two slabs"), std::string::npos);
   forced.tile = {};
   // wgmma-rs by override: 64-token m tiles below kWgmmaRsWideMinTokens, 96 from there (one
   // bucket each); overrides.tile pins one of them for every T.
@@ -420,7 +414,7 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   KernelOverrides bf16_tile = bf16;
   bf16_tile.tile = {96, 128};
   expect_refused([&] { select_sm90_load_config(d, bf16_tile); }, ErrorCode::kUnsupported,
-                 "overrides.tile = 96x128 is not a wgmma-bf16 tile of SM90; allowed: 128x128, 64x256, 64x512");
+                 "overrides.tile = 96x128 is not a wgmma-bf16 tile of SM90; allowed: 128x128, 64x256");
 
   KernelOverrides rs;
   rs.gemm = GemmKernel::kWgmmaRs;
@@ -1031,7 +1025,6 @@ INSTANTIATE_TEST_SUITE_P(Kernels, Sm90WgmmaFlashLayer,
                                            FlashKernel{"wgmma", GemmKernel::kWgmma, Recipe::kMxfp4},
                                            FlashKernel{"wgmma_bf16", GemmKernel::kWgmmaBf16, Recipe::kMxfp4},
                                            FlashKernel{"wgmma_bf16_64x256", GemmKernel::kWgmmaBf16, Recipe::kMxfp4, "64x256"},
-                                           FlashKernel{"wgmma_bf16_64x512", GemmKernel::kWgmmaBf16, Recipe::kMxfp4, "64x512"},
                                            FlashKernel{"wgmma_rs", GemmKernel::kWgmmaRs, Recipe::kMxfp4},
                                            FlashKernel{"wgmma_rs_64x256", GemmKernel::kWgmmaRs, Recipe::kMxfp4, "64x256"},
                                            FlashKernel{"nvfp4_wgmma", GemmKernel::kWgmma, Recipe::kNvfp4}),

@@ -143,17 +143,13 @@ cudaError_t configure_sm90_mxfp4_rs_grouped_gemm2(int* blocks_per_sm);
 cudaError_t launch_sm90_mxfp4_rs_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
 cudaError_t launch_sm90_mxfp4_rs_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
 // The same GEMMs on four consumer warpgroups (sm90_rs16_wide_mainloop.cuh): m tiles of
-// kRsWideBlockM rows, n tiles of block_n = kRsWideBlockN (one slab of 64 weight rows per
-// consumer) or kRsWideTwoSlabBlockN (two); the same A, params and outputs, bitwise.
+// kRsWideBlockM rows, n tiles of kRsWideBlockN; the same A, params and outputs, bitwise.
 inline constexpr int kRsWideBlockM = 64;
 inline constexpr int kRsWideBlockN = 256;
-inline constexpr int kRsWideTwoSlabBlockN = 512;
-cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm1(int* blocks_per_sm, int block_n = kRsWideBlockN);
-cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm2(int* blocks_per_sm, int block_n = kRsWideBlockN);
-cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream,
-                                                    int block_n = kRsWideBlockN);
-cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream,
-                                                    int block_n = kRsWideBlockN);
+cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm1(int* blocks_per_sm);
+cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm2(int* blocks_per_sm);
+cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
+cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
 // A of the 16-bit register-operand GEMMs (wgmma-bf16, nvfp4-wgmma): 16-bit rows of op.k
 // elements in their kernel's order, no block scales (an nvfp4 row keeps its a_global factor).
 inline void set_16bit_activations(GroupedGemmOperands& op, const uint16_t* a) {

@@ -10,18 +10,8 @@ namespace moe_ep::cuda {
 namespace {
 
 using Mxfp4RsConfig = RsTileConfig<Mxfp4Bf16RsWeights>;
-template <int kSlabs>
-using Mxfp4RsWideConfig = Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, kSlabs>;
-static_assert(Mxfp4RsWideConfig<1>::kBlockM == kRsWideBlockM && Mxfp4RsWideConfig<1>::kBlockN == kRsWideBlockN &&
-              Mxfp4RsWideConfig<2>::kBlockN == kRsWideTwoSlabBlockN);
-
-// Calls f(Cfg{}) with the four-consumer configuration of block_n; cudaErrorInvalidValue for none.
-template <class F>
-cudaError_t with_rs_wide_config(int block_n, F&& f) {
-  if (block_n == kRsWideBlockN) return f(Mxfp4RsWideConfig<1>{});
-  if (block_n == kRsWideTwoSlabBlockN) return f(Mxfp4RsWideConfig<2>{});
-  return cudaErrorInvalidValue;
-}
+using Mxfp4RsWideConfig = Rs16WideTileConfig<Mxfp4Bf16RsWeights>;
+static_assert(Mxfp4RsWideConfig::kBlockM == kRsWideBlockM && Mxfp4RsWideConfig::kBlockN == kRsWideBlockN);
 
 // A k32 block of a Q8 row: 32 e4m3 bytes times the block's E8M0 scale, as bf16 (exact), at
 // positions rs_position_of_k(l) of the block's 32.
@@ -59,28 +49,20 @@ cudaError_t launch_sm90_mxfp4_rs_grouped_gemm2(const Gemm2Params& p, int grid, c
   return launch_rs_kernel<Mxfp4RsConfig, RsStoreBf16Epilogue>(p, grid, stream);
 }
 
-cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm1(int* blocks_per_sm, int block_n) {
-  return with_rs_wide_config(block_n, [&](auto cfg) {
-    return configure_rs_kernel<decltype(cfg), RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm);
-  });
+cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm1(int* blocks_per_sm) {
+  return configure_rs_kernel<Mxfp4RsWideConfig, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm);
 }
 
-cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm2(int* blocks_per_sm, int block_n) {
-  return with_rs_wide_config(block_n, [&](auto cfg) {
-    return configure_rs_kernel<decltype(cfg), RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
-  });
+cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm2(int* blocks_per_sm) {
+  return configure_rs_kernel<Mxfp4RsWideConfig, RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
 }
 
-cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream, int block_n) {
-  return with_rs_wide_config(block_n, [&](auto cfg) {
-    return launch_rs_kernel<decltype(cfg), RsSwigluQ8Epilogue>(p, grid, stream);
-  });
+cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
+  return launch_rs_kernel<Mxfp4RsWideConfig, RsSwigluQ8Epilogue>(p, grid, stream);
 }
 
-cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream, int block_n) {
-  return with_rs_wide_config(block_n, [&](auto cfg) {
-    return launch_rs_kernel<decltype(cfg), RsStoreBf16Epilogue>(p, grid, stream);
-  });
+cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream) {
+  return launch_rs_kernel<Mxfp4RsWideConfig, RsStoreBf16Epilogue>(p, grid, stream);
 }
 
 cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows,
