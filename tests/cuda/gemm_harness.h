@@ -201,11 +201,8 @@ struct Kernels {
   int decode_bulk_slots = 0;  // decode kernels (kDecodePrefetch): > 0, the weights by bulk copies into a
                               // ring of 2 or 3 chunks per warp (decode_variant_probe.h)
   bool rs_wide = false;  // rs: four consumer warpgroups on 64x256 tiles (sm90_rs16_wide_mainloop.cuh)
-  int rs_slabs = 1;      // rs_wide: 2, two slabs per consumer on 64x512 tiles (a probe)
-  int rs_frag_sets = 4;  // rs_wide: 2, one k32 group in flight per consumer (a probe; the library's: 4)
-  bool rs_wide_probe() const {
-    return rs && rs_wide && (rs_fp8_work != kRsFp8All || rs_slabs != 1 || rs_frag_sets != 4);
-  }
+  int rs_group_blocks = 2;  // rs_wide: k32 blocks per wgmma group (1: a probe; the library's: 2)
+  bool rs_wide_probe() const { return rs && rs_wide && (rs_fp8_work != kRsFp8All || rs_group_blocks != 2); }
   bool folded() const { return wgmma || rs || rs_fp8_block_m > 0 || decode_prefetch > 0; }
   bool rs_fp8_probe() const {
     return rs_fp8_block_m > 0 && rs_fp8_tails != 1 &&
@@ -221,7 +218,7 @@ struct Kernels {
     if (decode_prefetch > 0 && decode_bulk_slots > 0) return fmt::format("decode, bulk ring of {}", decode_bulk_slots);
     if (decode_prefetch > 0) return fmt::format("decode, {} steps ahead", decode_prefetch);
     if (rs)
-      return rs_wide ? fmt::format("rs bf16 64x{}{}{}{}", 256 * rs_slabs, rs_frag_sets == 4 ? "" : " 2 sets",
+      return rs_wide ? fmt::format("rs bf16 64x256{}{}{}", rs_group_blocks == 2 ? "" : " k32 groups",
                                    rs_fp8_work == kRsFp8All ? "" : " ",
                                    rs_fp8_work == kRsFp8All ? "" : work_name(rs_fp8_work))
                      : "rs bf16";
@@ -238,12 +235,11 @@ struct Kernels {
 };
 
 // The bf16 register-operand kernels on four consumer warpgroups.
-inline Kernels rs_bf16_wide(int slabs = 1, int frag_sets = 4) {
+inline Kernels rs_bf16_wide(int group_blocks = 2) {
   Kernels k;
   k.rs = true;
   k.rs_wide = true;
-  k.rs_slabs = slabs;
-  k.rs_frag_sets = frag_sets;
+  k.rs_group_blocks = group_blocks;
   return k;
 }
 
@@ -265,7 +261,7 @@ inline const std::vector<Kernels>& wgmma_variants() {
                                           kRsFp8All, 0, 4, 1, 1},
                                          {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
                                           kRsFp8All, 0, 4, 1, 2},
-                                         rs_bf16_wide(), rs_bf16_wide(2), rs_bf16_wide(1, 2)};
+                                         rs_bf16_wide(), rs_bf16_wide(1)};
   return v;
 }
 
@@ -305,7 +301,7 @@ class GemmRun {
       MOE_EP_CUDA_CHECK((deep ? configure_sm90_mxfp4_decode_deep_gemm2 : configure_sm90_mxfp4_decode_gemm2)(
           static_cast<int>(s.I), &per_sm2));
     } else if (k.rs_wide_probe()) {
-      MOE_EP_CUDA_CHECK(test::configure_rs16_wide_work(k.rs_fp8_work, k.rs_slabs, k.rs_frag_sets, &per_sm1, &per_sm2));
+      MOE_EP_CUDA_CHECK(test::configure_rs16_wide_work(k.rs_fp8_work, k.rs_group_blocks, &per_sm1, &per_sm2));
     } else if (k.rs) {
       MOE_EP_CUDA_CHECK((k.rs_wide ? configure_sm90_mxfp4_rs_wide_grouped_gemm1 : configure_sm90_mxfp4_rs_grouped_gemm1)(
           &per_sm1));
@@ -370,7 +366,7 @@ class GemmRun {
       use_bf16_activations(g1.op, p_.a, p_.a_scale, p_.T, x_rs_);
       if (k_.rs_wide_probe())
         MOE_EP_CUDA_CHECK(
-            test::launch_rs16_wide_work_gemm1(k_.rs_fp8_work, k_.rs_slabs, k_.rs_frag_sets, g1, grid1_, nullptr));
+            test::launch_rs16_wide_work_gemm1(k_.rs_fp8_work, k_.rs_group_blocks, g1, grid1_, nullptr));
       else
         MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm1 : launch_sm90_mxfp4_rs_grouped_gemm1)(
           g1, grid1_, nullptr));
@@ -411,7 +407,7 @@ class GemmRun {
       use_bf16_activations(g2.op, in.h_, in.h_scale_, r_.rows, h_rs_);
       if (k_.rs_wide_probe())
         MOE_EP_CUDA_CHECK(
-            test::launch_rs16_wide_work_gemm2(k_.rs_fp8_work, k_.rs_slabs, k_.rs_frag_sets, g2, grid2_, nullptr));
+            test::launch_rs16_wide_work_gemm2(k_.rs_fp8_work, k_.rs_group_blocks, g2, grid2_, nullptr));
       else
         MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm2 : launch_sm90_mxfp4_rs_grouped_gemm2)(
           g2, grid2_, nullptr));

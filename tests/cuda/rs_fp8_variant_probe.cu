@@ -57,18 +57,10 @@ cudaError_t with_variant(const RsFp8Variant& v, F&& f) {
 }
 
 template <class F>
-cudaError_t with_rs16_wide_work(int work, int slabs, int frag_sets, F&& f) {
-  if (frag_sets == 2) return work == 7 && slabs == 1 ? f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1, 1>{})
-                                                     : cudaErrorInvalidValue;
-  if (frag_sets != 4) return cudaErrorInvalidValue;
-  if (slabs == 2) {
-    switch (work) {
-      case 7: return f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 2>{});
-      case 3: return f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 3, 2>{});
-      case 4: return f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 4, 2>{});
-    }
-    return cudaErrorInvalidValue;
-  }
+cudaError_t with_rs16_wide_work(int work, int group_blocks, F&& f) {
+  if (group_blocks == 1)
+    return work == 7 ? f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1>{}) : cudaErrorInvalidValue;
+  if (group_blocks != 2) return cudaErrorInvalidValue;
   switch (work) {
     case 3: return f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 3>{});
     case 4: return f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 4>{});
@@ -78,22 +70,22 @@ cudaError_t with_rs16_wide_work(int work, int slabs, int frag_sets, F&& f) {
 
 }  // namespace
 
-cudaError_t configure_rs16_wide_work(int work, int slabs, int frag_sets, int* blocks_per_sm1, int* blocks_per_sm2) {
-  return with_rs16_wide_work(work, slabs, frag_sets, [&](auto cfg) {
+cudaError_t configure_rs16_wide_work(int work, int group_blocks, int* blocks_per_sm1, int* blocks_per_sm2) {
+  return with_rs16_wide_work(work, group_blocks, [&](auto cfg) {
     using Cfg = decltype(cfg);
     cudaError_t err = configure_rs_kernel<Cfg, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm1);
     return err == cudaSuccess ? configure_rs_kernel<Cfg, RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm2) : err;
   });
 }
 
-cudaError_t launch_rs16_wide_work_gemm1(int work, int slabs, int frag_sets, const Gemm1Params& p, int grid,
+cudaError_t launch_rs16_wide_work_gemm1(int work, int group_blocks, const Gemm1Params& p, int grid,
                                         cudaStream_t stream) {
-  return with_rs16_wide_work(work, slabs, frag_sets, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsSwigluQ8Epilogue>(p, grid, stream); });
+  return with_rs16_wide_work(work, group_blocks, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsSwigluQ8Epilogue>(p, grid, stream); });
 }
 
-cudaError_t launch_rs16_wide_work_gemm2(int work, int slabs, int frag_sets, const Gemm2Params& p, int grid,
+cudaError_t launch_rs16_wide_work_gemm2(int work, int group_blocks, const Gemm2Params& p, int grid,
                                         cudaStream_t stream) {
-  return with_rs16_wide_work(work, slabs, frag_sets, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsStoreBf16Epilogue>(p, grid, stream); });
+  return with_rs16_wide_work(work, group_blocks, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsStoreBf16Epilogue>(p, grid, stream); });
 }
 
 cudaError_t configure_rs_fp8_variant(const RsFp8Variant& v, int* blocks_per_sm1, int* blocks_per_sm2) {

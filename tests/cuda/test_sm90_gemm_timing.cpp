@@ -164,13 +164,12 @@ TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
       Kernels k;
       k.rs = true;
       variants.push_back(k);
-      for (int slabs : {1, 2})
-        for (int work : {kRsFp8All, 3, 4}) {
-          Kernels wide = rs_bf16_wide(slabs);
-          wide.rs_fp8_work = work;
-          variants.push_back(wide);
-        }
-      variants.push_back(rs_bf16_wide(1, 2));  // one k32 group in flight per consumer
+      for (int work : {kRsFp8All, 3, 4}) {
+        Kernels wide = rs_bf16_wide();
+        wide.rs_fp8_work = work;
+        variants.push_back(wide);
+      }
+      variants.push_back(rs_bf16_wide(1));  // one k32 block per wgmma group
     }
     for (const Kernels& k : variants) {
       if (!timing_variant_selected(k.name())) continue;

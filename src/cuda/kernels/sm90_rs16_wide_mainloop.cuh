@@ -51,20 +51,15 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
 
 // kWork_: the parts of the mainloop a block runs (RsFp8Work bits: activation copies, weight
 // copies, math); the library's kernels run all, the probes of tests/cuda split the time.
-// kSlabs_ = 2: each consumer takes two slabs of 64 weight rows (n tiles of 512: rows 64 c .. and
-// 256 + 64 c ..), so every copied token row meets twice the weight rows (the activation bytes
-// per FLOP halve); the slabs' k32 blocks alternate, one fragment set each.
-// kGroupBlocks_ (one slab): k32 blocks per wgmma group (1 or 2). A consumer has two fragment sets
+// kGroupBlocks_: k32 blocks per wgmma group (1 or 2). A consumer has two fragment sets
 // of one group each; it issues a group from one set, waits until only that group is in flight and
 // decodes the next group into the other set. (ptxas follows wgmma input registers only with one
 // group in flight: with three sets and wait_group 2 it serializes every wgmma, C7513.)
-template <class Weights_, int kWork_ = 7, int kSlabs_ = 1, int kGroupBlocks_ = 2>
+template <class Weights_, int kWork_ = 7, int kGroupBlocks_ = 2>
 struct Rs16WideTileConfig {
   using Weights = Weights_;
   static constexpr int kWork = kWork_;
-  static constexpr int kSlabs = kSlabs_;
   static constexpr int kGroupBlocks = kGroupBlocks_;
-  static_assert(kSlabs == 1 || kSlabs == 2);
   static_assert(kGroupBlocks == 1 || kGroupBlocks == 2, "a k step's 4 blocks make whole groups");
   using ScaleWord = typename Weights::ScaleWord;
   // The kernel body (sm90_rs_kernel.cuh) and its launch check.
@@ -75,12 +70,12 @@ struct Rs16WideTileConfig {
   static bool operands_ok(const GroupedGemmOperands& op) { return Weights::operands_ok(op); }
   static constexpr int kBlockM = 64;  // token rows (the wgmma N side)
   static constexpr int kConsumers = 4;
-  static constexpr int kBlockN = 64 * kConsumers * kSlabs;  // weight rows (64 per consumer and slab)
+  static constexpr int kBlockN = 64 * kConsumers;  // weight rows (64 per consumer)
   static constexpr int kBlockK = 128;
   static constexpr int kAcc = kBlockM / 2;  // fp32 accumulators per consumer thread (m64n64)
   static constexpr float kAccScale = Weights::kAccScale;
-  static constexpr int kStages = kSlabs == 1 ? 6 : 4;
-  static constexpr int kLookahead = kSlabs == 1 ? 3 : 2;
+  static constexpr int kStages = 6;
+  static constexpr int kLookahead = 3;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = 104;
@@ -105,7 +100,7 @@ struct Rs16WideTileConfig {
   static constexpr int kOffBarriers = kOffAmax + kAmaxBytes;
   static constexpr int kSharedBytes = kOffBarriers + 2 * kStages * 8 + 1024;  // + alignment slack
   static_assert(kColBytes % 1024 == 0 && kDBytes % (16 * 32) == 0, "wgmma tiles 1024-aligned, D in 16-byte chunks");
-  static_assert(kWBytes % (16 * 128) == 0 && (kDBytes % (16 * 128) == 0 || kDBytes / 16 < 128), "the producer's chunks");
+  static_assert(kWBytes % (16 * 128) == 0 && kDBytes / 16 <= 128, "the producer's chunks");
   static_assert(kSharedBytes <= 232448, "H100/H200 allow 227 KiB of shared memory per block");
 };
 
@@ -171,119 +166,11 @@ struct Rs16WideProducer {
 #pragma unroll
     for (int j = 0; j < Cfg::kWChunksPerThread; ++j)
       ptx::cp_async_16(w_dst + (tid + 128 * j) * 16, w_src + j * micro_stride + ks * kWeightMicroTileBytes);
-    if constexpr (Cfg::kDBytes / 16 <= 128) {
-      if (tid < Cfg::kDBytes / 16)
-        ptx::cp_async_16(ptx::smem_addr(sm.a(s) + Cfg::kOffD) + tid * 16,
-                         d_src + static_cast<int64_t>(ks) * op.n * kScaleBytes);
-    } else {
-#pragma unroll
-      for (int j = 0; j < Cfg::kDBytes / 16 / 128; ++j)
-        ptx::cp_async_16(ptx::smem_addr(sm.a(s) + Cfg::kOffD) + (tid + 128 * j) * 16,
-                         d_src + 128 * 16 * j + static_cast<int64_t>(ks) * op.n * kScaleBytes);
-    }
+    if (tid < Cfg::kDBytes / 16)
+      ptx::cp_async_16(ptx::smem_addr(sm.a(s) + Cfg::kOffD) + tid * 16,
+                       d_src + static_cast<int64_t>(ks) * op.n * kScaleBytes);
   }
 };
-
-// The consumers of the two-slab form (Cfg::kSlabs = 2): per k32 block kb, slab 0's two k16 wgmmas
-// from fragment set 0, then slab 1's from set 1, one group each; wait_group 1 after a group retires
-// the other slab's previous group, whose set then takes that slab's next block. The weight words
-// are read from the stage per block (one 32-bit word per row), the scale words per step.
-template <class Cfg, class Epilogue, class Params>
-__device__ __forceinline__ void run_rs16_two_slab_tiles(const Params& p, const Rs16WideSmem<Cfg>& sm, int n_tiles,
-                                                        int k_steps, int wg, int warp, int lane) {
-  constexpr int S = Cfg::kStages;
-  const int g = lane / 4, t = lane % 4;
-  const uint64_t desc0 = ptx::wgmma_desc_k_major_sw128(ptx::smem_addr(sm.a(0)));
-  int item = 0;
-  for_each_block_tile<Cfg>(p.schedule, n_tiles, [&](const TileCoord& tc, auto) {
-    float acc[2][Cfg::kAcc];
-#pragma unroll
-    for (int sl = 0; sl < 2; ++sl)
-#pragma unroll
-      for (int i = 0; i < Cfg::kAcc; ++i) acc[sl][i] = 0.0f;
-    uint32_t frag[2][2][4];  // [slab][k16 step of the block][register]
-    typename Cfg::ScaleWord d[2][2];  // [slab][row g, g + 8] of the current step
-    auto micro = [&](int sl) { return 32 * sl + 8 * wg + 2 * warp; };  // micro-tile of rows g of slab sl
-    auto d_row = [&](int sl) { return 256 * sl + 64 * wg + 16 * warp + g; };
-    auto wait_step = [&](int ks) {  // waits for k step ks and takes its scale words
-      const int s = (item + ks) % S;
-      ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
-#pragma unroll
-      for (int sl = 0; sl < 2; ++sl) {
-        d[sl][0] = sm.d(s)[d_row(sl)];
-        d[sl][1] = sm.d(s)[d_row(sl) + 8];
-      }
-    };
-    auto decode = [&](auto kb_constant, int sl, int ks) {  // block kb of slab sl, step ks, into set sl
-      constexpr int kb = decltype(kb_constant)::value;
-      const uint8_t* w = sm.w((item + ks) % S) + micro(sl) * kWeightMicroTileBytes + lane * 16 + 4 * kb;
-      const uint32_t word_g = *reinterpret_cast<const uint32_t*>(w);
-      const uint32_t word_g8 = *reinterpret_cast<const uint32_t*>(w + kWeightMicroTileBytes);
-      Cfg::Weights::template decode_block<kb>(word_g, word_g8, d[sl][0], d[sl][1], frag[sl]);
-    };
-    auto release = [&](int ks) {
-      __syncwarp();
-      if (lane == 0) ptx::mbarrier_arrive(sm.empty((item + ks) % S));
-    };
-    auto issue = [&](int sl, int kb, int ks) {
-      const uint64_t desc = desc0 + ((item + ks) % S) * (Cfg::kStageBytes >> 4) + (kb / 2) * (Cfg::kColBytes >> 4);
-      ptx::wgmma_fence();
-      ptx::wgmma_m64n64k16_rs<Cfg::Weights::kF16>(acc[sl], frag[sl][0], desc + 4 * (kb % 2));
-      ptx::wgmma_m64n64k16_rs<Cfg::Weights::kF16>(acc[sl], frag[sl][1], desc + 4 * (kb % 2) + 2);
-      ptx::wgmma_commit_group();
-    };
-    // Block kb of step ks: slab 0 issued, slab 1's previous group retired, slab 1 decoded and
-    // issued, slab 0's group retired, slab 0's next block decoded (the next step's block 0 after
-    // kb = 3, waiting for that step first, when there is one: `more`).
-    auto block = [&](auto kb_constant, int ks, bool more) {
-      constexpr int kb = decltype(kb_constant)::value;
-      issue(0, kb, ks);
-      ptx::wgmma_wait_group<1>();
-      ptx::fence_operands(frag[1][0]);
-      ptx::fence_operands(frag[1][1]);
-      if constexpr (kb == 0) {
-        if (ks > 0) release(ks - 1);
-      }
-      decode(kb_constant, 1, ks);
-      issue(1, kb, ks);
-      ptx::wgmma_wait_group<1>();
-      ptx::fence_operands(frag[0][0]);
-      ptx::fence_operands(frag[0][1]);
-      if constexpr (kb < 3) {
-        decode(std::integral_constant<int, kb + 1>{}, 0, ks);
-      } else if (more) {
-        wait_step(ks + 1);
-        decode(std::integral_constant<int, 0>{}, 0, ks + 1);
-      }
-    };
-    if constexpr ((Cfg::kWork & kRsFp8Math) != 0) {
-      wait_step(0);
-      decode(std::integral_constant<int, 0>{}, 0, 0);
-      for (int ks = 0; ks < k_steps; ++ks) {
-        const bool more = ks + 1 < k_steps;
-        block(std::integral_constant<int, 0>{}, ks, more);
-        block(std::integral_constant<int, 1>{}, ks, more);
-        block(std::integral_constant<int, 2>{}, ks, more);
-        block(std::integral_constant<int, 3>{}, ks, more);
-      }
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(acc[0]);
-      ptx::fence_operands(acc[1]);
-      release(k_steps - 1);
-    } else {
-      for (int ks = 0; ks < k_steps; ++ks) {
-        ptx::mbarrier_wait_parity(sm.full((item + ks) % S), ((item + ks) / S) & 1);
-        release(ks);
-      }
-    }
-    item += k_steps;
-#pragma unroll
-    for (int sl = 0; sl < 2; ++sl) {
-      const RsFragment f{tc.n_tile * Cfg::kBlockN + d_row(sl), t, warp, wg};
-      Epilogue::template apply<Cfg>(p.epilogue, p.op, tc, f, sm, acc[sl]);
-    }
-  });
-}
 
 // ---- the kernel body -------------------------------------------------------------------------
 // Epilogue::apply<Cfg>(ep, op, tile, fragment, smem, acc): writes the valid columns of a consumer's
@@ -315,92 +202,88 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
   const int d_row = 64 * wg + 16 * warp + g;  // scale word of row g (d_row + 8: row g + 8)
   const uint64_t desc0 = ptx::wgmma_desc_k_major_sw128(ptx::smem_addr(sm.a(0)));
   int item = 0;  // k steps consumed so far (over all tiles of this block)
-  if constexpr (Cfg::kSlabs == 2) {
-    run_rs16_two_slab_tiles<Cfg, Epilogue>(p, sm, n_tiles, k_steps, wg, warp, lane);
-  } else {
-    for_each_block_tile<Cfg>(p.schedule, n_tiles, [&](const TileCoord& tc, auto) {
-      const RsFragment f{tc.n_tile * Cfg::kBlockN + d_row, t, warp, wg};
-      float acc[Cfg::kAcc];
+  for_each_block_tile<Cfg>(p.schedule, n_tiles, [&](const TileCoord& tc, auto) {
+    const RsFragment f{tc.n_tile * Cfg::kBlockN + d_row, t, warp, wg};
+    float acc[Cfg::kAcc];
 #pragma unroll
-      for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
-      uint32_t frag[2][2 * Cfg::kGroupBlocks][4];  // [set][k16 step of the group][register]
-      uint4 w_g, w_g8;         // this k step's packed words of rows g and g + 8
-      typename Cfg::ScaleWord d_g, d_g8;
-      // Waits for k step ks of this tile and takes its weight words.
-      auto load_step = [&](int ks) {
-        const int s = (item + ks) % S;
-        ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
-        w_g = *reinterpret_cast<const uint4*>(sm.w(s) + micro * kWeightMicroTileBytes + lane * 16);
-        w_g8 = *reinterpret_cast<const uint4*>(sm.w(s) + (micro + 1) * kWeightMicroTileBytes + lane * 16);
-        d_g = sm.d(s)[d_row];
-        d_g8 = sm.d(s)[d_row + 8];
-      };
-      // Group q of the loaded step (blocks G q .. G q + G - 1) into fragment set `out`.
-      auto decode = [&](auto q_constant, uint32_t(&out)[2 * Cfg::kGroupBlocks][4]) {
-        constexpr int kb = Cfg::kGroupBlocks * decltype(q_constant)::value;
-        Cfg::Weights::template decode_block<kb>(rs_word<kb>(w_g), rs_word<kb>(w_g8), d_g, d_g8,
-                                                *reinterpret_cast<uint32_t(*)[2][4]>(&out[0]));
-        if constexpr (Cfg::kGroupBlocks == 2)
-          Cfg::Weights::template decode_block<kb + 1>(rs_word<kb + 1>(w_g), rs_word<kb + 1>(w_g8), d_g, d_g8,
-                                                      *reinterpret_cast<uint32_t(*)[2][4]>(&out[2]));
-      };
-      auto release = [&](int ks) {  // every group that read step ks's stage has retired
-        __syncwarp();
-        if (lane == 0) ptx::mbarrier_arrive(sm.empty((item + ks) % S));
-      };
-      // Group q of step ks (k32 blocks G q ..): its 2 G k16 wgmmas (k16 step L = 2 G q + i: column
-      // block L / 4, slice L % 4) from set q % 2, then retire the previous group (step ks - 1's
-      // last at q = 0, which releases its stage) and decode group q + 1 into the other set (the
-      // next step's group 0 after the last, when there is one: `more`).
-      auto group = [&](auto q_constant, int ks, bool more) {
-        constexpr int q = decltype(q_constant)::value, set = q % 2, G = Cfg::kGroupBlocks, kGroups = 4 / G;
-        const uint64_t desc = desc0 + ((item + ks) % S) * (Cfg::kStageBytes >> 4);
-        ptx::wgmma_fence();
+    for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
+    uint32_t frag[2][2 * Cfg::kGroupBlocks][4];  // [set][k16 step of the group][register]
+    uint4 w_g, w_g8;         // this k step's packed words of rows g and g + 8
+    typename Cfg::ScaleWord d_g, d_g8;
+    // Waits for k step ks of this tile and takes its weight words.
+    auto load_step = [&](int ks) {
+      const int s = (item + ks) % S;
+      ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
+      w_g = *reinterpret_cast<const uint4*>(sm.w(s) + micro * kWeightMicroTileBytes + lane * 16);
+      w_g8 = *reinterpret_cast<const uint4*>(sm.w(s) + (micro + 1) * kWeightMicroTileBytes + lane * 16);
+      d_g = sm.d(s)[d_row];
+      d_g8 = sm.d(s)[d_row + 8];
+    };
+    // Group q of the loaded step (blocks G q .. G q + G - 1) into fragment set `out`.
+    auto decode = [&](auto q_constant, uint32_t(&out)[2 * Cfg::kGroupBlocks][4]) {
+      constexpr int kb = Cfg::kGroupBlocks * decltype(q_constant)::value;
+      Cfg::Weights::template decode_block<kb>(rs_word<kb>(w_g), rs_word<kb>(w_g8), d_g, d_g8,
+                                              *reinterpret_cast<uint32_t(*)[2][4]>(&out[0]));
+      if constexpr (Cfg::kGroupBlocks == 2)
+        Cfg::Weights::template decode_block<kb + 1>(rs_word<kb + 1>(w_g), rs_word<kb + 1>(w_g8), d_g, d_g8,
+                                                    *reinterpret_cast<uint32_t(*)[2][4]>(&out[2]));
+    };
+    auto release = [&](int ks) {  // every group that read step ks's stage has retired
+      __syncwarp();
+      if (lane == 0) ptx::mbarrier_arrive(sm.empty((item + ks) % S));
+    };
+    // Group q of step ks (k32 blocks G q ..): its 2 G k16 wgmmas (k16 step L = 2 G q + i: column
+    // block L / 4, slice L % 4) from set q % 2, then retire the previous group (step ks - 1's
+    // last at q = 0, which releases its stage) and decode group q + 1 into the other set (the
+    // next step's group 0 after the last, when there is one: `more`).
+    auto group = [&](auto q_constant, int ks, bool more) {
+      constexpr int q = decltype(q_constant)::value, set = q % 2, G = Cfg::kGroupBlocks, kGroups = 4 / G;
+      const uint64_t desc = desc0 + ((item + ks) % S) * (Cfg::kStageBytes >> 4);
+      ptx::wgmma_fence();
 #pragma unroll
-        for (int i = 0; i < 2 * G; ++i) {
-          const int L = 2 * G * q + i;
-          ptx::wgmma_m64n64k16_rs<Cfg::Weights::kF16>(acc, frag[set][i],
-                                                      desc + (L / 4) * (Cfg::kColBytes >> 4) + 2 * (L % 4));
-        }
-        ptx::wgmma_commit_group();
-        ptx::wgmma_wait_group<1>();
+      for (int i = 0; i < 2 * G; ++i) {
+        const int L = 2 * G * q + i;
+        ptx::wgmma_m64n64k16_rs<Cfg::Weights::kF16>(acc, frag[set][i],
+                                                    desc + (L / 4) * (Cfg::kColBytes >> 4) + 2 * (L % 4));
+      }
+      ptx::wgmma_commit_group();
+      ptx::wgmma_wait_group<1>();
 #pragma unroll
-        for (int i = 0; i < 2 * G; ++i) ptx::fence_operands(frag[1 - set][i]);
-        if constexpr (q == 0) {
-          if (ks > 0) release(ks - 1);
-        }
-        if constexpr (q + 1 < kGroups) {
-          decode(std::integral_constant<int, q + 1>{}, frag[1 - set]);
-        } else if (more) {
-          load_step(ks + 1);
-          decode(std::integral_constant<int, 0>{}, frag[1 - set]);
-        }
-      };
-      if constexpr ((Cfg::kWork & kRsFp8Math) != 0) {
-        load_step(0);
-        decode(std::integral_constant<int, 0>{}, frag[0]);
-        for (int ks = 0; ks < k_steps; ++ks) {
-          const bool more = ks + 1 < k_steps;
-          group(std::integral_constant<int, 0>{}, ks, more);
-          group(std::integral_constant<int, 1>{}, ks, more);
-          if constexpr (Cfg::kGroupBlocks == 1) {
-            group(std::integral_constant<int, 2>{}, ks, more);
-            group(std::integral_constant<int, 3>{}, ks, more);
-          }
-        }
-        ptx::wgmma_wait_group<0>();
-        ptx::fence_operands(acc);
-        release(k_steps - 1);
-      } else {
-        for (int ks = 0; ks < k_steps; ++ks) {
-          ptx::mbarrier_wait_parity(sm.full((item + ks) % S), ((item + ks) / S) & 1);
-          release(ks);
+      for (int i = 0; i < 2 * G; ++i) ptx::fence_operands(frag[1 - set][i]);
+      if constexpr (q == 0) {
+        if (ks > 0) release(ks - 1);
+      }
+      if constexpr (q + 1 < kGroups) {
+        decode(std::integral_constant<int, q + 1>{}, frag[1 - set]);
+      } else if (more) {
+        load_step(ks + 1);
+        decode(std::integral_constant<int, 0>{}, frag[1 - set]);
+      }
+    };
+    if constexpr ((Cfg::kWork & kRsFp8Math) != 0) {
+      load_step(0);
+      decode(std::integral_constant<int, 0>{}, frag[0]);
+      for (int ks = 0; ks < k_steps; ++ks) {
+        const bool more = ks + 1 < k_steps;
+        group(std::integral_constant<int, 0>{}, ks, more);
+        group(std::integral_constant<int, 1>{}, ks, more);
+        if constexpr (Cfg::kGroupBlocks == 1) {
+          group(std::integral_constant<int, 2>{}, ks, more);
+          group(std::integral_constant<int, 3>{}, ks, more);
         }
       }
-      item += k_steps;
-      Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
-    });
-  }
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_operands(acc);
+      release(k_steps - 1);
+    } else {
+      for (int ks = 0; ks < k_steps; ++ks) {
+        ptx::mbarrier_wait_parity(sm.full((item + ks) % S), ((item + ks) / S) & 1);
+        release(ks);
+      }
+    }
+    item += k_steps;
+    Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
+  });
 }
 
 }  // namespace moe_ep::cuda
