@@ -201,8 +201,8 @@ struct Kernels {
   int decode_bulk_slots = 0;  // decode kernels (kDecodePrefetch): > 0, the weights by bulk copies into a
                               // ring of 2 or 3 chunks per warp (decode_variant_probe.h)
   bool rs_wide = false;  // rs: four consumer warpgroups on 64x256 tiles (sm90_rs16_wide_mainloop.cuh)
-  int rs_group_blocks = 2;  // rs_wide: k32 blocks per wgmma group (1: a probe; the library's: 2)
-  bool rs_wide_probe() const { return rs && rs_wide && (rs_fp8_work != kRsFp8All || rs_group_blocks != 2); }
+  int rs_group_blocks = 1;  // rs_wide: k32 blocks per wgmma group (2: a probe; the library's: 1)
+  bool rs_wide_probe() const { return rs && rs_wide && (rs_fp8_work != kRsFp8All || rs_group_blocks != 1); }
   bool folded() const { return wgmma || rs || rs_fp8_block_m > 0 || decode_prefetch > 0; }
   bool rs_fp8_probe() const {
     return rs_fp8_block_m > 0 && rs_fp8_tails != 1 &&
@@ -218,7 +218,7 @@ struct Kernels {
     if (decode_prefetch > 0 && decode_bulk_slots > 0) return fmt::format("decode, bulk ring of {}", decode_bulk_slots);
     if (decode_prefetch > 0) return fmt::format("decode, {} steps ahead", decode_prefetch);
     if (rs)
-      return rs_wide ? fmt::format("rs bf16 64x256{}{}{}", rs_group_blocks == 2 ? "" : " k32 groups",
+      return rs_wide ? fmt::format("rs bf16 64x256{}{}{}", rs_group_blocks == 1 ? "" : " k64 groups",
                                    rs_fp8_work == kRsFp8All ? "" : " ",
                                    rs_fp8_work == kRsFp8All ? "" : work_name(rs_fp8_work))
                      : "rs bf16";
@@ -235,7 +235,7 @@ struct Kernels {
 };
 
 // The bf16 register-operand kernels on four consumer warpgroups.
-inline Kernels rs_bf16_wide(int group_blocks = 2) {
+inline Kernels rs_bf16_wide(int group_blocks = 1) {
   Kernels k;
   k.rs = true;
   k.rs_wide = true;
@@ -261,7 +261,7 @@ inline const std::vector<Kernels>& wgmma_variants() {
                                           kRsFp8All, 0, 4, 1, 1},
                                          {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
                                           kRsFp8All, 0, 4, 1, 2},
-                                         rs_bf16_wide(), rs_bf16_wide(1)};
+                                         rs_bf16_wide(), rs_bf16_wide(2)};
   return v;
 }
 

@@ -58,9 +58,9 @@ cudaError_t with_variant(const RsFp8Variant& v, F&& f) {
 
 template <class F>
 cudaError_t with_rs16_wide_work(int work, int group_blocks, F&& f) {
-  if (group_blocks == 1)
-    return work == 7 ? f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1>{}) : cudaErrorInvalidValue;
-  if (group_blocks != 2) return cudaErrorInvalidValue;
+  if (group_blocks == 2)
+    return work == 7 ? f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 2>{}) : cudaErrorInvalidValue;
+  if (group_blocks != 1) return cudaErrorInvalidValue;
   switch (work) {
     case 3: return f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 3>{});
     case 4: return f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 4>{});

@@ -32,8 +32,8 @@ cudaError_t launch_rs_fp8_variant_gemm1(const RsFp8Variant& v, const Gemm1Params
 cudaError_t launch_rs_fp8_variant_gemm2(const RsFp8Variant& v, const Gemm2Params& p, int grid, cudaStream_t stream);
 
 // The four-consumer rs bf16 kernels (kernels/sm90_rs16_wide_mainloop.cuh) with parts of their work
-// left out (work = 3 copies only, 4 math only: RsFp8Work bits; group_blocks = 2, the library's
-// k32 blocks per wgmma group), or whole (work = 7) with one k32 block per group (group_blocks = 1).
+// left out (work = 3 copies only, 4 math only: RsFp8Work bits; group_blocks = 1, the library's
+// k32 blocks per wgmma group), or whole (work = 7) with two k32 blocks per group (group_blocks = 2).
 cudaError_t configure_rs16_wide_work(int work, int group_blocks, int* blocks_per_sm1, int* blocks_per_sm2);
 cudaError_t launch_rs16_wide_work_gemm1(int work, int group_blocks, const Gemm1Params& p, int grid,
                                         cudaStream_t stream);

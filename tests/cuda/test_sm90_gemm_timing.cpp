@@ -169,7 +169,7 @@ TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
         wide.rs_fp8_work = work;
         variants.push_back(wide);
       }
-      variants.push_back(rs_bf16_wide(1));  // one k32 block per wgmma group
+      variants.push_back(rs_bf16_wide(2));  // two k32 blocks per wgmma group
     }
     for (const Kernels& k : variants) {
       if (!timing_variant_selected(k.name())) continue;

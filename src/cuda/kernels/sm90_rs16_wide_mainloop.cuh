@@ -55,7 +55,7 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
 // of one group each; it issues a group from one set, waits until only that group is in flight and
 // decodes the next group into the other set. (ptxas follows wgmma input registers only with one
 // group in flight: with three sets and wait_group 2 it serializes every wgmma, C7513.)
-template <class Weights_, int kWork_ = 7, int kGroupBlocks_ = 2>
+template <class Weights_, int kWork_ = 7, int kGroupBlocks_ = 1>
 struct Rs16WideTileConfig {
   using Weights = Weights_;
   static constexpr int kWork = kWork_;
