@@ -25,6 +25,8 @@
 #     forward at T = MOE_EP_NCU_TOKENS, options MOE_EP_NCU_LAYER_ARGS, kernels MOE_EP_NCU_KERNEL)
 #   ncu-source: per-instruction stall samples (scripts/ncu_stall_ledger.py) of the kernels matching
 #     MOE_EP_NCU_KERNEL (default RsFp8TileConfig: the wgmma-rs kernels), MOE_EP_NCU_SKIP launches skipped, 2 profiled
+#   MOE_EP_WGMMA_TIMING_VARIANTS  '|'-separated substrings of the kernel-time tests' variant names to run
+#                                 (steps timing, split, ncu-source; default: every variant)
 #   MOE_EP_WGMMA_BUDGET=280    seconds for all steps
 #
 # Outputs ($OUT, default ./device-out): wgmma_summary.txt, wgmma_logs.tar.gz, bench.csv.

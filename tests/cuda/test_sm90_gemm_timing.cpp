@@ -39,6 +39,7 @@ TEST(Sm90WgmmaTiming, FlashSizeRandomBytesMatchMmaAndKernelTimes) {
     fmt::print("[ wgmma   ] {:>5} {:<14} {:>10.1f} {:>10.1f} {:>9.1f} {:>9.1f}\n", T, "mma.sync", mma1, mma2,
                flop1 / mma1 * 1e-6, flop2 / mma2 * 1e-6);
     for (const Kernels& k : wgmma_variants()) {
+      if (!timing_variant_selected(k.name())) continue;
       const std::string tile = k.name();
       GemmRun run(s, p, w, k);
       const double t1 = median_us([&] { run.gemm1(); });
