@@ -843,7 +843,6 @@ inline Nvfp4DeviceProblem random_nvfp4_problem(const Shape& s, int64_t T, uint64
 
 inline const Shape kFlashShape{"flash", 256, 4096, 2048, 6};
 
-// The token counts of a timing test: MOE_EP_WGMMA_TIMING_TOKENS ("2048,8192") or `defaults`.
 // Whether a timed variant runs: MOE_EP_WGMMA_TIMING_VARIANTS, a '|'-separated list of substrings
 // of Kernels::name() (unset: every variant).
 inline bool timing_variant_selected(const std::string& name) {
@@ -858,6 +857,7 @@ inline bool timing_variant_selected(const std::string& name) {
   return false;
 }
 
+// The token counts of a timing test: MOE_EP_WGMMA_TIMING_TOKENS ("2048,8192") or `defaults`.
 inline std::vector<int64_t> timing_tokens(std::vector<int64_t> defaults) {
   const char* v = std::getenv("MOE_EP_WGMMA_TIMING_TOKENS");
   if (!v) return defaults;
