@@ -1,7 +1,8 @@
 // Pieces shared by the persistent grouped GEMMs: the tile a block takes from the routing kernel's
 // m-tile list (every family), and for the warp-specialized ones (sm90_mxfp4_wgmma_mainloop.cuh,
-// sm90_rs16_mainloop.cuh, sm90_mxfp4_rs_fp8_mainloop.cuh) the 1024-byte alignment of shared
-// memory, the full/empty barrier pairs of the stage ring and the producer's walk over it.
+// sm90_rs16_mainloop.cuh, sm90_rs16_wide_mainloop.cuh, sm90_mxfp4_rs_fp8_mainloop.cuh) the
+// 1024-byte alignment of shared memory, the full/empty barrier pairs of the stage ring and the
+// producer's walk over it.
 #pragma once
 
 #include <cstdint>

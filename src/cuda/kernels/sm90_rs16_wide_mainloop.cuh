@@ -3,7 +3,7 @@
 // Weights policies, the same order along k, no promotion), on the stage ring of the four-consumer
 // FP8 kernel (sm90_mxfp4_rs_fp8_mainloop.cuh): the producer copies the tile's 16-bit token rows
 // and the n tile's weight micro-tiles and scale words into each stage, and each consumer decodes
-// its rows' k32 blocks from shared memory right before the two k16 wgmmas that read them.
+// its rows' k32 blocks from shared memory right before the k16 wgmmas that read them.
 //
 // Unlike the FP8 kernel's, a consumer never waits on a wgmma's result inside the tile: every
 // k16 wgmma adds into the one accumulator set, so the decode of block j + 1 overlaps the wgmmas of
@@ -100,7 +100,8 @@ struct Rs16WideTileConfig {
   static constexpr int kOffAmax = kStages * kStageBytes;
   static constexpr int kOffBarriers = kOffAmax + kAmaxBytes;
   static constexpr int kSharedBytes = kOffBarriers + 2 * kStages * 8 + 1024;  // + alignment slack
-  static_assert(kColBytes % 1024 == 0 && kDBytes % (16 * 32) == 0, "wgmma tiles 1024-aligned, D in 16-byte chunks");
+  static_assert(kColBytes % 1024 == 0, "wgmma tiles are 1024-byte aligned");
+  static_assert(kDBytes % 16 == 0, "D in 16-byte chunks");
   static_assert(kWBytes % (16 * 128) == 0 && kDBytes / 16 <= 128, "the producer's chunks");
   static_assert(kSharedBytes <= 232448, "H100/H200 allow 227 KiB of shared memory per block");
 };
