@@ -135,9 +135,9 @@ struct RsFp8TileConfig {
   static constexpr int kRowsPerThread = kBlockM / 16;  // producer: 8 threads per token row
 
   static constexpr int kABytes = kBlockM * 128;
-  static constexpr int kWBytes = (kBlockN / 8) * kWeightMicroTileBytes;
-  static constexpr int kWChunksPerThread = kWBytes / 16 / 128;  // producer: 16-byte weight chunks
-  static constexpr int kDBytes = kBlockN * 4;
+  using WeightCopy = RingWeightCopy<kBlockN, 4>;  // the producer's cp.async of W and D
+  static constexpr int kWBytes = WeightCopy::kWBytes;
+  static constexpr int kDBytes = WeightCopy::kDBytes;
   static constexpr int kBulkCopies = kBlockN / 8 + 1;  // bulk: the 16 micro-tiles, then D
   static_assert(!kBulkWeights || kDBytes == kWeightMicroTileBytes, "bulk: W and D are 17 adjacent 512-byte copies");
   static constexpr int kSaBytes = kBlockM * 4;
@@ -187,8 +187,7 @@ template <class Cfg>
 struct RsFp8Producer {
   const uint8_t* a_src[Cfg::kRowsPerThread];  // token rows tid / 8 + 16 j at chunk tid % 8; null past the tile
   const uint8_t* sa_src;  // token tid's scale words (tid < kBlockM), null past the tile
-  const uint8_t* w_src;   // micro-tile tid / 32 of the n tile, lane chunk tid % 32, k step 0
-  const uint8_t* d_src;   // 16 bytes (4 weight rows) of the n tile's shift words, k step 0 (tid < kDBytes / 16)
+  typename Cfg::WeightCopy weights;  // the micro-tiles and shift words (the cp.async path)
   // kBulkWeights: copy tid < kBulkCopies of a step (micro-tile tid, or D for tid = 16) at k step 0,
   // the distance between k steps, and the weights' L2 policy (read once: evict first).
   const uint8_t* bulk_src;
@@ -210,15 +209,13 @@ struct RsFp8Producer {
     sa_src = tid < t.num_rows && tid < Cfg::kBlockM
                  ? op.a_scale + static_cast<int64_t>(source_row(tid)) * op.a_scale_row_bytes
                  : nullptr;
-    const int64_t micro = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_tile * (Cfg::kBlockN / 8) + tid / 32;
-    w_src = op.w + micro * k_steps * kWeightMicroTileBytes + (tid % 32) * 16;
-    const uint8_t* d_base = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + t.n_tile * Cfg::kBlockN) * 4;
-    d_src = d_base + tid * 16;
+    if constexpr (!Cfg::kBulkWeights) weights.begin_tile(op, t, k_steps, tid);
     if constexpr (Cfg::kBulkWeights) {
       const int64_t micro0 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_tile * (Cfg::kBlockN / 8);
-      const bool weights = tid < Cfg::kBlockN / 8;
-      bulk_src = weights ? op.w + (micro0 + tid) * k_steps * kWeightMicroTileBytes : d_base;
-      bulk_step = weights ? kWeightMicroTileBytes : static_cast<int64_t>(op.n) * 4;
+      const bool w = tid < Cfg::kBlockN / 8;
+      bulk_src = w ? op.w + (micro0 + tid) * k_steps * kWeightMicroTileBytes
+                   : Cfg::WeightCopy::scale_base(op, t, k_steps);
+      bulk_step = w ? kWeightMicroTileBytes : static_cast<int64_t>(op.n) * 4;
       l2_policy = ptx::l2_evict_first_policy();
     }
   }
@@ -245,13 +242,7 @@ struct RsFp8Producer {
                                kWeightMicroTileBytes, sm.full(s), l2_policy);
     }
     if constexpr ((Cfg::kWork & kRsFp8CopyW) != 0 && Cfg::kProducerWeights && !Cfg::kBulkWeights) {
-      const uint32_t w_dst = ptx::smem_addr(sm.w(s));
-      const int64_t micro_stride = static_cast<int64_t>(4) * k_steps * kWeightMicroTileBytes;  // 4 micro-tiles on
-#pragma unroll
-      for (int j = 0; j < Cfg::kWChunksPerThread; ++j)
-        ptx::cp_async_16(w_dst + (tid + 128 * j) * 16, w_src + j * micro_stride + ks * kWeightMicroTileBytes);
-      if (tid < Cfg::kDBytes / 16)
-        ptx::cp_async_16(ptx::smem_addr(sm.d(s)) + tid * 16, d_src + static_cast<int64_t>(ks) * op.n * 4);
+      weights.issue(op, ptx::smem_addr(sm.w(s)), ptx::smem_addr(sm.d(s)), ks, k_steps, tid);
     }
     if constexpr ((Cfg::kWork & kRsFp8CopyA) != 0)
       if (tid < Cfg::kBlockM)

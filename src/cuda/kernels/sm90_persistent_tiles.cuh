@@ -63,6 +63,43 @@ __device__ __forceinline__ void for_each_block_tile(const GroupedGemmSchedule& s
     }
 }
 
+// The weight side of a k step in the stage rings of the register-operand GEMMs whose producer
+// copies the weights (sm90_mxfp4_rs_fp8_mainloop.cuh, sm90_rs16_wide_mainloop.cuh): the n tile's
+// kBlockN / 8 weight micro-tiles and kBlockN scale words of kScaleBytes each, 16-byte cp.async
+// by the producer's 128 threads (thread tid: chunk tid % 32 of micro-tiles tid / 32 + 4 j, and
+// 16 bytes of scale words where tid < kDBytes / 16).
+template <int kBlockN, int kScaleBytes>
+struct RingWeightCopy {
+  static constexpr int kWBytes = (kBlockN / 8) * kWeightMicroTileBytes;
+  static constexpr int kDBytes = kBlockN * kScaleBytes;
+  static constexpr int kWChunksPerThread = kWBytes / 16 / 128;
+  static_assert(kWBytes % (16 * 128) == 0 && kDBytes % 16 == 0 && kDBytes / 16 <= 128, "the producer's chunks");
+  const uint8_t* w_src;  // micro-tile tid / 32 of the n tile, lane chunk tid % 32, k step 0
+  const uint8_t* d_src;  // 16 bytes of the n tile's scale words, k step 0
+
+  __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const TileCoord& t, int k_steps,
+                                             int tid) {
+    const int64_t micro = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_tile * (kBlockN / 8) + tid / 32;
+    w_src = op.w + micro * k_steps * kWeightMicroTileBytes + (tid % 32) * 16;
+    d_src = scale_base(op, t, k_steps) + tid * 16;
+  }
+  // The n tile's scale words at k step 0 (k steps op.n * kScaleBytes apart).
+  static __device__ __forceinline__ const uint8_t* scale_base(const GroupedGemmOperands& op, const TileCoord& t,
+                                                              int k_steps) {
+    return op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + t.n_tile * kBlockN) * kScaleBytes;
+  }
+  // K step ks into the stage's W (w_dst) and D (d_dst) regions (shared addresses).
+  __device__ __forceinline__ void issue(const GroupedGemmOperands& op, uint32_t w_dst, uint32_t d_dst, int ks,
+                                        int k_steps, int tid) const {
+    const int64_t micro_stride = static_cast<int64_t>(4) * k_steps * kWeightMicroTileBytes;  // 4 micro-tiles on
+#pragma unroll
+    for (int j = 0; j < kWChunksPerThread; ++j)
+      ptx::cp_async_16(w_dst + (tid + 128 * j) * 16, w_src + j * micro_stride + ks * kWeightMicroTileBytes);
+    if (tid < kDBytes / 16)
+      ptx::cp_async_16(d_dst + tid * 16, d_src + static_cast<int64_t>(ks) * op.n * kScaleBytes);
+  }
+};
+
 // The dynamic shared memory from its first 1024-byte boundary (wgmma's 128-byte swizzle).
 __device__ __forceinline__ uint8_t* align_smem_1024(uint8_t* raw) {
   return raw + ((1024 - (ptx::smem_addr(raw) & 1023)) & 1023);

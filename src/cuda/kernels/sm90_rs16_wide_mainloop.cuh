@@ -91,9 +91,9 @@ struct Rs16WideTileConfig {
 
   static constexpr int kColBytes = kBlockM * 128;  // one 64-wide k column block
   static constexpr int kABytes = 2 * kColBytes;
-  static constexpr int kWBytes = (kBlockN / 8) * kWeightMicroTileBytes;
-  static constexpr int kWChunksPerThread = kWBytes / 16 / 128;
-  static constexpr int kDBytes = kBlockN * static_cast<int>(sizeof(ScaleWord));
+  using WeightCopy = RingWeightCopy<kBlockN, static_cast<int>(sizeof(ScaleWord))>;  // the producer's W, D
+  static constexpr int kWBytes = WeightCopy::kWBytes;
+  static constexpr int kDBytes = WeightCopy::kDBytes;
   static constexpr int kOffW = kABytes, kOffD = kOffW + kWBytes;
   static constexpr int kStageBytes = (kOffD + kDBytes + 1023) / 1024 * 1024;
   static constexpr int kAmaxBytes = kConsumers * 4 * kBlockM * 4;
@@ -101,8 +101,6 @@ struct Rs16WideTileConfig {
   static constexpr int kOffBarriers = kOffAmax + kAmaxBytes;
   static constexpr int kSharedBytes = kOffBarriers + 2 * kStages * 8 + 1024;  // + alignment slack
   static_assert(kColBytes % 1024 == 0, "wgmma tiles are 1024-byte aligned");
-  static_assert(kDBytes % 16 == 0, "D in 16-byte chunks");
-  static_assert(kWBytes % (16 * 128) == 0 && kDBytes / 16 <= 128, "the producer's chunks");
   static_assert(kSharedBytes <= 232448, "H100/H200 allow 227 KiB of shared memory per block");
 };
 
@@ -126,10 +124,8 @@ struct Rs16WideSmem {
 // ---- producer warpgroup ----------------------------------------------------------------------
 template <class Cfg>
 struct Rs16WideProducer {
-  static constexpr int kScaleBytes = static_cast<int>(sizeof(typename Cfg::ScaleWord));
   const uint8_t* a_src[Cfg::kRowsPerThread];  // token rows tid / 8 + 16 j at chunk tid % 8; null past the tile
-  const uint8_t* w_src;  // micro-tile tid / 32 of the n tile, lane chunk tid % 32, k step 0
-  const uint8_t* d_src;  // 16 bytes of the n tile's scale words, k step 0 (tid < kDBytes / 16)
+  typename Cfg::WeightCopy weights;           // the micro-tiles and scale words
 
   __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const TileCoord& t, int k_steps,
                                              int tid) {
@@ -142,10 +138,7 @@ struct Rs16WideProducer {
                                       (tid % 8) * 16
                                 : nullptr;
     }
-    const int64_t micro = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_tile * (Cfg::kBlockN / 8) + tid / 32;
-    w_src = op.w + micro * k_steps * kWeightMicroTileBytes + (tid % 32) * 16;
-    d_src = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + t.n_tile * Cfg::kBlockN) * kScaleBytes +
-            tid * 16;
+    weights.begin_tile(op, t, k_steps, tid);
   }
 
   __device__ __forceinline__ void issue(const GroupedGemmOperands& op, const Rs16WideSmem<Cfg>& sm, int ks,
@@ -162,15 +155,8 @@ struct Rs16WideProducer {
                            a_src[j] ? a_src[j] + ks * 256 + cb * 128 : op.a, a_src[j] ? 16 : 0);
       }
     }
-    if constexpr ((Cfg::kWork & kRsFp8CopyW) == 0) return;
-    const uint32_t w_dst = ptx::smem_addr(sm.w(s));
-    const int64_t micro_stride = static_cast<int64_t>(4) * k_steps * kWeightMicroTileBytes;  // 4 micro-tiles on
-#pragma unroll
-    for (int j = 0; j < Cfg::kWChunksPerThread; ++j)
-      ptx::cp_async_16(w_dst + (tid + 128 * j) * 16, w_src + j * micro_stride + ks * kWeightMicroTileBytes);
-    if (tid < Cfg::kDBytes / 16)
-      ptx::cp_async_16(ptx::smem_addr(sm.a(s) + Cfg::kOffD) + tid * 16,
-                       d_src + static_cast<int64_t>(ks) * op.n * kScaleBytes);
+    if constexpr ((Cfg::kWork & kRsFp8CopyW) != 0)
+      weights.issue(op, ptx::smem_addr(sm.w(s)), ptx::smem_addr(sm.a(s) + Cfg::kOffD), ks, k_steps, tid);
   }
 };
 
