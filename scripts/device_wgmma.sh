@@ -137,7 +137,7 @@ fi
 if has shared; then
   MOE_EP_WGMMA_TIMING=1 run_limited 60 "$TESTS" --gtest_filter='Sm90SharedExpertTiming.*' > "$WORK/shared.log" 2>&1
   note "shared: rc=$? $(gtest_counts "$WORK/shared.log")  ($(elapsed) s)"
-  grep -E "^\[ shared|Failure|Expected|Which is" "$WORK/shared.log" | head -12 | sed 's/^/  /' >> "$SUMMARY"
+  grep -E "^\[ shared|Failure|Expected|Which is" "$WORK/shared.log" | head -40 | sed 's/^/  /' >> "$SUMMARY"
 fi
 
 # 4. The layer bench (CUDA graph replays), wgmma forced and auto.
