@@ -58,28 +58,35 @@ TEST(Sm90WgmmaTiming, FlashSizeRandomBytesMatchMmaAndKernelTimes) {
 }
 
 // The decode kernels at small T, 2 against kDecodeDeepPrefetch k steps of weights in flight per
-// warp, against K split in two halves per block and against the weights by bulk copies into
-// rings of 2 or 3 chunks per warp, at the flash size (random bytes, outputs checked bitwise
+// warp, against K split in two halves per block, against the weights by bulk copies into
+// rings of 2 or 3 chunks per warp and against each warp's weights asked of L2 at its start
+// (mxfp4; L2 flushed before each run), at the flash size (random bytes, outputs checked bitwise
 // against each other; the split form within the recipe threshold). Weight TB/s
 // = the active experts' FP4 weights and shift words over the time; the floor is the copy rate.
 TEST(Sm90WgmmaTiming, DecodePrefetchDepthAtSmallT) {
   MOE_EP_REQUIRE_WGMMA_TIMING();
   const Shape s = kFlashShape;
   const DeviceWeights w = random_device_weights(s);
+  // Written before each timed run so none of the weights are in L2 (as in a layer, where the
+  // other GEMM's weights stream through it in between).
+  DeviceBuffer flush(size_t{256} << 20);
+  const auto flush_l2 = [&] { MOE_EP_CUDA_CHECK(cudaMemsetAsync(flush.get(), 0, flush.bytes())); };
   fmt::print("[ decode  ] {:>5} {:<24} {:>10} {:>10} {:>8} {:>8}\n", "T", "kernels", "gemm1 us", "gemm2 us", "TB/s 1",
              "TB/s 2");
   for (int64_t T : timing_tokens({1, 2, 4, 8, 32, 128})) {
     const DeviceProblem p = random_problem(s, T, 300 + T);
     std::optional<GemmOutputs> first;
-    // 2 ahead, 4 ahead, 2 ahead with K split in two, bulk rings of 2 and 3 chunks per warp
-    for (int form = 0; form < 5; ++form) {
+    // 2 ahead, 4 ahead, 2 ahead with K split in two, bulk rings of 2 and 3 chunks per warp, 2
+    // ahead with each warp's weights asked of L2 at its start
+    for (int form = 0; form < 6; ++form) {
       Kernels k;
       k.decode_prefetch = form == 1 ? kDecodeDeepPrefetch : kDecodePrefetch;
       k.decode_split = form == 2 ? 2 : 1;
       k.decode_bulk_slots = form == 3 ? 2 : form == 4 ? 3 : 0;
+      k.decode_l2_prefetch = form == 5;
       GemmRun run(s, p, w, k);
-      const double t1 = median_us([&] { run.gemm1(); });
-      const double t2 = median_us([&] { run.gemm2(); });
+      const double t1 = median_us([&] { run.gemm1(); }, flush_l2);
+      const double t2 = median_us([&] { run.gemm2(); }, flush_l2);
       const GemmOutputs got = run.outputs();
       if (!first) first = got;
       else if (form != 2) EXPECT_TRUE(got.h == first->h && got.o == first->o) << "T=" << T << ": " << k.name() << " differs";
@@ -97,8 +104,8 @@ TEST(Sm90WgmmaTiming, DecodePrefetchDepthAtSmallT) {
     std::optional<std::vector<uint16_t>> first;
     for (const Nvfp4Kernels k : {Nvfp4Kernels::kDecode, Nvfp4Kernels::kDecodeDeep}) {
       Nvfp4GemmRun run(s, p, nw, k);
-      const double t1 = median_us([&] { run.gemm1(); });
-      const double t2 = median_us([&] { run.gemm2(run); });
+      const double t1 = median_us([&] { run.gemm1(); }, flush_l2);
+      const double t2 = median_us([&] { run.gemm2(run); }, flush_l2);
       const std::vector<uint16_t> o = run.o();
       if (!first) first = o;
       else EXPECT_EQ(o, *first) << "T=" << T << ": the nvfp4 deep decode kernels differ";
