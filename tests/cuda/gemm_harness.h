@@ -203,7 +203,10 @@ struct Kernels {
   bool decode_l2_prefetch = false;  // decode kernels: GroupedGemmOperands::weight_l2_prefetch
   bool rs_wide = false;  // rs: four consumer warpgroups on 64x256 tiles (sm90_rs16_wide_mainloop.cuh)
   int rs_group_blocks = 1;  // rs_wide: k32 blocks per wgmma group (2: a probe; the library's: 1)
-  bool rs_wide_probe() const { return rs && rs_wide && (rs_fp8_work != kRsFp8All || rs_group_blocks != 1); }
+  int rs_wide_block_m = kRsWideBlockM;  // rs_wide: token rows of a tile (128: a probe)
+  bool rs_wide_probe() const {
+    return rs && rs_wide && (rs_fp8_work != kRsFp8All || rs_group_blocks != 1 || rs_wide_block_m != kRsWideBlockM);
+  }
   bool folded() const { return wgmma || rs || rs_fp8_block_m > 0 || decode_prefetch > 0; }
   bool rs_fp8_probe() const {
     return rs_fp8_block_m > 0 && rs_fp8_tails != 1 &&
@@ -220,7 +223,7 @@ struct Kernels {
     if (decode_prefetch > 0)
       return fmt::format("decode, {} steps ahead{}", decode_prefetch, decode_l2_prefetch ? ", L2" : "");
     if (rs)
-      return rs_wide ? fmt::format("rs bf16 64x256{}{}{}", rs_group_blocks == 1 ? "" : " k64 groups",
+      return rs_wide ? fmt::format("rs bf16 {}x256{}{}{}", rs_wide_block_m, rs_group_blocks == 1 ? "" : " k64 groups",
                                    rs_fp8_work == kRsFp8All ? "" : " ",
                                    rs_fp8_work == kRsFp8All ? "" : work_name(rs_fp8_work))
                      : "rs bf16";
@@ -237,11 +240,12 @@ struct Kernels {
 };
 
 // The bf16 register-operand kernels on four consumer warpgroups.
-inline Kernels rs_bf16_wide(int group_blocks = 1) {
+inline Kernels rs_bf16_wide(int group_blocks = 1, int block_m = kRsWideBlockM) {
   Kernels k;
   k.rs = true;
   k.rs_wide = true;
   k.rs_group_blocks = group_blocks;
+  k.rs_wide_block_m = block_m;
   return k;
 }
 
@@ -263,7 +267,7 @@ inline const std::vector<Kernels>& wgmma_variants() {
                                           kRsFp8All, 0, 4, 1, 1},
                                          {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
                                           kRsFp8All, 0, 4, 1, 2},
-                                         rs_bf16_wide(), rs_bf16_wide(2)};
+                                         rs_bf16_wide(), rs_bf16_wide(2), rs_bf16_wide(1, 128)};
   return v;
 }
 
@@ -274,7 +278,7 @@ class GemmRun {
   GemmRun(const Shape& s, const DeviceProblem& p, const DeviceWeights& w, const Kernels& k)
       : s_(s), p_(p), w_(w), k_(k) {
     const int block_m = k.decode_prefetch > 0 ? kDecodeBlockM
-                        : k.rs                ? (k.rs_wide ? kRsWideBlockM : kRsBlockM)
+                        : k.rs                ? (k.rs_wide ? k.rs_wide_block_m : kRsBlockM)
                         : k.rs_fp8_block_m > 0 ? k.rs_fp8_block_m
                         : k.wgmma             ? wgmma_tile_shape(*k.wgmma).block_m
                                               : kGemmBlockM;
@@ -303,7 +307,8 @@ class GemmRun {
       MOE_EP_CUDA_CHECK((deep ? configure_sm90_mxfp4_decode_deep_gemm2 : configure_sm90_mxfp4_decode_gemm2)(
           static_cast<int>(s.I), &per_sm2));
     } else if (k.rs_wide_probe()) {
-      MOE_EP_CUDA_CHECK(test::configure_rs16_wide_work(k.rs_fp8_work, k.rs_group_blocks, &per_sm1, &per_sm2));
+      MOE_EP_CUDA_CHECK(
+          test::configure_rs16_wide_work(k.rs_fp8_work, k.rs_group_blocks, k.rs_wide_block_m, &per_sm1, &per_sm2));
     } else if (k.rs) {
       MOE_EP_CUDA_CHECK((k.rs_wide ? configure_sm90_mxfp4_rs_wide_grouped_gemm1 : configure_sm90_mxfp4_rs_grouped_gemm1)(
           &per_sm1));
@@ -369,7 +374,7 @@ class GemmRun {
       use_bf16_activations(g1.op, p_.a, p_.a_scale, p_.T, x_rs_);
       if (k_.rs_wide_probe())
         MOE_EP_CUDA_CHECK(
-            test::launch_rs16_wide_work_gemm1(k_.rs_fp8_work, k_.rs_group_blocks, g1, grid1_, nullptr));
+            test::launch_rs16_wide_work_gemm1(k_.rs_fp8_work, k_.rs_group_blocks, k_.rs_wide_block_m, g1, grid1_, nullptr));
       else
         MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm1 : launch_sm90_mxfp4_rs_grouped_gemm1)(
           g1, grid1_, nullptr));
@@ -411,7 +416,7 @@ class GemmRun {
       use_bf16_activations(g2.op, in.h_, in.h_scale_, r_.rows, h_rs_);
       if (k_.rs_wide_probe())
         MOE_EP_CUDA_CHECK(
-            test::launch_rs16_wide_work_gemm2(k_.rs_fp8_work, k_.rs_group_blocks, g2, grid2_, nullptr));
+            test::launch_rs16_wide_work_gemm2(k_.rs_fp8_work, k_.rs_group_blocks, k_.rs_wide_block_m, g2, grid2_, nullptr));
       else
         MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm2 : launch_sm90_mxfp4_rs_grouped_gemm2)(
           g2, grid2_, nullptr));

@@ -57,7 +57,11 @@ cudaError_t with_variant(const RsFp8Variant& v, F&& f) {
 }
 
 template <class F>
-cudaError_t with_rs16_wide_work(int work, int group_blocks, F&& f) {
+cudaError_t with_rs16_wide_work(int work, int group_blocks, int block_m, F&& f) {
+  if (block_m == 128)
+    return work == 7 && group_blocks == 1 ? f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1, 128>{})
+                                          : cudaErrorInvalidValue;
+  if (block_m != 64) return cudaErrorInvalidValue;
   if (group_blocks == 2)
     return work == 7 ? f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 2>{}) : cudaErrorInvalidValue;
   if (group_blocks != 1) return cudaErrorInvalidValue;
@@ -70,22 +74,23 @@ cudaError_t with_rs16_wide_work(int work, int group_blocks, F&& f) {
 
 }  // namespace
 
-cudaError_t configure_rs16_wide_work(int work, int group_blocks, int* blocks_per_sm1, int* blocks_per_sm2) {
-  return with_rs16_wide_work(work, group_blocks, [&](auto cfg) {
+cudaError_t configure_rs16_wide_work(int work, int group_blocks, int block_m, int* blocks_per_sm1,
+                                     int* blocks_per_sm2) {
+  return with_rs16_wide_work(work, group_blocks, block_m, [&](auto cfg) {
     using Cfg = decltype(cfg);
     cudaError_t err = configure_rs_kernel<Cfg, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm1);
     return err == cudaSuccess ? configure_rs_kernel<Cfg, RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm2) : err;
   });
 }
 
-cudaError_t launch_rs16_wide_work_gemm1(int work, int group_blocks, const Gemm1Params& p, int grid,
+cudaError_t launch_rs16_wide_work_gemm1(int work, int group_blocks, int block_m, const Gemm1Params& p, int grid,
                                         cudaStream_t stream) {
-  return with_rs16_wide_work(work, group_blocks, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsSwigluQ8Epilogue>(p, grid, stream); });
+  return with_rs16_wide_work(work, group_blocks, block_m, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsSwigluQ8Epilogue>(p, grid, stream); });
 }
 
-cudaError_t launch_rs16_wide_work_gemm2(int work, int group_blocks, const Gemm2Params& p, int grid,
+cudaError_t launch_rs16_wide_work_gemm2(int work, int group_blocks, int block_m, const Gemm2Params& p, int grid,
                                         cudaStream_t stream) {
-  return with_rs16_wide_work(work, group_blocks, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsStoreBf16Epilogue>(p, grid, stream); });
+  return with_rs16_wide_work(work, group_blocks, block_m, [&](auto cfg) { return launch_rs_kernel<decltype(cfg), RsStoreBf16Epilogue>(p, grid, stream); });
 }
 
 cudaError_t configure_rs_fp8_variant(const RsFp8Variant& v, int* blocks_per_sm1, int* blocks_per_sm2) {

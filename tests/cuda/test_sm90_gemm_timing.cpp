@@ -177,7 +177,8 @@ TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
         wide.rs_fp8_work = work;
         variants.push_back(wide);
       }
-      variants.push_back(rs_bf16_wide(2));  // two k32 blocks per wgmma group
+      variants.push_back(rs_bf16_wide(2));       // two k32 blocks per wgmma group
+      variants.push_back(rs_bf16_wide(1, 128));  // 128-token tiles (m64n128k16)
     }
     for (const Kernels& k : variants) {
       if (!timing_variant_selected(k.name())) continue;

@@ -56,7 +56,9 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
 // of one group each; it issues a group from one set, waits until only that group is in flight and
 // decodes the next group into the other set. (ptxas follows wgmma input registers only with one
 // group in flight: with three sets and wait_group 2 it serializes every wgmma, C7513.)
-template <class Weights_, int kWork_ = 7, int kGroupBlocks_ = 1>
+// kBlockM_: token rows of a tile (64, or 128: m64n128k16 wgmmas, 64 accumulators a consumer
+// thread, 4 stages of 49 KB; twice the tensor work per decoded weight and per copied weight byte).
+template <class Weights_, int kWork_ = 7, int kGroupBlocks_ = 1, int kBlockM_ = 64>
 struct Rs16WideTileConfig {
   using Weights = Weights_;
   static constexpr int kWork = kWork_;
@@ -69,17 +71,23 @@ struct Rs16WideTileConfig {
     run_rs16_wide_grouped_gemm<Rs16WideTileConfig, Epilogue>(p, smem);
   }
   static bool operands_ok(const GroupedGemmOperands& op) { return Weights::operands_ok(op); }
-  static constexpr int kBlockM = 64;  // token rows (the wgmma N side)
+  static constexpr int kBlockM = kBlockM_;  // token rows (the wgmma N side)
+  static_assert(kBlockM == 64 || kBlockM == 128, "m64n64 or m64n128 wgmmas");
   static constexpr int kConsumers = 4;
   static constexpr int kBlockN = 64 * kConsumers;  // weight rows (64 per consumer)
   static constexpr int kBlockK = 128;
-  static constexpr int kAcc = kBlockM / 2;  // fp32 accumulators per consumer thread (m64n64)
+  static constexpr int kAcc = kBlockM / 2;  // fp32 accumulators per consumer thread (m64 n kBlockM)
   static constexpr float kAccScale = Weights::kAccScale;
-  static constexpr int kStages = 6;
-  static constexpr int kLookahead = 3;
+  static constexpr int kStages = kBlockM == 64 ? 6 : 4;
+  static constexpr int kLookahead = kBlockM == 64 ? 3 : 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kProducerRegs = 56;
-  static constexpr int kConsumerRegs = 104;
+  // 128-token tiles: the consumers' 64 accumulators need 112 (at 104 ptxas serializes the
+  // wgmmas, C7512), the producer gives up all but 32.
+  // 128-token tiles also read a group's weight and scale words from the stage right before its
+  // decode instead of holding the step's in registers.
+  static constexpr bool kWordsPerGroup = kBlockM == 128;
+  static constexpr int kProducerRegs = kBlockM == 64 ? 56 : 32;
+  static constexpr int kConsumerRegs = kBlockM == 64 ? 104 : 112;
   // setmaxnreg moves registers within the block's allocation: 640 threads x 96 at launch.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs, "register file");
@@ -198,18 +206,32 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
     uint32_t frag[2][2 * Cfg::kGroupBlocks][4];  // [set][k16 step of the group][register]
     uint4 w_g, w_g8;         // this k step's packed words of rows g and g + 8
     typename Cfg::ScaleWord d_g, d_g8;
-    // Waits for k step ks of this tile and takes its weight words.
+    [[maybe_unused]] int step_stage = 0;  // kWordsPerGroup: the loaded step's stage
+    // Waits for k step ks of this tile and takes its weight words (kWordsPerGroup: its stage).
     auto load_step = [&](int ks) {
       const int s = (item + ks) % S;
       ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
-      w_g = *reinterpret_cast<const uint4*>(sm.w(s) + micro * kWeightMicroTileBytes + lane * 16);
-      w_g8 = *reinterpret_cast<const uint4*>(sm.w(s) + (micro + 1) * kWeightMicroTileBytes + lane * 16);
-      d_g = sm.d(s)[d_row];
-      d_g8 = sm.d(s)[d_row + 8];
+      if constexpr (Cfg::kWordsPerGroup) {
+        step_stage = s;
+      } else {
+        w_g = *reinterpret_cast<const uint4*>(sm.w(s) + micro * kWeightMicroTileBytes + lane * 16);
+        w_g8 = *reinterpret_cast<const uint4*>(sm.w(s) + (micro + 1) * kWeightMicroTileBytes + lane * 16);
+        d_g = sm.d(s)[d_row];
+        d_g8 = sm.d(s)[d_row + 8];
+      }
     };
     // Group q of the loaded step (blocks G q .. G q + G - 1) into fragment set `out`.
     auto decode = [&](auto q_constant, uint32_t(&out)[2 * Cfg::kGroupBlocks][4]) {
       constexpr int kb = Cfg::kGroupBlocks * decltype(q_constant)::value;
+      if constexpr (Cfg::kWordsPerGroup) {
+        static_assert(Cfg::kGroupBlocks == 1, "one block's words a group");
+        const uint8_t* w = sm.w(step_stage) + micro * kWeightMicroTileBytes + lane * 16 + 4 * kb;
+        Cfg::Weights::template decode_block<kb>(*reinterpret_cast<const uint32_t*>(w),
+                                                *reinterpret_cast<const uint32_t*>(w + kWeightMicroTileBytes),
+                                                sm.d(step_stage)[d_row], sm.d(step_stage)[d_row + 8],
+                                                *reinterpret_cast<uint32_t(*)[2][4]>(&out[0]));
+        return;
+      }
       Cfg::Weights::template decode_block<kb>(rs_word<kb>(w_g), rs_word<kb>(w_g8), d_g, d_g8,
                                               *reinterpret_cast<uint32_t(*)[2][4]>(&out[0]));
       if constexpr (Cfg::kGroupBlocks == 2)
@@ -231,8 +253,11 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
 #pragma unroll
       for (int i = 0; i < 2 * G; ++i) {
         const int L = 2 * G * q + i;
-        ptx::wgmma_m64n64k16_rs<Cfg::Weights::kF16>(acc, frag[set][i],
-                                                    desc + (L / 4) * (Cfg::kColBytes >> 4) + 2 * (L % 4));
+        const uint64_t desc_l = desc + (L / 4) * (Cfg::kColBytes >> 4) + 2 * (L % 4);
+        if constexpr (Cfg::kBlockM == 64)
+          ptx::wgmma_m64n64k16_rs<Cfg::Weights::kF16>(acc, frag[set][i], desc_l);
+        else
+          ptx::wgmma_m64n128k16_rs<Cfg::Weights::kF16>(acc, frag[set][i], desc_l);
       }
       ptx::wgmma_commit_group();
       ptx::wgmma_wait_group<1>();
