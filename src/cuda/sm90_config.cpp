@@ -285,7 +285,7 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
     const Sm90Bucket next{lo, hi, g, block_m_of(g, lo, rs_block_n), 1, rs_block_n};
     if (!c.buckets.empty() && c.buckets.back().gemm == g && c.buckets.back().block_m == next.block_m &&
         c.buckets.back().decode_split == 1 && c.buckets.back().block_n == next.block_n &&
-        !c.buckets.back().narrow_tails) {
+        !c.buckets.back().narrow_tails && !c.buckets.back().gemm1_bf16) {
       c.buckets.back().max_tokens = hi;
       return;
     }
@@ -314,7 +314,15 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
     const int64_t narrow_hi = std::min(max_tokens, tokens_at_rows_per_expert(desc, kNarrowTailsMaxRowsPerExpert));
     bucket(wgmma_lo, narrow_hi, Sm90Gemm::kWgmmaRs, kRsFp8WideBlockN);
     if (wgmma_lo <= narrow_hi) c.buckets.back().narrow_tails = true;
-    bucket(std::max(wgmma_lo, narrow_hi + 1), max_tokens, Sm90Gemm::kWgmmaRs, kRsFp8WideBlockN);
+    // GEMM 1 on bf16 wgmma's 128-token tiles from kGemm1Bf16MinRowsPerExpert rows per expert on.
+    const int64_t bf16_lo = facts.gemm1_bf16_128_blocks_per_sm > 0
+                                ? std::max(narrow_hi + 1, tokens_at_rows_per_expert(desc, kGemm1Bf16MinRowsPerExpert))
+                                : max_tokens + 1;
+    bucket(std::max(wgmma_lo, narrow_hi + 1), std::min(bf16_lo - 1, max_tokens), Sm90Gemm::kWgmmaRs, kRsFp8WideBlockN);
+    if (std::max(wgmma_lo, bf16_lo) <= max_tokens) {
+      c.buckets.push_back({std::max(wgmma_lo, bf16_lo), max_tokens, Sm90Gemm::kWgmmaRs, 64, 1, kRsFp8WideBlockN});
+      c.buckets.back().gemm1_bf16 = true;
+    }
   } else
     bucket(wgmma_lo, max_tokens, Sm90Gemm::kWgmma);
 }
@@ -391,9 +399,11 @@ void Sm90Config::describe(SelectedConfig& out) const {
   const WgmmaTileShape ts = wgmma_tile_shape(wgmma_tile);
   int64_t rs_auto_from = 0, wgmma_auto_from = 0;  // the first T auto runs them at (0: none)
   int64_t narrow_to = 0;                           // the last T of narrow tail tiles
+  int64_t bf16_gemm1_from = 0;                     // the first T of GEMM 1 on bf16 128x256 tiles
   if (requested == GemmKernel::kAuto)
     for (const Sm90Bucket& b : buckets) {
       if (b.narrow_tails) narrow_to = b.max_tokens;
+      if (b.gemm1_bf16 && !bf16_gemm1_from) bf16_gemm1_from = std::max<int64_t>(b.min_tokens, 1);
       if (b.gemm == Sm90Gemm::kWgmmaRs && !rs_auto_from) rs_auto_from = std::max<int64_t>(b.min_tokens, 1);
       if (b.gemm == Sm90Gemm::kWgmma && !wgmma_auto_from) wgmma_auto_from = std::max<int64_t>(b.min_tokens, 1);
     }
@@ -421,9 +431,12 @@ void Sm90Config::describe(SelectedConfig& out) const {
   const int* rs_per_sm =
       wgmma_rs_block_n == kRsFp8WideBlockN ? facts.wgmma_rs_wide_blocks_per_sm : facts.wgmma_rs_blocks_per_sm;
   const std::string rs_auto =
-      rs_auto_from ? fmt::format("auto from T = {} on 64x256 tiles (four consumer warpgroups, blocks/SM {} / {}{}); ",
+      rs_auto_from ? fmt::format("auto from T = {} on 64x256 tiles (four consumer warpgroups, blocks/SM {} / {}{}{}); ",
                                  rs_auto_from, facts.wgmma_rs_wide_blocks_per_sm[0], facts.wgmma_rs_wide_blocks_per_sm[1],
-                                 narrow_to ? fmt::format(", tiles of <= 48 rows on n48 after the others up to T = {}", narrow_to) : "")
+                                 narrow_to ? fmt::format(", tiles of <= 48 rows on n48 after the others up to T = {}", narrow_to) : "",
+                                 bf16_gemm1_from ? fmt::format(", GEMM 1 on bf16 wgmma over 128x256 tiles (blocks/SM {}) from T = {}",
+                                                               facts.gemm1_bf16_128_blocks_per_sm, bf16_gemm1_from)
+                                                 : "")
                    : !by_t || wgmma_rs_auto_unavailable.empty() ? std::string()
                                                        : fmt::format("not in auto ({}); ", wgmma_rs_auto_unavailable);
   out.add("wgmma_rs", wgmma_rs_unavailable.empty()

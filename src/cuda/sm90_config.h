@@ -14,7 +14,8 @@
 
 namespace moe_ep::cuda {
 
-// The GEMM kernels one T bucket runs (both GEMMs of a forward use the same family).
+// The GEMM kernels one T bucket runs (both GEMMs of a forward use the same family, but for
+// Sm90Bucket::gemm1_bf16).
 enum class Sm90Gemm { kDecode, kMma, kWgmma, kWgmmaBf16, kWgmmaRs, kNvfp4Mma, kNvfp4Decode, kNvfp4Wgmma };
 const char* sm90_gemm_name(Sm90Gemm gemm);
 
@@ -48,6 +49,11 @@ inline constexpr int64_t kDecodeSplitMaxTokens = 1;
 // second pass the flash GEMMs at T = 2048 another -3.3% (H100); at T = 8192 (192 / 128 rows) either
 // form costs 3-3.5% (bench/RESULTS.md, stops 30-31).
 inline constexpr int64_t kNarrowTailsMaxRowsPerExpert = 64;
+// Auto's wgmma-rs 64x256 buckets run GEMM 1 on bf16 wgmma over 128-token tiles (the wide bf16
+// kernel's m64n128k16 form: no per-k32 promotion, half the weight decode per product) from this
+// many rows per expert on (T * top_k / E); GEMM 2 stays FP8. H100, GEMM 1 alone: flash T = 8192
+// (192 rows) 4882 -> 4331 µs, T = 2048 (48 rows) 1465 -> 2132 µs (bench/RESULTS.md, stop 32).
+inline constexpr int64_t kGemm1Bf16MinRowsPerExpert = 128;
 
 // What the device and the loaded weights allow, measured before selection.
 struct Sm90Facts {
@@ -63,6 +69,7 @@ struct Sm90Facts {
   int wgmma_bf16_wide_blocks_per_sm[2] = {0, 0};  // the 64x256 tile (four consumers); 0 when it does not fit
   int wgmma_rs_blocks_per_sm[2] = {0, 0};    // both m tiles (the smaller count); 0 when not configured
   int wgmma_rs_wide_blocks_per_sm[2] = {0, 0};  // the 64x256 tile (four consumers); 0 when it does not fit
+  int gemm1_bf16_128_blocks_per_sm = 0;  // GEMM 1 on bf16 wgmma, 128x256 tiles; 0 when it does not fit
   int nvfp4_wgmma_blocks_per_sm[2] = {0, 0}; // 0 when not configured
 };
 
@@ -75,6 +82,8 @@ struct Sm90Bucket {
                                            // kRsFp8WideBlockN: four consumer warpgroups); wgmma-bf16:
                                            // kRsWideBlockN for its four-consumer form; 0 elsewhere
   bool narrow_tails = false;               // wgmma-rs 64x256: tiles of <= 48 rows on n48 wgmmas, last
+  bool gemm1_bf16 = false;                 // wgmma-rs 64x256: GEMM 1 on bf16 wgmma over 128-token tiles
+                                           // (x converted to bf16), GEMM 2 FP8 on the same 64-row list
 };
 
 struct Sm90Config {

@@ -178,6 +178,10 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
         (void)cudaGetLastError();
         facts.wgmma_bf16_wide_blocks_per_sm[0] = facts.wgmma_bf16_wide_blocks_per_sm[1] = 0;
       }
+      if (configure_sm90_mxfp4_rs_wide128_grouped_gemm1(&facts.gemm1_bf16_128_blocks_per_sm) != cudaSuccess) {
+        (void)cudaGetLastError();
+        facts.gemm1_bf16_128_blocks_per_sm = 0;
+      }
       // wgmma-rs: blocks per SM of one GEMM's kernel (g = 0: GEMM 1), 0 where it does not fit (a
       // failed probe leaves the form unavailable, never fails the layer).
       auto rs_fp8_per_sm = [](int g, int block_m, int block_n, bool narrow_tails) {

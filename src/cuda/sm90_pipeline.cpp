@@ -301,7 +301,7 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     g2.epilogue.out = reinterpret_cast<uint16_t*>(workspace + w.o);
 
     const GemmFamily fam = gemm_family(config, bucket);
-    l.gemm1_fn = fam.gemm1;
+    l.gemm1_fn = bucket.gemm1_bf16 ? &launch_sm90_mxfp4_rs_wide128_grouped_gemm1 : fam.gemm1;
     l.gemm2_fn = fam.gemm2;
     const bool decode = bucket.gemm == Sm90Gemm::kDecode || bucket.gemm == Sm90Gemm::kNvfp4Decode;
     // Named from the launcher taken, so the plan says what runs.
@@ -325,23 +325,28 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     }
     const int64_t sms = config.facts.sm_count;
     // The persistent kernels' grids use the 64-row bound: it also bounds larger tiles.
-    l.grid1 = fam.persistent ? GridRule{kGemmBlockM, 2 * I / fam.block_n, sms * fam.blocks_per_sm[0]}
+    const int gemm1_per_sm = bucket.gemm1_bf16 ? config.facts.gemm1_bf16_128_blocks_per_sm : fam.blocks_per_sm[0];
+    l.grid1 = fam.persistent ? GridRule{kGemmBlockM, 2 * I / fam.block_n, sms * gemm1_per_sm}
                              : GridRule{kDecodeBlockM, 1, 0};
     l.grid2 = fam.persistent ? GridRule{kGemmBlockM, H / fam.block_n, sms * fam.blocks_per_sm[1]}
                              : GridRule{kDecodeBlockM, 1, 0};
 
     // wgmma-bf16 / nvfp4-wgmma: GEMM 1 reads x as bf16 / f16 (kept in o until GEMM 2 writes o),
     // GEMM 2 h likewise, both converted from their quantized rows in the kernels' order along k.
+    // gemm1_bf16 buckets: x only (GEMM 2 reads the Q8 h).
     const bool wide = bucket.gemm == Sm90Gemm::kWgmmaBf16 || bucket.gemm == Sm90Gemm::kNvfp4Wgmma;
-    if (wide) {
-      MOE_EP_ASSERT(s.activations_16bit);
+    const bool x16 = wide || bucket.gemm1_bf16;
+    if (x16) {
+      MOE_EP_ASSERT(!wide || s.activations_16bit);
       const Sm90Pipeline::ConvertFn convert =
           recipe.fp4_activations ? &launch_sm90_nvfp4_to_rs_f16 : &launch_sm90_q8_to_rs_bf16;
       l.x_16bit = {convert, ws(w.a), ws(w.a_scale), static_cast<int>(H), reinterpret_cast<uint16_t*>(workspace + w.o)};
-      l.h_16bit = {convert, ws(w.h), ws(w.h_scale), static_cast<int>(I),
-                   reinterpret_cast<uint16_t*>(workspace + w.h_16bit), r.expert_offsets + s.num_experts};
       set_16bit_activations(g1.op, l.x_16bit.out);
-      set_16bit_activations(g2.op, l.h_16bit.out);
+      if (wide) {
+        l.h_16bit = {convert, ws(w.h), ws(w.h_scale), static_cast<int>(I),
+                     reinterpret_cast<uint16_t*>(workspace + w.h_16bit), r.expert_offsets + s.num_experts};
+        set_16bit_activations(g2.op, l.h_16bit.out);
+      }
     }
 
     l.combine.o = g2.epilogue.out;
@@ -355,10 +360,10 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
       l.steps.push_back(recipe.fp4_activations ? fused ? &quantize_nvfp4_route_step : &quantize_nvfp4_step
                         : fused                ? &quantize_route_step
                                                : &quantize_q8_step);
-    if (wide) l.steps.push_back(quantize_input ? &x_to_16bit_step<false> : &x_to_16bit_step<true>);
+    if (x16) l.steps.push_back(quantize_input ? &x_to_16bit_step<false> : &x_to_16bit_step<true>);
     if (!fused) l.steps.push_back(&permute_step);
     l.steps.push_back(quantize_input ? &gemm1_step<GemmA::kWorkspace>
-                      : wide         ? &gemm1_step<GemmA::kCallerGlobal>
+                      : x16          ? &gemm1_step<GemmA::kCallerGlobal>
                                      : &gemm1_step<GemmA::kCaller>);
     if (recipe.global_scales) l.steps.push_back(&h_nvfp4_step);
     if (wide) l.steps.push_back(&h_to_16bit_step);
@@ -404,7 +409,9 @@ void Sm90Pipeline::describe(SelectedConfig& out) const {
                                                                     l.decode_split ? ", K split in two per block" : "")
                                     : l.bucket.block_n ? fmt::format(" (n tiles of {} weight rows, {} consumer warpgroups{})",
                                                                      l.bucket.block_n, l.bucket.block_n / 64,
-                                                                     l.bucket.narrow_tails ? ", tiles of <= 48 rows on n48 after the others" : "")
+                                                                     l.bucket.narrow_tails ? ", tiles of <= 48 rows on n48 after the others"
+                                                                     : l.bucket.gemm1_bf16 ? "; gemm1 on bf16 wgmma over 128x256 tiles"
+                                                                                           : "")
                                                        : std::string(),
                                     l.bucket.block_m, grid_str(l.grid1), grid_str(l.grid2), l.steps.size(), steps)});
   }

@@ -203,7 +203,8 @@ struct Kernels {
   bool decode_l2_prefetch = false;  // decode kernels: GroupedGemmOperands::weight_l2_prefetch
   bool rs_wide = false;  // rs: four consumer warpgroups on 64x256 tiles (sm90_rs16_wide_mainloop.cuh)
   int rs_group_blocks = 1;  // rs_wide: k32 blocks per wgmma group (2: a probe; the library's: 1)
-  int rs_wide_block_m = kRsWideBlockM;  // rs_wide: token rows of a tile (128: a probe)
+  int rs_wide_block_m = kRsWideBlockM;  // rs_wide: token rows of a tile (128: GEMM 1 the library's
+                                        // 128-token form, GEMM 2 a probe; both over 64-row tiles)
   bool rs_wide_probe() const {
     return rs && rs_wide && (rs_fp8_work != kRsFp8All || rs_group_blocks != 1 || rs_wide_block_m != kRsWideBlockM);
   }
@@ -278,7 +279,7 @@ class GemmRun {
   GemmRun(const Shape& s, const DeviceProblem& p, const DeviceWeights& w, const Kernels& k)
       : s_(s), p_(p), w_(w), k_(k) {
     const int block_m = k.decode_prefetch > 0 ? kDecodeBlockM
-                        : k.rs                ? (k.rs_wide ? k.rs_wide_block_m : kRsBlockM)
+                        : k.rs                ? (k.rs_wide ? kRsWideBlockM : kRsBlockM)
                         : k.rs_fp8_block_m > 0 ? k.rs_fp8_block_m
                         : k.wgmma             ? wgmma_tile_shape(*k.wgmma).block_m
                                               : kGemmBlockM;
@@ -309,6 +310,7 @@ class GemmRun {
     } else if (k.rs_wide_probe()) {
       MOE_EP_CUDA_CHECK(
           test::configure_rs16_wide_work(k.rs_fp8_work, k.rs_group_blocks, k.rs_wide_block_m, &per_sm1, &per_sm2));
+      if (k.rs_wide_block_m == kRsWide128BlockM) MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_wide128_grouped_gemm1(&per_sm1));
     } else if (k.rs) {
       MOE_EP_CUDA_CHECK((k.rs_wide ? configure_sm90_mxfp4_rs_wide_grouped_gemm1 : configure_sm90_mxfp4_rs_grouped_gemm1)(
           &per_sm1));
@@ -372,7 +374,9 @@ class GemmRun {
           g1, static_cast<int>(r_.max_tiles), nullptr));
     } else if (k_.rs) {
       use_bf16_activations(g1.op, p_.a, p_.a_scale, p_.T, x_rs_);
-      if (k_.rs_wide_probe())
+      if (k_.rs_wide && k_.rs_wide_block_m == kRsWide128BlockM)
+        MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_wide128_grouped_gemm1(g1, grid1_, nullptr));
+      else if (k_.rs_wide_probe())
         MOE_EP_CUDA_CHECK(
             test::launch_rs16_wide_work_gemm1(k_.rs_fp8_work, k_.rs_group_blocks, k_.rs_wide_block_m, g1, grid1_, nullptr));
       else

@@ -58,8 +58,8 @@ cudaError_t with_variant(const RsFp8Variant& v, F&& f) {
 
 template <class F>
 cudaError_t with_rs16_wide_work(int work, int group_blocks, int block_m, F&& f) {
-  if (block_m == 128)
-    return work == 7 && group_blocks == 1 ? f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1, 128>{})
+  if (block_m == 128)  // over the 64-row tile list, as the library's GEMM 1
+    return work == 7 && group_blocks == 1 ? f(Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1, 128, 64>{})
                                           : cudaErrorInvalidValue;
   if (block_m != 64) return cudaErrorInvalidValue;
   if (group_blocks == 2)

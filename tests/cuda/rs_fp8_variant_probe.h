@@ -34,7 +34,8 @@ cudaError_t launch_rs_fp8_variant_gemm2(const RsFp8Variant& v, const Gemm2Params
 // The four-consumer rs bf16 kernels (kernels/sm90_rs16_wide_mainloop.cuh) with parts of their work
 // left out (work = 3 copies only, 4 math only: RsFp8Work bits; group_blocks = 1, the library's
 // k32 blocks per wgmma group), or whole (work = 7) with two k32 blocks per group (group_blocks = 2)
-// or on tiles of block_m = 128 tokens (m64n128k16 wgmmas; group_blocks = 1); block_m 64 otherwise.
+// or on tiles of block_m = 128 tokens (m64n128k16 wgmmas over the 64-row tile list; group_blocks =
+// 1: GEMM 1 is the library's launch_sm90_mxfp4_rs_wide128_grouped_gemm1); block_m 64 otherwise.
 cudaError_t configure_rs16_wide_work(int work, int group_blocks, int block_m, int* blocks_per_sm1,
                                      int* blocks_per_sm2);
 cudaError_t launch_rs16_wide_work_gemm1(int work, int group_blocks, int block_m, const Gemm1Params& p, int grid,

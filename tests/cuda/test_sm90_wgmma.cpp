@@ -121,6 +121,7 @@ Sm90Facts all_available() {
   f.wgmma_bf16_wide_blocks_per_sm[0] = f.wgmma_bf16_wide_blocks_per_sm[1] = 1;
   f.wgmma_rs_blocks_per_sm[0] = f.wgmma_rs_blocks_per_sm[1] = 1;
   f.wgmma_rs_wide_blocks_per_sm[0] = f.wgmma_rs_wide_blocks_per_sm[1] = 1;
+  f.gemm1_bf16_128_blocks_per_sm = 1;
   f.nvfp4_wgmma_blocks_per_sm[0] = f.nvfp4_wgmma_blocks_per_sm[1] = 1;
   return f;
 }
@@ -164,9 +165,16 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   few.fleet.num_experts = 8;
   EXPECT_EQ(mxfp4_decode_max_tokens(few), kDecodeMaxTokens);
   // decode with K split at T = 1, decode, wgmma-rs 64x256 with narrow tail tiles up to
-  // kNarrowTailsMaxRowsPerExpert rows per expert, wgmma-rs 64x256
-  ASSERT_EQ(c.buckets.size(), 4u);
+  // kNarrowTailsMaxRowsPerExpert rows per expert, wgmma-rs 64x256, and the same with GEMM 1 on
+  // bf16 wgmma's 128x256 tiles from kGemm1Bf16MinRowsPerExpert rows per expert
+  ASSERT_EQ(c.buckets.size(), 5u);
   const int64_t narrow_max = kNarrowTailsMaxRowsPerExpert * 256 / 6;  // flash: T = 2730
+  const int64_t bf16_min = kGemm1Bf16MinRowsPerExpert * 256 / 6;       // flash: T = 5461
+  EXPECT_FALSE(c.bucket(bf16_min - 1).gemm1_bf16);
+  EXPECT_TRUE(c.bucket(bf16_min).gemm1_bf16);
+  EXPECT_TRUE(c.bucket(8192).gemm1_bf16);
+  EXPECT_EQ(c.bucket(bf16_min).min_tokens, bf16_min);
+  EXPECT_FALSE(c.bucket(narrow_max).gemm1_bf16);
   EXPECT_TRUE(c.bucket(decode_max + 1).narrow_tails);
   EXPECT_TRUE(c.bucket(narrow_max).narrow_tails);
   EXPECT_EQ(c.bucket(narrow_max + 1).gemm, G::kWgmmaRs);
@@ -191,6 +199,17 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
       << auto_out;
   EXPECT_NE(auto_out.find(fmt::format("tiles of <= 48 rows on n48 after the others up to T = {}", narrow_max)), std::string::npos)
       << auto_out;
+  EXPECT_NE(auto_out.find(fmt::format("GEMM 1 on bf16 wgmma over 128x256 tiles (blocks/SM 1) from T = {}", bf16_min)),
+            std::string::npos)
+      << auto_out;
+  // Without the 128x256 GEMM 1 kernel (it did not fit): wgmma-rs 64x256 throughout.
+  Sm90Facts no_bf16 = all_available();
+  no_bf16.gemm1_bf16_128_blocks_per_sm = 0;
+  const Sm90Config nb = selected(d, {}, no_bf16);
+  EXPECT_EQ(nb.buckets.size(), 4u);
+  EXPECT_FALSE(nb.bucket(8192).gemm1_bf16);
+  EXPECT_EQ(nb.bucket(8192).gemm, G::kWgmmaRs);
+  EXPECT_EQ(described(nb).find("GEMM 1 on bf16"), std::string::npos);
   // FP8 wgmma where the four-consumer tile does not fit, or where overrides.tile pins its tile.
   Sm90Facts no_wide_tile = all_available();
   no_wide_tile.wgmma_rs_wide_blocks_per_sm[0] = 0;
@@ -278,6 +297,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   const Sm90Config rs_wide = selected(d, forced);
   ASSERT_EQ(rs_wide.buckets.size(), 1u);
   EXPECT_FALSE(rs_wide.bucket(1024).narrow_tails);  // the override pins the plain form
+  EXPECT_FALSE(rs_wide.bucket(8192).gemm1_bf16);    // and FP8 for both GEMMs
   EXPECT_EQ(rs_wide.bucket(8192).block_m, 64);
   EXPECT_EQ(rs_wide.wgmma_rs_block_n, kRsFp8WideBlockN);
   EXPECT_EQ(rs_wide.bucket(1).block_n, kRsFp8WideBlockN);
@@ -973,7 +993,7 @@ TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
   MOE_EP_REQUIRE_CUDA();
   const FlashKernel& fk = GetParam();
   const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
-  Problem p = preset_problem("deepseek-v4-flash", std::string(recipe_name(fk.recipe)), 4096);
+  Problem p = preset_problem("deepseek-v4-flash", std::string(recipe_name(fk.recipe)), 6144);
   p.exact_accumulation = false;
   p.overrides.gemm = fk.gemm;
   if (*fk.tile) p.overrides.tile = parse_tile_shape(fk.tile);
@@ -989,7 +1009,8 @@ TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
     std::vector<double> ref;
   };
   std::vector<Case> cases;
-  for (int64_t T : {1, 7, 300, 4096, 1024}) {  // auto: decode, decode, decode, 64x256, 64x256 with narrow tail tiles
+  // auto: decode, decode, decode, 64x256, 64x256 with narrow tail tiles, 64x256 with GEMM 1 on bf16 128x256
+  for (int64_t T : {1, 7, 300, 4096, 1024, 6144}) {
     testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, 0.05, preset.routed_scaling_factor,
                           static_cast<uint64_t>(900 + T), 0};
     cases.push_back({fmt::format("random T={}", T), from_synthetic(testing::make_inputs(is), p.top_k), row_subset(T, T, 40), {}});
@@ -1014,9 +1035,11 @@ TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
                c.rows.empty() ? c.in.tokens : static_cast<int64_t>(c.rows.size()), err);
   }
   EXPECT_EQ(layer->read_error_flags(), 0u);
-  const DeviceInputs d = to_device(p, cases[3].in);  // T = 4096
-  const uint64_t h = hash_bits(run_on_gpu(*layer, d));
-  for (int rep = 0; rep < 20; ++rep) ASSERT_EQ(hash_bits(run_on_gpu(*layer, d)), h) << "rerun " << rep;
+  for (const int c : {3, 5}) {  // T = 4096, 6144
+    const DeviceInputs d = to_device(p, cases[c].in);
+    const uint64_t h = hash_bits(run_on_gpu(*layer, d));
+    for (int rep = 0; rep < 20; ++rep) ASSERT_EQ(hash_bits(run_on_gpu(*layer, d)), h) << cases[c].name << " rerun " << rep;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, Sm90WgmmaFlashLayer,

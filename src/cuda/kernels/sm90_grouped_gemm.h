@@ -154,6 +154,12 @@ cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm1(int* blocks_per_sm);
 cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm2(int* blocks_per_sm);
 cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
 cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
+// GEMM 1 of those on 128-token tiles (m64n128k16 wgmmas), walking the routing's list of
+// kRsWideBlockM-row m tiles (an expert's tiles in pairs): the same A, params and outputs, bitwise;
+// its GEMM 2 can stay on 64-row tiles (wgmma-rs 64x256) over the same routing.
+inline constexpr int kRsWide128BlockM = 128;
+cudaError_t configure_sm90_mxfp4_rs_wide128_grouped_gemm1(int* blocks_per_sm);
+cudaError_t launch_sm90_mxfp4_rs_wide128_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
 // A of the 16-bit register-operand GEMMs (wgmma-bf16, nvfp4-wgmma): 16-bit rows of op.k
 // elements in their kernel's order, no block scales (an nvfp4 row keeps its a_global factor).
 inline void set_16bit_activations(GroupedGemmOperands& op, const uint16_t* a) {

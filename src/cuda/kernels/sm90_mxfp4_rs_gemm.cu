@@ -12,6 +12,8 @@ namespace {
 using Mxfp4RsConfig = RsTileConfig<Mxfp4Bf16RsWeights>;
 using Mxfp4RsWideConfig = Rs16WideTileConfig<Mxfp4Bf16RsWeights>;
 static_assert(Mxfp4RsWideConfig::kBlockM == kRsWideBlockM && Mxfp4RsWideConfig::kBlockN == kRsWideBlockN);
+using Mxfp4RsWide128Config = Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1, 128, kRsWideBlockM>;
+static_assert(Mxfp4RsWide128Config::kBlockN == kRsWideBlockN);
 
 // A k32 block of a Q8 row: 32 e4m3 bytes times the block's E8M0 scale, as bf16 (exact), at
 // positions rs_position_of_k(l) of the block's 32.
@@ -63,6 +65,14 @@ cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm1(const Gemm1Params& p, int gr
 
 cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream) {
   return launch_rs_kernel<Mxfp4RsWideConfig, RsStoreBf16Epilogue>(p, grid, stream);
+}
+
+cudaError_t configure_sm90_mxfp4_rs_wide128_grouped_gemm1(int* blocks_per_sm) {
+  return configure_rs_kernel<Mxfp4RsWide128Config, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm);
+}
+
+cudaError_t launch_sm90_mxfp4_rs_wide128_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
+  return launch_rs_kernel<Mxfp4RsWide128Config, RsSwigluQ8Epilogue>(p, grid, stream);
 }
 
 cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows,

@@ -43,14 +43,42 @@ constexpr int last_pass_rows() {
     return 0;
 }
 
+// The rows of the routing's m tiles when a kernel's tiles are larger (Cfg::kListBlockM; default
+// Cfg::kBlockM): a kernel of kBlockM = 2 kListBlockM walks the list of kListBlockM-row tiles and
+// takes an expert's tiles 0, 2, 4, ... of it, kBlockM rows each (the last one its remaining
+// rows); the others come back with num_rows = 0 (skipped).
+template <class Cfg>
+constexpr int list_block_m() {
+  if constexpr (requires { Cfg::kListBlockM; })
+    return Cfg::kListBlockM;
+  else
+    return Cfg::kBlockM;
+}
+
+template <int kBlockM, int kListBlockM>
+__device__ __forceinline__ TileCoord merged_tile_coord(const GroupedGemmSchedule& s, int tile, int n_tiles) {
+  static_assert(kBlockM == 2 * kListBlockM, "pairs of list tiles");
+  TileCoord t = tile_coord<kListBlockM>(s, tile, n_tiles);
+  const int first = s.expert_offsets[t.expert], end = s.expert_offsets[t.expert + 1];
+  t.num_rows = (t.row_begin - first) % kBlockM == 0 ? min(kBlockM, end - t.row_begin) : 0;
+  return t;
+}
+
 // The block's tiles in the order its producer and its consumers both walk them: by index; or,
 // where last_pass_rows<Cfg>() = R > 0, first the tiles of more than R rows, then those of at most
 // R (each pass by index). fn(tile, last) with last a std::bool_constant: the second pass.
 template <class Cfg, class Fn>
 __device__ __forceinline__ void for_each_block_tile(const GroupedGemmSchedule& s, int n_tiles, Fn&& fn) {
   constexpr int kLastRows = last_pass_rows<Cfg>();
+  constexpr int kList = list_block_m<Cfg>();
+  static_assert(kList == Cfg::kBlockM || kLastRows == 0, "one pass over merged tiles");
   const int num_tiles = *s.num_m_tiles * n_tiles;
   for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+    if constexpr (kList != Cfg::kBlockM) {
+      const TileCoord t = merged_tile_coord<Cfg::kBlockM, kList>(s, tile, n_tiles);
+      if (t.num_rows > 0) fn(t, std::false_type{});
+      continue;
+    }
     const TileCoord t = tile_coord<Cfg::kBlockM>(s, tile, n_tiles);
     if (kLastRows > 0 && t.num_rows <= kLastRows) continue;
     fn(t, std::false_type{});

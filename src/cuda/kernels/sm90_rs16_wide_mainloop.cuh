@@ -58,7 +58,9 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
 // group in flight: with three sets and wait_group 2 it serializes every wgmma, C7513.)
 // kBlockM_: token rows of a tile (64, or 128: m64n128k16 wgmmas, 64 accumulators a consumer
 // thread, 4 stages of 49 KB; twice the tensor work per decoded weight and per copied weight byte).
-template <class Weights_, int kWork_ = 7, int kGroupBlocks_ = 1, int kBlockM_ = 64>
+// kListBlockM_: the rows of the routing's m tiles it walks (kBlockM_, or 64 under 128-token
+// tiles: for_each_block_tile merges pairs, so GEMM 2 can keep the 64-row list).
+template <class Weights_, int kWork_ = 7, int kGroupBlocks_ = 1, int kBlockM_ = 64, int kListBlockM_ = kBlockM_>
 struct Rs16WideTileConfig {
   using Weights = Weights_;
   static constexpr int kWork = kWork_;
@@ -73,6 +75,7 @@ struct Rs16WideTileConfig {
   static bool operands_ok(const GroupedGemmOperands& op) { return Weights::operands_ok(op); }
   static constexpr int kBlockM = kBlockM_;  // token rows (the wgmma N side)
   static_assert(kBlockM == 64 || kBlockM == 128, "m64n64 or m64n128 wgmmas");
+  static constexpr int kListBlockM = kListBlockM_;
   static constexpr int kConsumers = 4;
   static constexpr int kBlockN = 64 * kConsumers;  // weight rows (64 per consumer)
   static constexpr int kBlockK = 128;
