@@ -200,7 +200,6 @@ struct Kernels {
   int rs_fp8_tails = 0;
   int decode_bulk_slots = 0;  // decode kernels (kDecodePrefetch): > 0, the weights by bulk copies into a
                               // ring of 2 or 3 chunks per warp (decode_variant_probe.h)
-  bool decode_l2_prefetch = false;  // decode kernels: GroupedGemmOperands::weight_l2_prefetch
   bool rs_wide = false;  // rs: four consumer warpgroups on 64x256 tiles (sm90_rs16_wide_mainloop.cuh)
   int rs_group_blocks = 1;  // rs_wide: k32 blocks per wgmma group (2: a probe; the library's: 1)
   int rs_wide_block_m = kRsWideBlockM;  // rs_wide: token rows of a tile (128: GEMM 1 the library's
@@ -221,8 +220,7 @@ struct Kernels {
   std::string name() const {
     if (decode_prefetch > 0 && decode_split > 1) return fmt::format("decode, K split in {}", decode_split);
     if (decode_prefetch > 0 && decode_bulk_slots > 0) return fmt::format("decode, bulk ring of {}", decode_bulk_slots);
-    if (decode_prefetch > 0)
-      return fmt::format("decode, {} steps ahead{}", decode_prefetch, decode_l2_prefetch ? ", L2" : "");
+    if (decode_prefetch > 0) return fmt::format("decode, {} steps ahead", decode_prefetch);
     if (rs)
       return rs_wide ? fmt::format("rs bf16 {}x256{}{}{}", rs_wide_block_m, rs_group_blocks == 1 ? "" : " k64 groups",
                                    rs_fp8_work == kRsFp8All ? "" : " ",
@@ -358,7 +356,6 @@ class GemmRun {
     g1.op.w = w_.w13.tiles.get();
     g1.op.w_scale = k_.folded() ? w_.w13.shifts.get() : w_.w13.e8m0_scales.get();
     g1.op.w_col_scale = k_.folded() ? w_.w13.col_scale.get<float>() : nullptr;
-    g1.op.weight_l2_prefetch = k_.decode_l2_prefetch ? 1 : 0;
     g1.epilogue.row_weight = r_.row_weight.get<float>();
     g1.epilogue.clamp = 10.0f;
     g1.epilogue.intermediate = static_cast<int32_t>(s_.I);
@@ -406,7 +403,6 @@ class GemmRun {
     g2.op.w = w_.w2.tiles.get();
     g2.op.w_scale = k_.folded() ? w_.w2.shifts.get() : w_.w2.e8m0_scales.get();
     g2.op.w_col_scale = k_.folded() ? w_.w2.col_scale.get<float>() : nullptr;
-    g2.op.weight_l2_prefetch = k_.decode_l2_prefetch ? 1 : 0;
     g2.epilogue.out = o_.get<uint16_t>();
     if (k_.decode_prefetch > 0 && k_.decode_split > 1) {
       MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_decode_split_gemm2(g2, static_cast<int>(r_.max_tiles), nullptr));

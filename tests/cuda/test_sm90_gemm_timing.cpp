@@ -58,9 +58,8 @@ TEST(Sm90WgmmaTiming, FlashSizeRandomBytesMatchMmaAndKernelTimes) {
 }
 
 // The decode kernels at small T, 2 against kDecodeDeepPrefetch k steps of weights in flight per
-// warp, against K split in two halves per block, against the weights by bulk copies into
-// rings of 2 or 3 chunks per warp and against each warp's weights asked of L2 at its start
-// (mxfp4; L2 flushed before each run), at the flash size (random bytes, outputs checked bitwise
+// warp, against K split in two halves per block and against the weights by bulk copies into
+// rings of 2 or 3 chunks per warp (L2 flushed before each run), at the flash size (random bytes, outputs checked bitwise
 // against each other; the split form within the recipe threshold). Weight TB/s
 // = the active experts' FP4 weights and shift words over the time; the floor is the copy rate.
 TEST(Sm90WgmmaTiming, DecodePrefetchDepthAtSmallT) {
@@ -76,14 +75,12 @@ TEST(Sm90WgmmaTiming, DecodePrefetchDepthAtSmallT) {
   for (int64_t T : timing_tokens({1, 2, 4, 8, 32, 128})) {
     const DeviceProblem p = random_problem(s, T, 300 + T);
     std::optional<GemmOutputs> first;
-    // 2 ahead, 4 ahead, 2 ahead with K split in two, bulk rings of 2 and 3 chunks per warp, 2
-    // ahead with each warp's weights asked of L2 at its start
-    for (int form = 0; form < 6; ++form) {
+    // 2 ahead, 4 ahead, 2 ahead with K split in two, bulk rings of 2 and 3 chunks per warp
+    for (int form = 0; form < 5; ++form) {
       Kernels k;
       k.decode_prefetch = form == 1 ? kDecodeDeepPrefetch : kDecodePrefetch;
       k.decode_split = form == 2 ? 2 : 1;
       k.decode_bulk_slots = form == 3 ? 2 : form == 4 ? 3 : 0;
-      k.decode_l2_prefetch = form == 5;
       GemmRun run(s, p, w, k);
       const double t1 = median_us([&] { run.gemm1(); }, flush_l2);
       const double t2 = median_us([&] { run.gemm2(); }, flush_l2);

@@ -226,7 +226,7 @@ struct SharedKernelRun {
     y = cuda::DeviceBuffer(T * H * 2);
   }
 
-  cuda::SharedExpertParams params(bool tiled, bool bulk = false, int32_t prefetch_l2 = 0) {
+  cuda::SharedExpertParams params(bool tiled, bool bulk = false) {
     cuda::SharedExpertParams p;
     p.x = x.get<uint16_t>();
     p.w13 = (tiled ? w13_tiled : w13).get<uint16_t>();
@@ -240,14 +240,13 @@ struct SharedKernelRun {
     p.path = cuda::SharedExpertPath::kDotProducts;
     p.tiled_weights = tiled ? 1 : 0;
     p.bulk_weights = bulk ? 1 : 0;
-    p.prefetch_l2 = prefetch_l2;
     return p;
   }
 
-  std::vector<uint16_t> run(bool tiled, bool bulk = false, int32_t prefetch_l2 = 0) {
+  std::vector<uint16_t> run(bool tiled, bool bulk = false) {
     MOE_EP_CUDA_CHECK(cudaMemset(h.get(), 0xFF, h.bytes()));  // each run writes h before reading it
     MOE_EP_CUDA_CHECK(cudaMemset(y.get(), 0xFF, y.bytes()));
-    MOE_EP_CUDA_CHECK(cuda::launch_sm90_shared_expert(params(tiled, bulk, prefetch_l2), nullptr));
+    MOE_EP_CUDA_CHECK(cuda::launch_sm90_shared_expert(params(tiled, bulk), nullptr));
     MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<uint16_t> out(T * H);
     MOE_EP_CUDA_CHECK(cudaMemcpy(out.data(), y.get(), y.bytes(), cudaMemcpyDeviceToHost));
@@ -300,24 +299,17 @@ TEST(Sm90SharedExpert, TiledWeightsGiveTheRowMajorResultsBitForBit) {
     }
   }
   // Partial last stages (H, I not multiples of 256) through bulk copies of the row-major rows:
-  // 2 and 6 stages (the ring's slots reused), one and two token blocks; the L2 prefetch of the
-  // rows (a hint) on either copy path, rows shorter and longer than the ring.
-  for (const auto& [H, I, T] : {std::tuple<int64_t, int64_t, int64_t>{400, 272, 3}, {1296, 784, 6}, {4096, 2048, 1}}) {
+  // 2 and 6 stages (the ring's slots reused), one and two token blocks.
+  for (const auto& [H, I, T] : {std::tuple<int64_t, int64_t, int64_t>{400, 272, 3}, {1296, 784, 6}}) {
     SharedKernelRun part(H, I, T, 23);
-    const std::vector<uint16_t> plain = part.run(false);
-    for (const auto& [bulk, prefetch] : {std::pair{true, 0}, {true, 3}, {false, 3}, {true, 1}, {true, 2}}) {
-      const std::vector<uint16_t> got = part.run(false, bulk, prefetch);
-      int64_t nan = 0;
-      for (uint16_t v : got) nan += std::isnan(bf16_to_float(v));
-      const std::string what = fmt::format("H={} I={} T={} bulk={} prefetch_l2={}", H, I, T, bulk, prefetch);
-      EXPECT_EQ(nan, 0) << what << ": unwritten (NaN-poisoned) outputs";
-      EXPECT_EQ(got, plain) << what;
-    }
+    const std::vector<uint16_t> plain = part.run(false), bulk = part.run(false, true);
+    int64_t nan = 0;
+    for (uint16_t v : bulk) nan += std::isnan(bf16_to_float(v));
+    EXPECT_EQ(nan, 0) << "H=" << H << " I=" << I << " bulk: unwritten (NaN-poisoned) outputs";
+    EXPECT_EQ(bulk, plain) << "H=" << H << " I=" << I << " T=" << T << " bulk";
   }
   SharedKernelRun odd(384, 256, 1, 5);  // H % 256 != 0: the tiled layout is refused
   EXPECT_EQ(cuda::launch_sm90_shared_expert(odd.params(true), nullptr), cudaErrorInvalidValue);
-  SharedKernelRun tiles(512, 256, 1, 5);  // the prefetch reads rows: refused with the tiled layout
-  EXPECT_EQ(cuda::launch_sm90_shared_expert(tiles.params(true, true, 3), nullptr), cudaErrorInvalidValue);
 }
 
 TEST(Sm90SharedExpertTiming, TiledWeightsAtSmallT) {
@@ -332,10 +324,8 @@ TEST(Sm90SharedExpertTiming, TiledWeightsAtSmallT) {
   for (const auto& [name, H, I] : {std::tuple<const char*, int64_t, int64_t>{"flash", 4096, 2048}, {"pro", 7168, 3072}})
     for (int64_t T : {1, 4}) {
       SharedKernelRun run(H, I, T, 29);
-      for (const auto& [tiled, bulk, prefetch] :
-           {std::tuple{false, false, 0}, {true, false, 0}, {false, true, 0}, {true, true, 0}, {false, true, 1},
-            {false, true, 2}, {false, true, 3}, {false, false, 3}}) {
-        const cuda::SharedExpertParams p = run.params(tiled, bulk, prefetch);
+      for (const auto& [tiled, bulk] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+        const cuda::SharedExpertParams p = run.params(tiled, bulk);
         std::vector<double> us;
         for (int i = 0; i < 23; ++i) {
           MOE_EP_CUDA_CHECK(cudaMemsetAsync(flush.get(), i, flush.bytes()));
@@ -349,8 +339,8 @@ TEST(Sm90SharedExpertTiming, TiledWeightsAtSmallT) {
         }
         std::sort(us.begin(), us.end());
         const double bytes = 3.0 * H * I * 2;
-        fmt::print("[ shared   ] {:<5} T={} {:<9} {:<8} prefetch {} {:8.2f} us  {:5.2f} TB/s of weights\n", name,
-                   T, tiled ? "tiled" : "row-major", bulk ? "bulk" : "cp.async", prefetch, us[us.size() / 2],
+        fmt::print("[ shared   ] {:<5} T={} {:<9} {:<8} {:8.2f} us  {:5.2f} TB/s of weights\n", name, T,
+                   tiled ? "tiled" : "row-major", bulk ? "bulk" : "cp.async", us[us.size() / 2],
                    bytes / us[us.size() / 2] * 1e-6);
       }
     }

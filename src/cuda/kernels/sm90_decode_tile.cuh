@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "cuda/kernels/sm90_grouped_gemm.h"
-#include "cuda/ptx/cp_async_bulk.cuh"
 #include "cuda/ptx/ld_global.cuh"
 
 namespace moe_ep::cuda {
@@ -95,11 +94,6 @@ struct DecodeWeightStream {
                           static_cast<int64_t>(t.n_chunk) * (16 * kGroups) + 16 * warp + g) * kScaleBytes +
             first_step * s_step;
     if (steps < 0) steps = k_steps;
-    // op.weight_l2_prefetch: lane 0 asks L2 for the warp's whole stream of weights at once.
-    if (kWeights && op.weight_l2_prefetch && lane == 0)
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-        ptx::cp_async_bulk_prefetch_l2(w_ptr[j], static_cast<uint32_t>(steps) * kWeightMicroTileBytes);
 #pragma unroll
     for (int slot = 0; slot < kPrefetch; ++slot)
       if (slot < steps) fetch(slot);

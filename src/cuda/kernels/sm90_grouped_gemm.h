@@ -52,10 +52,6 @@ struct GroupedGemmOperands {
   // mxfp4 folded into the FP8 window (w_scale = shifts, tile/fp4_codec.h): factor of output
   // column n of expert e, [E][N]; the epilogues multiply the fp32 accumulator by it.
   const float* w_col_scale = nullptr;
-  // Decode kernels (DecodeWeightStream): each warp asks L2 for its whole weight stream when it
-  // starts (cp.async.bulk.prefetch.L2), so the DRAM sees the tile's bytes at once rather than
-  // kPrefetch k steps a warp. A hint: the same bits.
-  int32_t weight_l2_prefetch = 0;
 };
 
 // GEMM 1 epilogue: gu = bf16(acc); h = silu(min(gate, c)) * clamp(up, -c, c) * row_weight.

@@ -157,8 +157,7 @@ template <int kTokens, bool kAligned, int kSlots, bool kBulk>
 __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, const uint16_t* __restrict__ rows_hi,
                                          int64_t row_stride, int64_t stage_stride,
                                          Activations<kTokens, kAligned, kSlots> act, int n,
-                                         WarpSmem<kTokens, kSlots>& sm, float (&sum)[kTokens],
-                                         bool prefetch_l2 = false) {
+                                         WarpSmem<kTokens, kSlots>& sm, float (&sum)[kTokens]) {
   const int lane = static_cast<int>(threadIdx.x % 32), r = lane / 8, q = lane % 8;
   const int stages = (n + kStageTerms - 1) / kStageTerms;
   const uint16_t* w_src = (r < 2 ? rows_lo : rows_hi) + (r % 2) * row_stride + 8 * q;
@@ -201,10 +200,6 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
     copy_weights(s, s);
     ptx::cp_async_commit();
   }
-  // prefetch_l2 (row-major rows: row_stride apart, stage_stride == kStageTerms): lane r < 4 asks
-  // L2 for row r past the ring's stages.
-  if (prefetch_l2 && lane < kRows && n > kSlots * kStageTerms)
-    ptx::cp_async_bulk_prefetch_l2(bulk_src + kSlots * kStageTerms, 2 * (n - kSlots * kStageTerms));
   ptx::launch_dependents();
   ptx::grid_dependency_wait();
   if constexpr (kAligned) {
@@ -280,7 +275,7 @@ __global__ void __launch_bounds__(32) sm90_shared_gate_up_kernel(const __grid_co
     dot_tiled_rows<kTokens, kAligned, kSlots, kBulk>(p.w13, 2 * static_cast<int64_t>(p.intermediate), H, act, sm, acc);
   else
     dot_rows<kTokens, kAligned, kSlots, kBulk>(p.w13 + i0 * H, p.w13 + (p.intermediate + i0) * H, H, kStageTerms, act,
-                                               p.hidden, sm, acc, (p.prefetch_l2 & kSharedExpertPrefetchGateUp) != 0);
+                                        p.hidden, sm, acc);
 #pragma unroll
   for (int tt = 0; tt < kTokens; ++tt) {
     const float up_sum = __shfl_down_sync(0xffffffffu, acc[tt], 16);
@@ -303,8 +298,7 @@ __global__ void __launch_bounds__(32) sm90_shared_down_kernel(const __grid_const
   if constexpr (kTiled)
     dot_tiled_rows<kTokens, true, kSlots, kBulk>(p.w2, static_cast<int64_t>(p.hidden), I, act, sm, acc);
   else
-    dot_rows<kTokens, true, kSlots, kBulk>(p.w2 + n0 * I, p.w2 + (n0 + 2) * I, I, kStageTerms, act, p.intermediate, sm,
-                                           acc, (p.prefetch_l2 & kSharedExpertPrefetchDown) != 0);
+    dot_rows<kTokens, true, kSlots, kBulk>(p.w2 + n0 * I, p.w2 + (n0 + 2) * I, I, kStageTerms, act, p.intermediate, sm, acc);
   if (lane % 8 != 0) return;
 #pragma unroll
   for (int tt = 0; tt < kTokens; ++tt) {
@@ -354,9 +348,8 @@ bool shared_expert_uses_tensor_cores(const SharedExpertParams& p) {
 
 cudaError_t launch_sm90_shared_expert(const SharedExpertParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return cudaSuccess;
-  if (p.tiled_weights && (!shared_expert_tiles(p.hidden, p.intermediate) || p.prefetch_l2)) return cudaErrorInvalidValue;
-  if ((p.bulk_weights || p.prefetch_l2) &&
-      (reinterpret_cast<uintptr_t>(p.w13) % 16 != 0 || reinterpret_cast<uintptr_t>(p.w2) % 16 != 0))
+  if (p.tiled_weights && !shared_expert_tiles(p.hidden, p.intermediate)) return cudaErrorInvalidValue;
+  if (p.bulk_weights && (reinterpret_cast<uintptr_t>(p.w13) % 16 != 0 || reinterpret_cast<uintptr_t>(p.w2) % 16 != 0))
     return cudaErrorInvalidValue;
   if (shared_expert_uses_tensor_cores(p)) return launch_sm90_shared_expert_mma(p, stream);
   const cudaError_t e = p.tiled_weights ? launch_dot_products<true>(p, stream) : launch_dot_products<false>(p, stream);

@@ -57,15 +57,7 @@ struct SharedExpertParams {
   // pieces a stage, completing on a per-slot mbarrier) instead of 16-byte cp.async per lane;
   // either layout, w13 / w2 16-byte aligned. The same terms in the same order: the same bits.
   int32_t bulk_weights = 0;
-  // Row-major weights only (refused with tiled_weights): each warp asks L2 for the rest of its rows (past the ring's first stages)
-  // when it starts, before the dependency wait: gate_up (bit 0) and down (bit 1). The DRAM then
-  // has every weight byte requested from the start instead of kSlots - 1 stages a warp, and the
-  // down kernel, launched early beside gate_up, fetches W2 while gate_up streams. A hint only:
-  // the same bits.
-  int32_t prefetch_l2 = 0;
 };
-inline constexpr int32_t kSharedExpertPrefetchGateUp = 1;
-inline constexpr int32_t kSharedExpertPrefetchDown = 2;
 // The layer's shared expert copies its weights with bulk copies up to this many tokens (the
 // one-token kernels): on an H100 with L2 flushed, flash T = 1 32.5 -> 27.9 µs (row-major), pro
 // 62.6 -> 57.9; at T = 4 the bulk form measured 2-12% slower (bench/RESULTS.md, stop 29).

@@ -44,10 +44,4 @@ __device__ __forceinline__ void cp_async_bulk_g2s(uint32_t smem_dst, const void*
       : "memory");
 }
 
-// Asks L2 to fetch `bytes` (a multiple of 16; src 16-byte aligned) of global memory at `src`: a
-// hint with no completion to wait on and no effect on the values any later read returns.
-__device__ __forceinline__ void cp_async_bulk_prefetch_l2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-
 }  // namespace moe_ep::cuda::ptx
