@@ -1,6 +1,7 @@
 #include "cuda/sm90_config.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -63,6 +64,25 @@ const char* sm90_gemm_name(Sm90Gemm gemm) {
     case Sm90Gemm::kNvfp4Wgmma: return "nvfp4-wgmma";
   }
   return "unknown";
+}
+
+double expected_expert_tiles(double rows, int block_m) {
+  if (rows <= 0) return 0.0;
+  const double sigma = std::sqrt(rows);
+  double tiles = 0.0, weight = 0.0;
+  for (int64_t x = std::max<int64_t>(1, static_cast<int64_t>(rows - 6 * sigma));
+       x <= static_cast<int64_t>(rows + 6 * sigma) + 1; ++x) {
+    const double z = (static_cast<double>(x) - rows) / sigma, p = std::exp(-0.5 * z * z);
+    tiles += p * static_cast<double>((x + block_m - 1) / block_m);
+    weight += p;
+  }
+  return tiles / weight;
+}
+
+bool gemm1_bf16_pays(double rows_per_expert) {
+  return rows_per_expert > static_cast<double>(kNarrowTailsMaxRowsPerExpert) &&
+         kGemm1Bf16TileCost * expected_expert_tiles(rows_per_expert, kRsWide128BlockM) <=
+             kGemm1Bf16Margin * expected_expert_tiles(rows_per_expert, 64);
 }
 
 int64_t mxfp4_decode_max_tokens(const MoeDesc& desc) {
@@ -314,14 +334,26 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
     const int64_t narrow_hi = std::min(max_tokens, tokens_at_rows_per_expert(desc, kNarrowTailsMaxRowsPerExpert));
     bucket(wgmma_lo, narrow_hi, Sm90Gemm::kWgmmaRs, kRsFp8WideBlockN);
     if (wgmma_lo <= narrow_hi) c.buckets.back().narrow_tails = true;
-    // GEMM 1 on bf16 wgmma's 128-token tiles from kGemm1Bf16MinRowsPerExpert rows per expert on.
-    const int64_t bf16_lo = facts.gemm1_bf16_128_blocks_per_sm > 0
-                                ? std::max(narrow_hi + 1, tokens_at_rows_per_expert(desc, kGemm1Bf16MinRowsPerExpert))
-                                : max_tokens + 1;
-    bucket(std::max(wgmma_lo, narrow_hi + 1), std::min(bf16_lo - 1, max_tokens), Sm90Gemm::kWgmmaRs, kRsFp8WideBlockN);
-    if (std::max(wgmma_lo, bf16_lo) <= max_tokens) {
-      c.buckets.push_back({std::max(wgmma_lo, bf16_lo), max_tokens, Sm90Gemm::kWgmmaRs, 64, 1, kRsFp8WideBlockN});
-      c.buckets.back().gemm1_bf16 = true;
+    // Above: GEMM 1 on bf16 wgmma's 128-token tiles where gemm1_bf16_pays at the bucket's rows per
+    // expert (one bucket per run of T with the same answer, T stepping by one row per expert).
+    const int64_t experts = desc.fleet.num_experts, k = std::max<int64_t>(desc.top_k, 1);
+    for (int64_t lo = std::max(wgmma_lo, narrow_hi + 1); lo <= max_tokens;) {
+      const auto pays = [&](int64_t t) {
+        return facts.gemm1_bf16_128_blocks_per_sm > 0 &&
+               gemm1_bf16_pays(static_cast<double>(t) * static_cast<double>(k) / static_cast<double>(experts));
+      };
+      const bool bf16 = pays(lo);
+      int64_t hi = lo;
+      while (hi < max_tokens && pays(std::min(max_tokens, hi + std::max<int64_t>(1, experts / k))) == bf16)
+        hi = std::min(max_tokens, hi + std::max<int64_t>(1, experts / k));
+      while (hi < max_tokens && pays(hi + 1) == bf16) ++hi;  // to the exact T where it turns
+      if (bf16) {
+        c.buckets.push_back({lo, hi, Sm90Gemm::kWgmmaRs, 64, 1, kRsFp8WideBlockN});
+        c.buckets.back().gemm1_bf16 = true;
+      } else {
+        bucket(lo, hi, Sm90Gemm::kWgmmaRs, kRsFp8WideBlockN);
+      }
+      lo = hi + 1;
     }
   } else
     bucket(wgmma_lo, max_tokens, Sm90Gemm::kWgmma);
@@ -399,11 +431,12 @@ void Sm90Config::describe(SelectedConfig& out) const {
   const WgmmaTileShape ts = wgmma_tile_shape(wgmma_tile);
   int64_t rs_auto_from = 0, wgmma_auto_from = 0;  // the first T auto runs them at (0: none)
   int64_t narrow_to = 0;                           // the last T of narrow tail tiles
-  int64_t bf16_gemm1_from = 0;                     // the first T of GEMM 1 on bf16 128x256 tiles
+  std::string bf16_gemm1_at;                       // the T ranges of GEMM 1 on bf16 128x256 tiles
   if (requested == GemmKernel::kAuto)
     for (const Sm90Bucket& b : buckets) {
       if (b.narrow_tails) narrow_to = b.max_tokens;
-      if (b.gemm1_bf16 && !bf16_gemm1_from) bf16_gemm1_from = std::max<int64_t>(b.min_tokens, 1);
+      if (b.gemm1_bf16)
+        bf16_gemm1_at += fmt::format("{}{}..{}", bf16_gemm1_at.empty() ? "" : ", ", b.min_tokens, b.max_tokens);
       if (b.gemm == Sm90Gemm::kWgmmaRs && !rs_auto_from) rs_auto_from = std::max<int64_t>(b.min_tokens, 1);
       if (b.gemm == Sm90Gemm::kWgmma && !wgmma_auto_from) wgmma_auto_from = std::max<int64_t>(b.min_tokens, 1);
     }
@@ -434,9 +467,9 @@ void Sm90Config::describe(SelectedConfig& out) const {
       rs_auto_from ? fmt::format("auto from T = {} on 64x256 tiles (four consumer warpgroups, blocks/SM {} / {}{}{}); ",
                                  rs_auto_from, facts.wgmma_rs_wide_blocks_per_sm[0], facts.wgmma_rs_wide_blocks_per_sm[1],
                                  narrow_to ? fmt::format(", tiles of <= 48 rows on n48 after the others up to T = {}", narrow_to) : "",
-                                 bf16_gemm1_from ? fmt::format(", GEMM 1 on bf16 wgmma over 128x256 tiles (blocks/SM {}) from T = {}",
-                                                               facts.gemm1_bf16_128_blocks_per_sm, bf16_gemm1_from)
-                                                 : "")
+                                 bf16_gemm1_at.empty() ? ""
+                                                       : fmt::format(", GEMM 1 on bf16 wgmma over 128x256 tiles (blocks/SM {}) at T = {}",
+                                                                     facts.gemm1_bf16_128_blocks_per_sm, bf16_gemm1_at))
                    : !by_t || wgmma_rs_auto_unavailable.empty() ? std::string()
                                                        : fmt::format("not in auto ({}); ", wgmma_rs_auto_unavailable);
   out.add("wgmma_rs", wgmma_rs_unavailable.empty()

@@ -49,11 +49,19 @@ inline constexpr int64_t kDecodeSplitMaxTokens = 1;
 // second pass the flash GEMMs at T = 2048 another -3.3% (H100); at T = 8192 (192 / 128 rows) either
 // form costs 3-3.5% (bench/RESULTS.md, stops 30-31).
 inline constexpr int64_t kNarrowTailsMaxRowsPerExpert = 64;
-// Auto's wgmma-rs 64x256 buckets run GEMM 1 on bf16 wgmma over 128-token tiles (the wide bf16
-// kernel's m64n128k16 form: no per-k32 promotion, half the weight decode per product) from this
-// many rows per expert on (T * top_k / E); GEMM 2 stays FP8. H100, GEMM 1 alone: flash T = 8192
-// (192 rows) 4882 -> 4331 µs, T = 2048 (48 rows) 1465 -> 2132 µs (bench/RESULTS.md, stop 32).
-inline constexpr int64_t kGemm1Bf16MinRowsPerExpert = 128;
+// Auto's wgmma-rs 64x256 buckets above the narrow ones run GEMM 1 on bf16 wgmma over 128-token
+// tiles (the wide bf16 kernel's m64n128k16 form: no per-k32 promotion, half the weight decode
+// per product; GEMM 2 stays FP8) where an expert's expected 128-token tiles, at kGemm1Bf16TileCost
+// each, cost at most kGemm1Bf16Margin of its expected 64-row FP8 tiles (rows per expert ~ normal
+// around T * top_k / E with the deviation of random routing). H100, GEMM 1 alone, FP8 64x256 ->
+// bf16 128x256 (bench/RESULTS.md, stop 32): flash T = 4096 (96 rows) 2812 -> 2238 µs, 6144 (144)
+// 4058 -> 4500, 8192 (192) 4882 -> 4331; a 128-token tile costs 1.55-1.66 64-row ones.
+inline constexpr double kGemm1Bf16TileCost = 1.6;
+inline constexpr double kGemm1Bf16Margin = 0.95;
+// Expected m tiles of `block_m` rows of an expert whose rows are ~ normal(rows, sqrt(rows)).
+double expected_expert_tiles(double rows, int block_m);
+// Whether auto runs GEMM 1 on bf16 128x256 tiles at this mean of rows per expert.
+bool gemm1_bf16_pays(double rows_per_expert);
 
 // What the device and the loaded weights allow, measured before selection.
 struct Sm90Facts {

@@ -165,16 +165,26 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   few.fleet.num_experts = 8;
   EXPECT_EQ(mxfp4_decode_max_tokens(few), kDecodeMaxTokens);
   // decode with K split at T = 1, decode, wgmma-rs 64x256 with narrow tail tiles up to
-  // kNarrowTailsMaxRowsPerExpert rows per expert, wgmma-rs 64x256, and the same with GEMM 1 on
-  // bf16 wgmma's 128x256 tiles from kGemm1Bf16MinRowsPerExpert rows per expert
-  ASSERT_EQ(c.buckets.size(), 5u);
+  // kNarrowTailsMaxRowsPerExpert rows per expert, then wgmma-rs 64x256 with GEMM 1 on bf16
+  // wgmma's 128x256 tiles where gemm1_bf16_pays (about 70-135 and 182+ rows per expert), else
+  // plain: flash (E = 256, K = 6, up to T = 8192) 64-70 rows plain, bf16, plain, bf16.
   const int64_t narrow_max = kNarrowTailsMaxRowsPerExpert * 256 / 6;  // flash: T = 2730
-  const int64_t bf16_min = kGemm1Bf16MinRowsPerExpert * 256 / 6;       // flash: T = 5461
-  EXPECT_FALSE(c.bucket(bf16_min - 1).gemm1_bf16);
-  EXPECT_TRUE(c.bucket(bf16_min).gemm1_bf16);
-  EXPECT_TRUE(c.bucket(8192).gemm1_bf16);
-  EXPECT_EQ(c.bucket(bf16_min).min_tokens, bf16_min);
+  ASSERT_EQ(c.buckets.size(), 7u);
   EXPECT_FALSE(c.bucket(narrow_max).gemm1_bf16);
+  EXPECT_FALSE(c.bucket(narrow_max + 1).gemm1_bf16);  // 64 rows: the 64-row tiles are as few
+  EXPECT_TRUE(c.bucket(4096).gemm1_bf16);              // 96 rows: measured -20% for GEMM 1
+  EXPECT_FALSE(c.bucket(6144).gemm1_bf16);             // 144 rows: measured +11%
+  EXPECT_TRUE(c.bucket(8192).gemm1_bf16);              // 192 rows: measured -11%
+  for (const int64_t T : {int64_t{4096}, int64_t{6144}, int64_t{8192}}) {
+    EXPECT_EQ(c.bucket(T).gemm, G::kWgmmaRs);
+    EXPECT_EQ(c.bucket(T).block_m, 64);
+    EXPECT_EQ(c.bucket(T).block_n, kRsFp8WideBlockN);
+  }
+  // The rule: expected tiles of an expert under random routing.
+  EXPECT_NEAR(expected_expert_tiles(96, 64), 2.0, 0.01);
+  EXPECT_NEAR(expected_expert_tiles(96, 128), 1.0, 0.01);
+  EXPECT_NEAR(expected_expert_tiles(192, 64), 3.5, 0.02);
+  EXPECT_FALSE(gemm1_bf16_pays(60));  // the narrow buckets' rows
   EXPECT_TRUE(c.bucket(decode_max + 1).narrow_tails);
   EXPECT_TRUE(c.bucket(narrow_max).narrow_tails);
   EXPECT_EQ(c.bucket(narrow_max + 1).gemm, G::kWgmmaRs);
@@ -199,7 +209,8 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
       << auto_out;
   EXPECT_NE(auto_out.find(fmt::format("tiles of <= 48 rows on n48 after the others up to T = {}", narrow_max)), std::string::npos)
       << auto_out;
-  EXPECT_NE(auto_out.find(fmt::format("GEMM 1 on bf16 wgmma over 128x256 tiles (blocks/SM 1) from T = {}", bf16_min)),
+  EXPECT_NE(auto_out.find(fmt::format("GEMM 1 on bf16 wgmma over 128x256 tiles (blocks/SM 1) at T = {}..{}",
+                                      c.bucket(4096).min_tokens, c.bucket(4096).max_tokens)),
             std::string::npos)
       << auto_out;
   // Without the 128x256 GEMM 1 kernel (it did not fit): wgmma-rs 64x256 throughout.
