@@ -55,7 +55,8 @@ inline constexpr int64_t kNarrowTailsMaxRowsPerExpert = 64;
 // each, cost at most kGemm1Bf16Margin of its expected 64-row FP8 tiles (rows per expert ~ normal
 // around T * top_k / E with the deviation of random routing). H100, GEMM 1 alone, FP8 64x256 ->
 // bf16 128x256 (bench/RESULTS.md, stop 32): flash T = 4096 (96 rows) 2812 -> 2238 µs, 6144 (144)
-// 4058 -> 4500, 8192 (192) 4882 -> 4331; a 128-token tile costs 1.55-1.66 64-row ones.
+// 4058 -> 4500, 8192 (192) 4882 -> 4331; a 128-token tile costs 1.55-1.66 64-row ones. The
+// rule takes 68.5-127.4 and 187.9+ rows per expert (flash T = 2922-5436 and 8017+).
 inline constexpr double kGemm1Bf16TileCost = 1.6;
 inline constexpr double kGemm1Bf16Margin = 0.95;
 // Expected m tiles of `block_m` rows of an expert whose rows are ~ normal(rows, sqrt(rows)).

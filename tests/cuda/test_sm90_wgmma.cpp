@@ -166,8 +166,8 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(mxfp4_decode_max_tokens(few), kDecodeMaxTokens);
   // decode with K split at T = 1, decode, wgmma-rs 64x256 with narrow tail tiles up to
   // kNarrowTailsMaxRowsPerExpert rows per expert, then wgmma-rs 64x256 with GEMM 1 on bf16
-  // wgmma's 128x256 tiles where gemm1_bf16_pays (about 70-135 and 182+ rows per expert), else
-  // plain: flash (E = 256, K = 6, up to T = 8192) 64-70 rows plain, bf16, plain, bf16.
+  // wgmma's 128x256 tiles where gemm1_bf16_pays (68.5-127.4 and 187.9+ rows per expert), else
+  // plain: flash (E = 256, K = 6, up to T = 8192) 64-68.5 rows plain, bf16, plain, bf16.
   const int64_t narrow_max = kNarrowTailsMaxRowsPerExpert * 256 / 6;  // flash: T = 2730
   ASSERT_EQ(c.buckets.size(), 7u);
   EXPECT_FALSE(c.bucket(narrow_max).gemm1_bf16);
