@@ -40,7 +40,8 @@ namespace moe_ep::cuda {
 struct LayerShape {
   int64_t num_experts = 0, hidden = 0, intermediate = 0, top_k = 0, max_tokens = 0;
   Recipe recipe = Recipe::kMxfp4;
-  bool activations_16bit = false;  // a bucket reads 16-bit activations (Sm90Config::uses_16bit_activations)
+  bool activations_16bit = false;  // a bucket reads 16-bit h (Sm90Config::uses_16bit_activations; 16-bit x
+                                   // needs no region of its own: it is kept in o)
   int64_t shared_intermediate = 0;  // Is of the layer's shared expert (0: none)
 };
 

@@ -335,18 +335,23 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
     bucket(wgmma_lo, narrow_hi, Sm90Gemm::kWgmmaRs, kRsFp8WideBlockN);
     if (wgmma_lo <= narrow_hi) c.buckets.back().narrow_tails = true;
     // Above: GEMM 1 on bf16 wgmma's 128-token tiles where gemm1_bf16_pays at the bucket's rows per
-    // expert (one bucket per run of T with the same answer, T stepping by one row per expert).
+    // expert (one bucket per run of T with the same answer, T stepping by one row per expert up to
+    // kGemm1Bf16RuleMaxRowsPerExpert, above which the answer no longer changes), and only where
+    // the layer quantizes x itself.
     const int64_t experts = desc.fleet.num_experts, k = std::max<int64_t>(desc.top_k, 1);
+    const int64_t step = std::max<int64_t>(1, experts / k);
+    const int64_t walk_end = std::min(max_tokens, tokens_at_rows_per_expert(desc, kGemm1Bf16RuleMaxRowsPerExpert));
+    const bool bf16_allowed = facts.gemm1_bf16_128_blocks_per_sm > 0 && c.quantize_input;
     for (int64_t lo = std::max(wgmma_lo, narrow_hi + 1); lo <= max_tokens;) {
       const auto pays = [&](int64_t t) {
-        return facts.gemm1_bf16_128_blocks_per_sm > 0 &&
+        return bf16_allowed &&
                gemm1_bf16_pays(static_cast<double>(t) * static_cast<double>(k) / static_cast<double>(experts));
       };
       const bool bf16 = pays(lo);
-      int64_t hi = lo;
-      while (hi < max_tokens && pays(std::min(max_tokens, hi + std::max<int64_t>(1, experts / k))) == bf16)
-        hi = std::min(max_tokens, hi + std::max<int64_t>(1, experts / k));
-      while (hi < max_tokens && pays(hi + 1) == bf16) ++hi;  // to the exact T where it turns
+      int64_t hi = lo >= walk_end ? max_tokens : lo;
+      while (hi < walk_end && pays(std::min(walk_end, hi + step)) == bf16) hi = std::min(walk_end, hi + step);
+      while (hi < walk_end && pays(hi + 1) == bf16) ++hi;  // to the exact T where it turns
+      if (hi == walk_end && pays(walk_end + 1) == bf16) hi = max_tokens;
       if (bf16) {
         c.buckets.push_back({lo, hi, Sm90Gemm::kWgmmaRs, 64, 1, kRsFp8WideBlockN});
         c.buckets.back().gemm1_bf16 = true;

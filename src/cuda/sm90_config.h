@@ -56,9 +56,15 @@ inline constexpr int64_t kNarrowTailsMaxRowsPerExpert = 64;
 // around T * top_k / E with the deviation of random routing). H100, GEMM 1 alone, FP8 64x256 ->
 // bf16 128x256 (bench/RESULTS.md, stop 32): flash T = 4096 (96 rows) 2812 -> 2238 µs, 6144 (144)
 // 4058 -> 4500, 8192 (192) 4882 -> 4331; a 128-token tile costs 1.55-1.66 64-row ones. The
-// rule takes 68.5-127.4 and 187.9+ rows per expert (flash T = 2922-5436 and 8017+).
+// rule takes 68.5-127.4 and from 187.9 rows per expert but for 282.9-289.7 (flash T = 2922-5436,
+// 8017-12068 and from 12361).
+// Only where the layer quantizes x (desc.quantize_input): with caller-quantized rows (an
+// expert-parallel rank's received slots, every slot passed) the conversion to bf16 would cover
+// every row the caller passes, routed or not.
 inline constexpr double kGemm1Bf16TileCost = 1.6;
 inline constexpr double kGemm1Bf16Margin = 0.95;
+// Above this many rows per expert the rule's answer stays the same (true from 290 rows on).
+inline constexpr int64_t kGemm1Bf16RuleMaxRowsPerExpert = 320;
 // Expected m tiles of `block_m` rows of an expert whose rows are ~ normal(rows, sqrt(rows)).
 double expected_expert_tiles(double rows, int block_m);
 // Whether auto runs GEMM 1 on bf16 128x256 tiles at this mean of rows per expert.

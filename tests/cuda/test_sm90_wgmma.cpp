@@ -20,7 +20,7 @@
 // (shapes, weights, routing, the runs, the metrics) is gemm_harness.h.
 //
 // Layer level: the layer forced onto the wgmma kernels (KernelOverrides::gemm = wgmma) against the CPU
-// layer on the tiny preset and deepseek-v4-flash (T = 1, 7, 300, 4096, a subset of rows for the
+// layer on the tiny preset and deepseek-v4-flash (T = 1, 7, 300, 1024, 4096, 6144, a subset of rows for the
 // large ones), structured routings, and 20 bitwise reruns; nvfp4's f16 wgmma kernels likewise.
 #include <memory>
 #include <string>
@@ -166,8 +166,9 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(mxfp4_decode_max_tokens(few), kDecodeMaxTokens);
   // decode with K split at T = 1, decode, wgmma-rs 64x256 with narrow tail tiles up to
   // kNarrowTailsMaxRowsPerExpert rows per expert, then wgmma-rs 64x256 with GEMM 1 on bf16
-  // wgmma's 128x256 tiles where gemm1_bf16_pays (68.5-127.4 and 187.9+ rows per expert), else
-  // plain: flash (E = 256, K = 6, up to T = 8192) 64-68.5 rows plain, bf16, plain, bf16.
+  // wgmma's 128x256 tiles where gemm1_bf16_pays (68.5-127.4 and from 187.9 rows per expert, but
+  // 282.9-289.7), else plain: flash (E = 256, K = 6, up to T = 8192) 64-68.5 rows plain, bf16,
+  // plain, bf16.
   const int64_t narrow_max = kNarrowTailsMaxRowsPerExpert * 256 / 6;  // flash: T = 2730
   ASSERT_EQ(c.buckets.size(), 7u);
   EXPECT_FALSE(c.bucket(narrow_max).gemm1_bf16);
@@ -221,6 +222,14 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_FALSE(nb.bucket(8192).gemm1_bf16);
   EXPECT_EQ(nb.bucket(8192).gemm, G::kWgmmaRs);
   EXPECT_EQ(described(nb).find("GEMM 1 on bf16"), std::string::npos);
+  // Nor with caller-quantized x (an expert-parallel rank's received slots): the conversion would
+  // cover every row passed.
+  MoeDesc caller_q = d;
+  caller_q.quantize_input = false;
+  const Sm90Config cq = selected(caller_q, {});
+  EXPECT_FALSE(cq.bucket(4096).gemm1_bf16);
+  EXPECT_FALSE(cq.bucket(8192).gemm1_bf16);
+  EXPECT_EQ(cq.bucket(8192).gemm, G::kWgmmaRs);
   // FP8 wgmma where the four-consumer tile does not fit, or where overrides.tile pins its tile.
   Sm90Facts no_wide_tile = all_available();
   no_wide_tile.wgmma_rs_wide_blocks_per_sm[0] = 0;
@@ -1020,7 +1029,8 @@ TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
     std::vector<double> ref;
   };
   std::vector<Case> cases;
-  // auto: decode, decode, decode, 64x256, 64x256 with narrow tail tiles, 64x256 with GEMM 1 on bf16 128x256
+  // auto: decode, decode, decode, 64x256 with GEMM 1 on bf16 128x256 (96 rows per expert), 64x256
+  // with narrow tail tiles, 64x256 (144 rows)
   for (int64_t T : {1, 7, 300, 4096, 1024, 6144}) {
     testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, 0.05, preset.routed_scaling_factor,
                           static_cast<uint64_t>(900 + T), 0};

@@ -8,17 +8,19 @@
 // Unlike the FP8 kernel's, a consumer never waits on a wgmma's result inside the tile: every
 // k16 wgmma adds into the one accumulator set, so the decode of block j + 1 overlaps the wgmmas of
 // block j. (Measured on an H100: level with the FP8 kernel at T = 8192, its math 93% of its time,
-// ~3100 cycles per k step against ~1100 issue and 1024 tensor cycles: bench/RESULTS.md, stop 31.)
+// ~3100 cycles per k step against ~1100 issue and 1024 tensor cycles: bench/RESULTS.md, stop 31.
+// On 128-token tiles, GEMM 1 at T = 8192 is 11% faster than the FP8 kernel: stop 32.)
 //
 // Block of 5 warpgroups (640 threads), one block per SM, persistent over the (m tile, n tile) list
-// of the routing kernel (m tiles of kBlockM = 64 tokens, n tiles of kBlockN = 256 weight rows):
+// of the routing kernel (m tiles of kBlockM = 64 or 128 tokens, the latter as pairs of the list's
+// 64-row tiles: for_each_block_tile; n tiles of kBlockN = 256 weight rows):
 //   WG 0      producer: per k step, cp.async of the tile's token rows (a_row_index gathers;
 //             zero-filled past the tile's rows), 256 bytes per row, 8 threads per 128-byte half
 //             (rows tid / 8 + 16 j, chunk tid % 8); the n tile's 32 weight micro-tiles (8
 //             16-byte chunks per thread) and kBlockN scale words. kLookahead steps later it fences
 //             and arrives on the stage's full barrier (run_ring_producer).
 //   WG 1 .. 4 consumers: weight rows 64 c .. 64 c + 63 of the n tile each. Per group q of
-//             kGroupBlocks k32 blocks of a k step: its m64n64k16 wgmmas from fragment set q % 2;
+//             kGroupBlocks k32 blocks of a k step: its m64 n(kBlockM) k16 wgmmas from fragment set q % 2;
 //             wait_group 1 retires group q - 1, whose set then takes the decode of group q + 1. A
 //             stage is released when its last group has retired (after group 0 of the next step).
 //
