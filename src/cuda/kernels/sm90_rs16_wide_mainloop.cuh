@@ -86,11 +86,11 @@ struct Rs16WideTileConfig {
   static constexpr int kStages = kBlockM == 64 ? 6 : 4;
   static constexpr int kLookahead = kBlockM == 64 ? 3 : 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  // 128-token tiles: the consumers' 64 accumulators need 112 (at 104 ptxas serializes the
-  // wgmmas, C7512), the producer gives up all but 32.
-  // 128-token tiles also read a group's weight and scale words from the stage right before its
-  // decode instead of holding the step's in registers.
+  // 128-token tiles read a group's weight and scale words from the stage right before its decode
+  // instead of holding the step's in registers.
   static constexpr bool kWordsPerGroup = kBlockM == 128;
+  // 128-token tiles: the consumers' 64 accumulators need 112 registers (at 104 ptxas serializes
+  // the wgmmas, C7512); the producer gives up all but 32 (its row pointers spill to local memory).
   static constexpr int kProducerRegs = kBlockM == 64 ? 56 : 32;
   static constexpr int kConsumerRegs = kBlockM == 64 ? 104 : 112;
   // setmaxnreg moves registers within the block's allocation: 640 threads x 96 at launch.
