@@ -342,11 +342,11 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
     const int64_t step = std::max<int64_t>(1, experts / k);
     const int64_t walk_end = std::min(max_tokens, tokens_at_rows_per_expert(desc, kGemm1Bf16RuleMaxRowsPerExpert));
     const bool bf16_allowed = facts.gemm1_bf16_128_blocks_per_sm > 0 && c.quantize_input;
+    const auto pays = [&](int64_t t) {
+      return bf16_allowed &&
+             gemm1_bf16_pays(static_cast<double>(t) * static_cast<double>(k) / static_cast<double>(experts));
+    };
     for (int64_t lo = std::max(wgmma_lo, narrow_hi + 1); lo <= max_tokens;) {
-      const auto pays = [&](int64_t t) {
-        return bf16_allowed &&
-               gemm1_bf16_pays(static_cast<double>(t) * static_cast<double>(k) / static_cast<double>(experts));
-      };
       const bool bf16 = pays(lo);
       int64_t hi = lo >= walk_end ? max_tokens : lo;
       while (hi < walk_end && pays(std::min(walk_end, hi + step)) == bf16) hi = std::min(walk_end, hi + step);
