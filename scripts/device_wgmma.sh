@@ -6,9 +6,9 @@
 #   scripts/device_pack.sh build-wgmma .device-bin-wgmma   (here, then on the device:)
 #   MOE_EP_DEVICE_BIN=.device-bin-wgmma scripts/device_wgmma.sh
 #   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench small wide cross nvfp4 sanitizer flash ncu
-#                       ncu-source ncu-layer"
+#                       ncu-source ncu-layer ncu-kernels"
 #                              (default: all but split, decode, shared, small, wide, cross, nvfp4, ncu, ncu-source
-#                               and ncu-layer)
+#                               ncu-layer and ncu-kernels)
 #   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight, K split in two and
 #     the weights by bulk copies into rings of 2 or 3 chunks per warp
 #   small: the layer at T <= 128 (flash, tiny; pro T = 1, 8), default against --decode-split-k 1 (no split
@@ -258,6 +258,34 @@ if has ncu-layer; then
     --section ComputeWorkloadAnalysis 2>/dev/null |
     grep -E "Stall|Warp Cycles|Duration|Issue Slots|Issued Ipc|SM Busy|Executed Ipc|Compute \(SM\)|Memory Throughput|Eligible|Active Warps" |
     sed 's/  */ /g' | head -60 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+# 7d. Every kernel of one eager forward at T = MOE_EP_NCU_TOKENS (flash), its duration under ncu
+# (kernels serialized, clocks as found), for this build and the base build: where a kernel-level
+# gain goes in the layer.
+if has ncu-kernels; then
+  for cli in "$CLI" "$BIN/moe_ep_base"; do
+    [[ -x $cli ]] || continue
+    # shellcheck disable=SC2086  # the args are a list of options
+    run_limited 120 ncu --clock-control none --kernel-name-base demangled --metrics gpu__time_duration.sum --csv \
+      "$cli" bench --device cuda --preset deepseek-v4-${MOE_EP_NCU_PRESET:-flash} --tokens "${MOE_EP_NCU_TOKENS:-8192}" \
+      --eager --iters 1 --warmup 0 --compute-tflops 1457 --bandwidth-gbps 4240 ${MOE_EP_NCU_LAYER_ARGS:-} \
+      > "$WORK/ncu_kernels_$(basename "$cli").csv" 2>&1
+    note "ncu-kernels $(basename "$cli"): rc=$?  ($(elapsed) s)"
+    python3 - "$WORK/ncu_kernels_$(basename "$cli").csv" >> "$SUMMARY" <<'PY'
+import csv, re, sys
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+head, body = rows[0], rows[1:]
+ki, vi, ui = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
+total = 0.0
+for r in body:
+    us = float(r[vi].replace(",", "")) / (1000.0 if r[ui] == "nsecond" else 1.0 if r[ui] == "usecond" else 1e-3)
+    total += us
+    name = re.sub(r"moe_ep::(cuda::)?|void |\(.*", "", r[ki])[:140]
+    print(f"  {us:9.1f} us  {name}")
+print(f"  {total:9.1f} us  sum of {len(body)} launches")
+PY
+  done
 fi
 
 # 8. Per-instruction stall samples (source page) of two launches of the kernels matching
