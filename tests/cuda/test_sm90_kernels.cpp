@@ -157,7 +157,7 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
   };
   const Case cases[] = {{1, 6, 256, "random"},    {7, 4, 16, "random"},     {2500, 6, 256, "random"},
                         {3000, 4, 16, "one-expert"}, {600, 6, 384, "bad-ids"}, {5, 4, 16, "all-skipped"},
-                        {900, 8, 1024, "duplicates"}};
+                        {900, 8, 1024, "duplicates"}, {8192, 6, 256, "random"}, {6000, 8, 7, "duplicates"}};
   MOE_EP_CUDA_CHECK(configure_sm90_permute(1024));
   MOE_EP_CUDA_CHECK(configure_sm90_quantize_route(1024));
   MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_quantize_route(1024));
@@ -214,6 +214,8 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
       DeviceBuffer off((c.E + 1) * 4), nt(4), te(max_tiles * 4), tr(max_tiles * 4),
           rt(std::max(n, 1) * 4), rw(std::max(n, 1) * 4), sr(std::max(n, 1) * 4), flags(4);
       MOE_EP_CUDA_CHECK(cudaMemset(flags.get(), 0, 4));
+      for (DeviceBuffer* b : {&off, &nt, &te, &tr, &rt, &rw, &sr})  // poison: every word is written
+        MOE_EP_CUDA_CHECK(cudaMemset(b->get(), 0x5A, b->bytes()));
       PermuteParams p;
       p.topk_ids = dids.get();
       p.ids_are_int64 = i64;
