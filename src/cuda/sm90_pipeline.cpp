@@ -342,6 +342,8 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
           recipe.fp4_activations ? &launch_sm90_nvfp4_to_rs_f16 : &launch_sm90_q8_to_rs_bf16;
       l.x_16bit = {convert, ws(w.a), ws(w.a_scale), static_cast<int>(H), reinterpret_cast<uint16_t*>(workspace + w.o)};
       set_16bit_activations(g1.op, l.x_16bit.out);
+      // Q8 of x (the layer quantizing it) writes the bf16 rows itself: no Q8 rows, no conversion.
+      if (quantize_input && !recipe.fp4_activations) l.q8.rs_bf16 = l.x_16bit.out;
       if (wide) {
         l.h_16bit = {convert, ws(w.h), ws(w.h_scale), static_cast<int>(I),
                      reinterpret_cast<uint16_t*>(workspace + w.h_16bit), r.expert_offsets + s.num_experts};
@@ -360,7 +362,8 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
       l.steps.push_back(recipe.fp4_activations ? fused ? &quantize_nvfp4_route_step : &quantize_nvfp4_step
                         : fused                ? &quantize_route_step
                                                : &quantize_q8_step);
-    if (x16) l.steps.push_back(quantize_input ? &x_to_16bit_step<false> : &x_to_16bit_step<true>);
+    if (x16 && l.q8.rs_bf16 == nullptr)
+      l.steps.push_back(quantize_input ? &x_to_16bit_step<false> : &x_to_16bit_step<true>);
     if (!fused) l.steps.push_back(&permute_step);
     l.steps.push_back(quantize_input ? &gemm1_step<GemmA::kWorkspace>
                       : x16          ? &gemm1_step<GemmA::kCallerGlobal>
@@ -387,11 +390,13 @@ void Sm90Pipeline::run(const Sm90Binding& b, cudaStream_t stream) const {
 void Sm90Pipeline::describe(SelectedConfig& out) const {
   for (const Launch& l : launches_) {
     const char* wide = l.x_16bit.convert == &launch_sm90_nvfp4_to_rs_f16 ? "f16" : "bf16";
+    const char* x_as = l.q8.rs_bf16 != nullptr ? " to bf16" : "";  // Q8 of x written as bf16
     std::string steps;
     for (Step step : l.steps) {
       const std::string name =
-          step == &quantize_q8_step || step == &quantize_nvfp4_step ? "quantize x"
-          : step == &quantize_route_step || step == &quantize_nvfp4_route_step ? "quantize x + routing (one launch)"
+          step == &quantize_q8_step || step == &quantize_nvfp4_step ? fmt::format("quantize x{}", x_as)
+          : step == &quantize_route_step || step == &quantize_nvfp4_route_step
+              ? fmt::format("quantize x{} + routing (one launch)", x_as)
           : step == &x_to_16bit_step<false> || step == &x_to_16bit_step<true> ? fmt::format("x to {}", wide)
           : step == &permute_step                                             ? "routing"
           : step == &h_nvfp4_step                                             ? "nvfp4 of h"

@@ -14,6 +14,7 @@
 #include "cuda/kernels/sm90_permute.h"
 #include "cuda/kernels/sm90_q8_quantize.h"
 #include "cuda/kernels/sm90_quantize_route.h"
+#include "cuda/tile/fp4_bf16_codec.h"
 #include "cuda_test_util.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/quant.h"
@@ -69,6 +70,30 @@ TEST(Sm90Kernels, Q8QuantizeMatchesTheHostQuantizerBitForBit) {
   for (size_t i = 0; i < s.size(); ++i) ASSERT_EQ(s[i], want_s[i]) << "scale block " << i << " row " << i / (cols / 32);
   for (size_t i = 0; i < q.size(); ++i)
     ASSERT_EQ(q[i], want_q[i]) << "row " << i / cols << " col " << i % cols << " value " << v[i];
+
+  // With rs_bf16: the same scales, the Q8 values as bf16 (exact) at their rs positions along k,
+  // and q left alone.
+  DeviceBuffer d16(v.size() * 2);
+  MOE_EP_CUDA_CHECK(cudaMemset(d16.get(), 0x5A, d16.bytes()));
+  MOE_EP_CUDA_CHECK(cudaMemset(dq.get(), 0x5A, dq.bytes()));
+  MOE_EP_CUDA_CHECK(cudaMemset(ds.get(), 0x5A, ds.bytes()));
+  p.rs_bf16 = d16.get<uint16_t>();
+  MOE_EP_CUDA_CHECK(launch_sm90_q8_quantize(p, nullptr));
+  MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(download<uint8_t>(ds, v.size() / 32), want_s);
+  EXPECT_EQ(download<uint8_t>(dq, v.size()), std::vector<uint8_t>(v.size(), 0x5A)) << "q written";
+  const auto got16 = download<uint16_t>(d16, v.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = static_cast<size_t>(r * cols + c);
+      const float want = e4m3_to_float(want_q[i]) * std::ldexp(1.0f, want_s[i / 32] - 127);
+      const uint16_t got = got16[r * cols + c / 128 * 128 + rs_position_of_k(static_cast<int>(c % 128))];
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(bf16_to_float(got))) << "row " << r << " col " << c;
+      } else {
+        ASSERT_EQ(got, float_to_bf16(want)) << "row " << r << " col " << c << " value " << v[i];
+      }
+    }
 }
 
 TEST(Sm90Kernels, Nvfp4QuantizeMatchesTheHostQuantizerBitForBit) {

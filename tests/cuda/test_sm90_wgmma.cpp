@@ -684,7 +684,7 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
   EXPECT_EQ(fused.find("routing, gemm1"), std::string::npos) << fused;
   KernelOverrides bf16_fused = fuse;
   bf16_fused.gemm = GemmKernel::kWgmmaBf16;
-  EXPECT_NE(plan_of(d, bf16_fused).find("(quantize x + routing (one launch), x to bf16, gemm1, h to bf16, gemm2, "
+  EXPECT_NE(plan_of(d, bf16_fused).find("(quantize x to bf16 + routing (one launch), gemm1, h to bf16, gemm2, "
                                         "combine)"),
             std::string::npos) << plan_of(d, bf16_fused);
   // fuse_combine: the decode bucket's GEMM 2 combines; the wgmma bucket keeps its combine launch.

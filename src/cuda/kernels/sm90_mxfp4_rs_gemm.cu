@@ -3,6 +3,7 @@
 // activations into the rs order along k (tile/fp4_bf16_codec.h).
 #include <cuda_bf16.h>
 
+#include "cuda/kernels/sm90_q8_block.cuh"
 #include "cuda/kernels/sm90_rs_convert.cuh"
 #include "cuda/kernels/sm90_rs_kernel.cuh"
 
@@ -24,12 +25,7 @@ struct Q8Bf16Block {
     const uint4* src = reinterpret_cast<const uint4*>(a + b * 32);
     const uint4 lo = src[0], hi = src[1];
     const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    const float scale = e8m0_to_float_device(a_scale[b]);
-#pragma unroll
-    for (int l = 0; l < 32; ++l) {
-      const float x = e4m3_to_float_device((words[l / 4] >> (8 * (l % 4))) & 0xFF) * scale;
-      v[rs_position_of_k(l)] = __bfloat16_as_ushort(__float2bfloat16_rn(x));
-    }
+    q8_block_to_rs_bf16(words, e8m0_to_float_device(a_scale[b]), v);
   }
 };
 

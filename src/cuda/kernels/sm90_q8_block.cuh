@@ -4,11 +4,25 @@
 
 #include <cstdint>
 
+#include <cuda_bf16.h>
+
 #include "cuda/kernels/sm90_q8_quantize.h"
+#include "cuda/kernels/sm90_rs_convert.cuh"
 #include "cuda/ptx/convert.cuh"
+#include "cuda/tile/fp4_bf16_codec.h"
 #include "cuda/tile/quant_device.cuh"
 
 namespace moe_ep::cuda {
+
+// A k32 block of a Q8 row (its 32 e4m3 bytes as 8 words, its scale as a float) as bf16 values
+// (exact) at positions rs_position_of_k(l) of the block's 32.
+__device__ __forceinline__ void q8_block_to_rs_bf16(const uint32_t (&words)[8], float scale, uint16_t (&v)[32]) {
+#pragma unroll
+  for (int l = 0; l < 32; ++l) {
+    const float x = e4m3_to_float_device((words[l / 4] >> (8 * (l % 4))) & 0xFF) * scale;
+    v[rs_position_of_k(l)] = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  }
+}
 
 __device__ __forceinline__ void q8_quantize_block(const Q8QuantizeParams& p, int64_t block) {
   float v[32];
@@ -25,9 +39,15 @@ __device__ __forceinline__ void q8_quantize_block(const Q8QuantizeParams& p, int
     const uint32_t hi = ptx::cvt_e4m3x2(__fdiv_rn(v[4 * i + 2], s), __fdiv_rn(v[4 * i + 3], s));
     packed[i] = lo | (hi << 16);
   }
-  uint4* dst = reinterpret_cast<uint4*>(p.q + block * 32);
-  dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-  dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+  if (p.rs_bf16 != nullptr) {
+    uint16_t v[32];
+    q8_block_to_rs_bf16(packed, s, v);
+    store_rs_values(v, p.rs_bf16 + block * 32);
+  } else {
+    uint4* dst = reinterpret_cast<uint4*>(p.q + block * 32);
+    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+  }
   p.scales[block] = static_cast<uint8_t>(byte);
 }
 

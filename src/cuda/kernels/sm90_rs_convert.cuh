@@ -12,6 +12,19 @@
 
 namespace moe_ep::cuda {
 
+// N 16-bit values (N a multiple of 8) to 16-byte aligned out, as N / 8 16-byte stores.
+template <int N>
+__device__ __forceinline__ void store_rs_values(const uint16_t (&v)[N], uint16_t* out) {
+  uint4* dst = reinterpret_cast<uint4*>(out);
+#pragma unroll
+  for (int q = 0; q < N / 8; ++q) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = static_cast<uint32_t>(v[8 * q + 2 * i]) | (static_cast<uint32_t>(v[8 * q + 2 * i + 1]) << 16);
+    dst[q] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 template <class Block>
 __global__ void __launch_bounds__(256) sm90_rs_convert_kernel(const uint8_t* __restrict__ codes,
                                                               const uint8_t* __restrict__ scales, int64_t blocks,
@@ -21,14 +34,7 @@ __global__ void __launch_bounds__(256) sm90_rs_convert_kernel(const uint8_t* __r
   if (b >= blocks || (row_count && b / blocks_per_row >= *row_count)) return;
   uint16_t v[Block::kValues];
   Block::convert(codes, scales, b, v);
-  uint4* dst = reinterpret_cast<uint4*>(out + b * Block::kValues);
-#pragma unroll
-  for (int q = 0; q < Block::kValues / 8; ++q) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = static_cast<uint32_t>(v[8 * q + 2 * i]) | (static_cast<uint32_t>(v[8 * q + 2 * i + 1]) << 16);
-    dst[q] = make_uint4(w[0], w[1], w[2], w[3]);
-  }
+  store_rs_values(v, out + b * Block::kValues);
 }
 
 template <class Block>
