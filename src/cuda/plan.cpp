@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/kernels/sm90_permute.h"
 
 namespace moe_ep::cuda {
 namespace {
@@ -44,6 +45,7 @@ WorkspaceLayout workspace_layout(const LayerShape& s) {
   w.row_token = c.take(M * 4);
   w.row_weight = c.take(M * 4);
   w.slot_row = c.take(M * 4);
+  w.route_chunk_rows = c.take(int64_t{sm90_route_chunks_bound(M)} * s.num_experts * 4);
   w.h = c.take(M * recipe.code_bytes(I));
   w.h_scale = c.take(M * recipe.scale_count(I));
   w.h_global = c.take(nvfp4 ? M * 4 : 0);

@@ -11,6 +11,8 @@
 //   max_m_tiles = ceil(M / 16) + min(E, M)   (16 rows: the smallest m tile, of the decode GEMMs;
 //                                             each non-empty expert adds at most one partial tile)
 //   row_token, row_weight, slot_row   M x 4 B each
+//   route_chunk_rows  sm90_route_chunks_bound(M) x E x 4 B             the chunked routing's rows per
+//                                                                 expert of each chunk of slots
 //   h            M x I (mxfp4) | M x I/2 (nvfp4)                  quantized SwiGLU output
 //   h_scale      M x I/B
 //   h_global     M x 4 B (nvfp4);  h_f32  M x I x 4 B (nvfp4, before its NVFP4 pass)
@@ -48,7 +50,7 @@ struct LayerShape {
 struct WorkspaceLayout {
   size_t a = 0, a_scale = 0, a_global = 0;
   size_t expert_offsets = 0, num_m_tiles = 0, tile_expert = 0, tile_row_begin = 0;
-  size_t row_token = 0, row_weight = 0, slot_row = 0;
+  size_t row_token = 0, row_weight = 0, slot_row = 0, route_chunk_rows = 0;
   size_t h = 0, h_scale = 0, h_global = 0, h_f32 = 0, h_16bit = 0;
   size_t o = 0;
   size_t shared_h = 0, shared_o = 0;

@@ -272,6 +272,7 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     r.row_token = ws_i32(w.row_token);
     r.row_weight = ws_f32(w.row_weight);
     r.slot_row = ws_i32(w.slot_row);
+    r.chunk_rows = sm90_route_chunks_bound(plan.max_rows) > 0 ? ws_i32(w.route_chunk_rows) : nullptr;
     r.error_flags = error_flags;
     const GroupedGemmSchedule schedule{r.num_m_tiles, r.tile_expert, r.tile_row_begin, r.expert_offsets};
 

@@ -10,6 +10,7 @@
 
 #include "core/weight_prep.h"
 #include "cuda/kernels/sm90_grouped_gemm.h"
+#include "cuda/kernels/sm90_permute.h"
 #include "cuda/plan.h"
 #include "cuda/tile/fp4_codec.h"
 #include "cuda/weight_layout.h"
@@ -252,6 +253,23 @@ TEST(Sm90Nvfp4DecodeOperands, LanesPairTheSameKOfWeightsAndActivations) {
   }
 }
 
+// The chunked routing's chunks cover the slots, stay within kRouteMaxChunks and within the
+// workspace bound of every larger slot count (the bound is what the layer's workspace holds).
+TEST(Sm90Plan, RoutingChunksCoverTheSlotsWithinTheWorkspaceBound) {
+  EXPECT_EQ(sm90_route_chunks(kRouteOneBlockMaxSlots), 0);
+  EXPECT_EQ(sm90_route_chunks_bound(kRouteOneBlockMaxSlots), 0);
+  EXPECT_GT(sm90_route_chunks(kRouteOneBlockMaxSlots + 1), 0);
+  for (int64_t max_slots : {int64_t{4097}, int64_t{49152}, int64_t{262144}, int64_t{294913}, int64_t{1} << 22})
+    for (int64_t slots = kRouteOneBlockMaxSlots + 1; slots <= max_slots; slots += 1 + slots / 97) {
+      const int chunks = sm90_route_chunks(slots), chunk = sm90_route_chunk_slots(slots);
+      ASSERT_GE(static_cast<int64_t>(chunks) * chunk, slots) << slots;
+      ASSERT_LT(static_cast<int64_t>(chunks - 1) * chunk, slots) << slots;  // no empty chunk
+      ASSERT_LE(chunks, kRouteMaxChunks) << slots;
+      ASSERT_LE(chunks, sm90_route_chunks_bound(max_slots)) << slots << " of at most " << max_slots;
+      ASSERT_EQ(chunk % 256, 0) << slots;
+    }
+}
+
 TEST(Sm90Plan, WorkspaceRegionsAreAlignedDisjointAndSizedByTheFormula) {
   for (bool nvfp4 : {false, true}) {
     const LayerShape s{256, 4096, 2048, 6, 8192, nvfp4 ? Recipe::kNvfp4 : Recipe::kMxfp4};
@@ -264,7 +282,8 @@ TEST(Sm90Plan, WorkspaceRegionsAreAlignedDisjointAndSizedByTheFormula) {
     const std::vector<Region> regions = {
         {w.a, nvfp4 ? 8192 * 2048 : 8192 * 4096}, {w.a_scale, 8192 * 4096 / (nvfp4 ? 16 : 32)},
         {w.expert_offsets, 257 * 4}, {w.num_m_tiles, 4}, {w.row_token, M * 4},
-        {w.row_weight, M * 4}, {w.slot_row, M * 4}, {w.h, nvfp4 ? M * 1024 : M * 2048},
+        {w.row_weight, M * 4}, {w.slot_row, M * 4}, {w.route_chunk_rows, 24 * 256 * 4},
+        {w.h, nvfp4 ? M * 1024 : M * 2048},
         {w.h_scale, M * 2048 / (nvfp4 ? 16 : 32)}, {w.o, M * 4096 * 2}};
     for (size_t i = 0; i < regions.size(); ++i) {
       EXPECT_EQ(regions[i].at % 256, 0u);

@@ -182,7 +182,8 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
   };
   const Case cases[] = {{1, 6, 256, "random"},    {7, 4, 16, "random"},     {2500, 6, 256, "random"},
                         {3000, 4, 16, "one-expert"}, {600, 6, 384, "bad-ids"}, {5, 4, 16, "all-skipped"},
-                        {900, 8, 1024, "duplicates"}, {8192, 6, 256, "random"}, {6000, 8, 7, "duplicates"}};
+                        {900, 8, 1024, "duplicates"}, {8192, 6, 256, "random"}, {6000, 8, 7, "duplicates"},
+                        {1500, 6, 384, "bad-ids"},   {50000, 6, 256, "random"}};
   MOE_EP_CUDA_CHECK(configure_sm90_permute(1024));
   MOE_EP_CUDA_CHECK(configure_sm90_quantize_route(1024));
   MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_quantize_route(1024));
@@ -203,13 +204,16 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
     }
     const Routing want = host_routing(ids, w, c.T, c.K, c.E, 64);
     // x of the fused launches: T rows of 4096 structured bf16 values (NVFP4: 256 blocks of 16 per
-    // row, two passes of its 128-thread row group), and their host quantizations.
+    // row, two passes of its 128-thread row group), and their host quantizations. (Past 8192
+    // tokens, the routing alone: the fused launches serve small T.)
     const int64_t cols = 4096;
-    const std::vector<float> xv = q8_test_rows(c.T, cols, static_cast<uint64_t>(c.T));
+    const bool with_x = c.T <= 8192;
+    const int x_rows = with_x ? c.T : 0;
+    const std::vector<float> xv = q8_test_rows(x_rows, cols, static_cast<uint64_t>(c.T));
     std::vector<uint16_t> x(xv.size());
     for (size_t i = 0; i < xv.size(); ++i) x[i] = float_to_bf16(xv[i]);
     std::vector<uint8_t> want_q(xv.size()), want_s(xv.size() / 32);
-    for (int64_t r = 0; r < c.T; ++r)
+    for (int64_t r = 0; r < x_rows; ++r)
       quantize_q8(xv.data() + r * cols, cols, want_q.data() + r * cols, want_s.data() + r * cols / 32);
     const DeviceBuffer dx = DeviceBuffer::upload(x);
     // NVFP4 rows: the same values with a finite amax per row (as the NVFP4 test above).
@@ -219,14 +223,18 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
     std::vector<uint16_t> nvx(nv.size());
     for (size_t i = 0; i < nv.size(); ++i) nvx[i] = float_to_bf16(nv[i]);
     std::vector<uint8_t> want_np(nv.size() / 2), want_ns(nv.size() / 16);
-    std::vector<float> want_ng(c.T);
-    quantize_nvfp4_rows(nv.data(), c.T, cols, want_np.data(), want_ns.data(), want_ng.data());
+    std::vector<float> want_ng(x_rows);
+    quantize_nvfp4_rows(nv.data(), x_rows, cols, want_np.data(), want_ns.data(), want_ng.data());
     const DeviceBuffer dnvx = DeviceBuffer::upload(nvx);
-    for (int variant = 0; variant < 6; ++variant) {
-      const int fused = variant / 2;  // 0: routing alone, 1: with Q8 of x, 2: with NVFP4 of x
+    for (int variant = 0; variant < 8; ++variant) {
+      // 0: routing alone, 1: with Q8 of x, 2: with NVFP4 of x, 3: alone with the chunked form's
+      // workspace (chunked from kRouteOneBlockMaxSlots slots on)
+      const int fused = variant / 2;
       const bool i64 = variant % 2 == 1;
+      if ((fused == 1 || fused == 2) && !with_x) continue;
       SCOPED_TRACE(::testing::Message() << (i64 ? "int64 ids" : "int32 ids")
-                                        << (fused == 1 ? ", with Q8 of x" : fused == 2 ? ", with NVFP4 of x" : ""));
+                                        << (fused == 1 ? ", with Q8 of x" : fused == 2 ? ", with NVFP4 of x"
+                                            : fused == 3 ? ", chunked" : ""));
       DeviceBuffer dids;
       if (i64) {
         dids = DeviceBuffer::upload(ids);
@@ -239,7 +247,8 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
       DeviceBuffer off((c.E + 1) * 4), nt(4), te(max_tiles * 4), tr(max_tiles * 4),
           rt(std::max(n, 1) * 4), rw(std::max(n, 1) * 4), sr(std::max(n, 1) * 4), flags(4);
       MOE_EP_CUDA_CHECK(cudaMemset(flags.get(), 0, 4));
-      for (DeviceBuffer* b : {&off, &nt, &te, &tr, &rt, &rw, &sr})  // poison: every word is written
+      DeviceBuffer chunks(std::max(sm90_route_chunks_bound(n), 1) * c.E * 4);
+      for (DeviceBuffer* b : {&off, &nt, &te, &tr, &rt, &rw, &sr, &chunks})  // poison: every word is written
         MOE_EP_CUDA_CHECK(cudaMemset(b->get(), 0x5A, b->bytes()));
       PermuteParams p;
       p.topk_ids = dids.get();
@@ -257,6 +266,7 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
       p.row_weight = rw.get<float>();
       p.slot_row = sr.get<int32_t>();
       p.error_flags = flags.get<uint32_t>();
+      if (fused == 3) p.chunk_rows = chunks.get<int32_t>();
       DeviceBuffer dq(xv.size()), ds(xv.size() / 16), dg(std::max(c.T, 1) * 4);  // scales: NVFP4's per 16
       MOE_EP_CUDA_CHECK(cudaMemset(dq.get(), 0xFF, dq.bytes()));
       MOE_EP_CUDA_CHECK(cudaMemset(ds.get(), 0xFF, ds.bytes()));

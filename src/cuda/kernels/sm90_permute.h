@@ -31,11 +31,27 @@ struct PermuteParams {
   float* row_weight = nullptr;
   int32_t* slot_row = nullptr;
   uint32_t* error_flags = nullptr;
+  // [sm90_route_chunks(T * K)][E]: rows per expert of each chunk of slots (the chunked form's
+  // workspace; null: one block routes every slot).
+  int32_t* chunk_rows = nullptr;
 };
 
-// Shared memory of the launch (a function of E); plan time checks it against the device limit.
+// Routing of more than kRouteOneBlockMaxSlots slots is chunked: one block per chunk of at least
+// kRouteChunkSlots slots (at most kRouteMaxChunks chunks), in two launches (counts, then rows), so
+// the scattered row writes come from many SMs.
+inline constexpr int kRouteOneBlockMaxSlots = 4096;
+inline constexpr int kRouteChunkSlots = 2048;
+inline constexpr int kRouteMaxChunks = 128;
+int sm90_route_chunk_slots(int64_t num_slots);
+int sm90_route_chunks(int64_t num_slots);  // 0: one block
+// The most chunks of any slot count up to max_slots (chunk_rows holds this many rows of E).
+int sm90_route_chunks_bound(int64_t max_slots);
+
+// Shared memory of the one-block launch (a function of E; the chunked form's is smaller); plan
+// time checks it against the device limit.
 size_t sm90_permute_shared_bytes(int num_experts);
 cudaError_t configure_sm90_permute(int num_experts);
+// The one-block form, or the chunked one where chunk_rows is set and the slots are many.
 cudaError_t launch_sm90_permute(const PermuteParams& params, cudaStream_t stream);
 
 }  // namespace moe_ep::cuda
