@@ -66,23 +66,39 @@ const char* sm90_gemm_name(Sm90Gemm gemm) {
   return "unknown";
 }
 
-double expected_expert_tiles(double rows, int block_m) {
+namespace {
+
+// E[cost(x)] over an expert's rows x ~ normal(rows, sqrt(rows)), x >= 1.
+template <class Cost>
+double expected_over_rows(double rows, Cost&& cost) {
   if (rows <= 0) return 0.0;
   const double sigma = std::sqrt(rows);
-  double tiles = 0.0, weight = 0.0;
+  double sum = 0.0, weight = 0.0;
   for (int64_t x = std::max<int64_t>(1, static_cast<int64_t>(rows - 6 * sigma));
        x <= static_cast<int64_t>(rows + 6 * sigma) + 1; ++x) {
     const double z = (static_cast<double>(x) - rows) / sigma, p = std::exp(-0.5 * z * z);
-    tiles += p * static_cast<double>((x + block_m - 1) / block_m);
+    sum += p * cost(x);
     weight += p;
   }
-  return tiles / weight;
+  return sum / weight;
+}
+
+}  // namespace
+
+double expected_expert_tiles(double rows, int block_m) {
+  return expected_over_rows(rows, [&](int64_t x) { return static_cast<double>((x + block_m - 1) / block_m); });
+}
+
+double expected_gemm1_bf16_cost(double rows) {
+  return expected_over_rows(rows, [](int64_t x) {
+    const int64_t tiles = (x + 63) / 64;
+    return kGemm1Bf16TileCost * static_cast<double>(tiles / 2) + kGemm1Bf16OddTileCost * static_cast<double>(tiles % 2);
+  });
 }
 
 bool gemm1_bf16_pays(double rows_per_expert) {
   return rows_per_expert > static_cast<double>(kNarrowTailsMaxRowsPerExpert) &&
-         kGemm1Bf16TileCost * expected_expert_tiles(rows_per_expert, kRsWide128BlockM) <=
-             kGemm1Bf16Margin * expected_expert_tiles(rows_per_expert, 64);
+         expected_gemm1_bf16_cost(rows_per_expert) <= kGemm1Bf16Margin * expected_expert_tiles(rows_per_expert, 64);
 }
 
 int64_t mxfp4_decode_max_tokens(const MoeDesc& desc) {

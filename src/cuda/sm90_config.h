@@ -51,22 +51,28 @@ inline constexpr int64_t kDecodeSplitMaxTokens = 1;
 inline constexpr int64_t kNarrowTailsMaxRowsPerExpert = 64;
 // Auto's wgmma-rs 64x256 buckets above the narrow ones run GEMM 1 on bf16 wgmma over 128-token
 // tiles (the wide bf16 kernel's m64n128k16 form: no per-k32 promotion, half the weight decode
-// per product; GEMM 2 stays FP8) where an expert's expected 128-token tiles, at kGemm1Bf16TileCost
-// each, cost at most kGemm1Bf16Margin of its expected 64-row FP8 tiles (rows per expert ~ normal
-// around T * top_k / E with the deviation of random routing). H100, GEMM 1 alone, FP8 64x256 ->
-// bf16 128x256 (bench/RESULTS.md, stop 32): flash T = 4096 (96 rows) 2812 -> 2238 µs, 6144 (144)
-// 4058 -> 4500, 8192 (192) 4882 -> 4331; a 128-token tile costs 1.55-1.66 64-row ones. The
-// rule takes 68.5-127.4 and from 187.9 rows per expert but for 282.9-289.7 (flash T = 2922-5436,
-// 8017-12068 and from 12361).
+// per product; an expert's odd last 64-row tile in a second launch on 64-token tiles; GEMM 2
+// stays FP8) where an expert's expected cost on them, kGemm1Bf16TileCost per 128-token tile and
+// kGemm1Bf16OddTileCost per odd last tile, is at most kGemm1Bf16Margin of its expected 64-row FP8
+// tiles (rows per expert ~ normal around T * top_k / E with the deviation of random routing).
+// H100, GEMM 1 alone, FP8 64x256 -> bf16 128x256 with odd last tiles inside (bench/RESULTS.md,
+// stop 32): flash T = 4096 (96 rows) 2812 -> 2238 µs, 6144 (144) 4058 -> 4500, 8192 (192) 4882 ->
+// 4331, so a 128-token tile costs 1.55-1.66 64-row ones; the 64-token bf16 kernel 1.0-1.02 of the
+// FP8 one (stop 31). The rule takes every mean above 64 rows per expert (flash T >= 2731, pro
+// T >= 4097), where the narrow buckets end.
 // Only where the layer quantizes x (desc.quantize_input): with caller-quantized rows (an
 // expert-parallel rank's received slots, every slot passed) the conversion to bf16 would cover
 // every row the caller passes, routed or not.
 inline constexpr double kGemm1Bf16TileCost = 1.6;
+inline constexpr double kGemm1Bf16OddTileCost = 1.02;
 inline constexpr double kGemm1Bf16Margin = 0.95;
-// Above this many rows per expert the rule's answer stays the same (true from 290 rows on).
+// Above this many rows per expert the rule's answer stays the same.
 inline constexpr int64_t kGemm1Bf16RuleMaxRowsPerExpert = 320;
 // Expected m tiles of `block_m` rows of an expert whose rows are ~ normal(rows, sqrt(rows)).
 double expected_expert_tiles(double rows, int block_m);
+// The expected cost of such an expert's GEMM 1 on bf16 128-token tiles (its full pairs of 64-row
+// tiles at kGemm1Bf16TileCost, an odd last one at kGemm1Bf16OddTileCost), in 64-row FP8 tiles.
+double expected_gemm1_bf16_cost(double rows);
 // Whether auto runs GEMM 1 on bf16 128x256 tiles at this mean of rows per expert.
 bool gemm1_bf16_pays(double rows_per_expert);
 

@@ -274,7 +274,8 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     r.slot_row = ws_i32(w.slot_row);
     r.chunk_rows = sm90_route_chunks_bound(plan.max_rows) > 0 ? ws_i32(w.route_chunk_rows) : nullptr;
     r.error_flags = error_flags;
-    const GroupedGemmSchedule schedule{r.num_m_tiles, r.tile_expert, r.tile_row_begin, r.expert_offsets};
+    const GroupedGemmSchedule schedule{r.num_m_tiles, r.tile_expert, r.tile_row_begin, r.expert_offsets,
+                                       r.num_experts};
 
     Gemm1Params& g1 = l.gemm1;
     g1.schedule = schedule;
@@ -416,7 +417,7 @@ void Sm90Pipeline::describe(SelectedConfig& out) const {
                                     : l.bucket.block_n ? fmt::format(" (n tiles of {} weight rows, {} consumer warpgroups{})",
                                                                      l.bucket.block_n, l.bucket.block_n / 64,
                                                                      l.bucket.narrow_tails ? ", tiles of <= 48 rows on n48 after the others"
-                                                                     : l.bucket.gemm1_bf16 ? "; gemm1 on bf16 wgmma over 128x256 tiles"
+                                                                     : l.bucket.gemm1_bf16 ? "; gemm1 on bf16 wgmma over 128x256 tiles, odd last 64-row tiles on 64x256"
                                                                                            : "")
                                                        : std::string(),
                                     l.bucket.block_m, grid_str(l.grid1), grid_str(l.grid2), l.steps.size(), steps)});

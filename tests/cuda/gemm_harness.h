@@ -126,7 +126,7 @@ struct DeviceRouting {
   int64_t max_tiles = 0;  // the m-tile bound of the routing (the decode kernels' grid)
   GroupedGemmSchedule schedule() const {
     return {num_tiles.get<int32_t>(), tile_expert.get<int32_t>(), tile_row_begin.get<int32_t>(),
-            offsets.get<int32_t>()};
+            offsets.get<int32_t>(), static_cast<int32_t>(offsets.bytes() / 4 - 1)};
   }
 };
 
@@ -204,6 +204,8 @@ struct Kernels {
   int rs_group_blocks = 1;  // rs_wide: k32 blocks per wgmma group (2: a probe; the library's: 1)
   int rs_wide_block_m = kRsWideBlockM;  // rs_wide: token rows of a tile (128: GEMM 1 the library's
                                         // 128-token form, GEMM 2 a probe; both over 64-row tiles)
+  bool rs_wide_merged = false;  // rs_wide, block_m 128: GEMM 1 takes an expert's odd last list tile
+                                // inside the 128-token kernel too (one launch; a probe)
   bool rs_wide_probe() const {
     return rs && rs_wide && (rs_fp8_work != kRsFp8All || rs_group_blocks != 1 || rs_wide_block_m != kRsWideBlockM);
   }
@@ -222,7 +224,8 @@ struct Kernels {
     if (decode_prefetch > 0 && decode_bulk_slots > 0) return fmt::format("decode, bulk ring of {}", decode_bulk_slots);
     if (decode_prefetch > 0) return fmt::format("decode, {} steps ahead", decode_prefetch);
     if (rs)
-      return rs_wide ? fmt::format("rs bf16 {}x256{}{}{}", rs_wide_block_m, rs_group_blocks == 1 ? "" : " k64 groups",
+      return rs_wide ? fmt::format("rs bf16 {}x256{}{}{}{}", rs_wide_block_m, rs_wide_merged ? " merged" : "",
+                                   rs_group_blocks == 1 ? "" : " k64 groups",
                                    rs_fp8_work == kRsFp8All ? "" : " ",
                                    rs_fp8_work == kRsFp8All ? "" : work_name(rs_fp8_work))
                      : "rs bf16";
@@ -239,12 +242,13 @@ struct Kernels {
 };
 
 // The bf16 register-operand kernels on four consumer warpgroups.
-inline Kernels rs_bf16_wide(int group_blocks = 1, int block_m = kRsWideBlockM) {
+inline Kernels rs_bf16_wide(int group_blocks = 1, int block_m = kRsWideBlockM, bool merged = false) {
   Kernels k;
   k.rs = true;
   k.rs_wide = true;
   k.rs_group_blocks = group_blocks;
   k.rs_wide_block_m = block_m;
+  k.rs_wide_merged = merged;
   return k;
 }
 
@@ -266,7 +270,8 @@ inline const std::vector<Kernels>& wgmma_variants() {
                                           kRsFp8All, 0, 4, 1, 1},
                                          {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
                                           kRsFp8All, 0, 4, 1, 2},
-                                         rs_bf16_wide(), rs_bf16_wide(2), rs_bf16_wide(1, 128)};
+                                         rs_bf16_wide(), rs_bf16_wide(2), rs_bf16_wide(1, 128),
+                                         rs_bf16_wide(1, 128, true)};
   return v;
 }
 
@@ -308,7 +313,8 @@ class GemmRun {
     } else if (k.rs_wide_probe()) {
       MOE_EP_CUDA_CHECK(
           test::configure_rs16_wide_work(k.rs_fp8_work, k.rs_group_blocks, k.rs_wide_block_m, &per_sm1, &per_sm2));
-      if (k.rs_wide_block_m == kRsWide128BlockM) MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_wide128_grouped_gemm1(&per_sm1));
+      if (k.rs_wide_block_m == kRsWide128BlockM && !k.rs_wide_merged)
+        MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_wide128_grouped_gemm1(&per_sm1));
     } else if (k.rs) {
       MOE_EP_CUDA_CHECK((k.rs_wide ? configure_sm90_mxfp4_rs_wide_grouped_gemm1 : configure_sm90_mxfp4_rs_grouped_gemm1)(
           &per_sm1));
@@ -371,7 +377,7 @@ class GemmRun {
           g1, static_cast<int>(r_.max_tiles), nullptr));
     } else if (k_.rs) {
       use_bf16_activations(g1.op, p_.a, p_.a_scale, p_.T, x_rs_);
-      if (k_.rs_wide && k_.rs_wide_block_m == kRsWide128BlockM)
+      if (k_.rs_wide && k_.rs_wide_block_m == kRsWide128BlockM && !k_.rs_wide_merged)
         MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_wide128_grouped_gemm1(g1, grid1_, nullptr));
       else if (k_.rs_wide_probe())
         MOE_EP_CUDA_CHECK(

@@ -175,7 +175,8 @@ TEST(Sm90WgmmaTiming, RsFp8WorkSplit) {
         variants.push_back(wide);
       }
       variants.push_back(rs_bf16_wide(2));       // two k32 blocks per wgmma group
-      variants.push_back(rs_bf16_wide(1, 128));  // 128-token tiles (m64n128k16)
+      variants.push_back(rs_bf16_wide(1, 128));        // 128-token tiles (m64n128k16), odd last tiles on 64
+      variants.push_back(rs_bf16_wide(1, 128, true));  // the same with odd last tiles in the 128-token kernel
     }
     for (const Kernels& k : variants) {
       if (!timing_variant_selected(k.name())) continue;

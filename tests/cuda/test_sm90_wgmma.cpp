@@ -166,16 +166,18 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(mxfp4_decode_max_tokens(few), kDecodeMaxTokens);
   // decode with K split at T = 1, decode, wgmma-rs 64x256 with narrow tail tiles up to
   // kNarrowTailsMaxRowsPerExpert rows per expert, then wgmma-rs 64x256 with GEMM 1 on bf16
-  // wgmma's 128x256 tiles where gemm1_bf16_pays (68.5-127.4 and from 187.9 rows per expert, but
-  // 282.9-289.7), else plain: flash (E = 256, K = 6, up to T = 8192) 64-68.5 rows plain, bf16,
-  // plain, bf16.
+  // wgmma's 128x256 tiles (odd last 64-row tiles on 64-token ones) where gemm1_bf16_pays: every
+  // mean above 64 rows per expert.
   const int64_t narrow_max = kNarrowTailsMaxRowsPerExpert * 256 / 6;  // flash: T = 2730
-  ASSERT_EQ(c.buckets.size(), 7u);
+  ASSERT_EQ(c.buckets.size(), 4u);
   EXPECT_FALSE(c.bucket(narrow_max).gemm1_bf16);
-  EXPECT_FALSE(c.bucket(narrow_max + 1).gemm1_bf16);  // 64 rows: the 64-row tiles are as few
-  EXPECT_TRUE(c.bucket(4096).gemm1_bf16);              // 96 rows: measured -20% for GEMM 1
-  EXPECT_FALSE(c.bucket(6144).gemm1_bf16);             // 144 rows: measured +11%
-  EXPECT_TRUE(c.bucket(8192).gemm1_bf16);              // 192 rows: measured -11%
+  EXPECT_TRUE(c.bucket(narrow_max + 1).gemm1_bf16);
+  EXPECT_TRUE(c.bucket(4096).gemm1_bf16);  // 96 rows: one 128-token tile against two 64-row ones
+  EXPECT_TRUE(c.bucket(6144).gemm1_bf16);  // 144 rows: a pair and an odd last tile against three
+  EXPECT_TRUE(c.bucket(8192).gemm1_bf16);  // 192 rows: measured -11% with odd last tiles inside
+  for (double rows = 64.5; rows < 400; rows += 0.5) EXPECT_TRUE(gemm1_bf16_pays(rows)) << rows;
+  EXPECT_NEAR(expected_gemm1_bf16_cost(96), 1.6, 0.01);
+  EXPECT_NEAR(expected_gemm1_bf16_cost(160), 1.6 + 1.02, 0.01);
   for (const int64_t T : {int64_t{4096}, int64_t{6144}, int64_t{8192}}) {
     EXPECT_EQ(c.bucket(T).gemm, G::kWgmmaRs);
     EXPECT_EQ(c.bucket(T).block_m, 64);
@@ -1029,8 +1031,9 @@ TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
     std::vector<double> ref;
   };
   std::vector<Case> cases;
-  // auto: decode, decode, decode, 64x256 with GEMM 1 on bf16 128x256 (96 rows per expert), 64x256
-  // with narrow tail tiles, 64x256 (144 rows)
+  // auto: decode, decode, decode, 64x256 with GEMM 1 on bf16 128x256 (96 rows per expert: mostly
+  // pairs of 64-row tiles), 64x256 with narrow tail tiles, the bf16 GEMM 1 again (144 rows: a pair
+  // and an odd last tile for most experts)
   for (int64_t T : {1, 7, 300, 4096, 1024, 6144}) {
     testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, 0.05, preset.routed_scaling_factor,
                           static_cast<uint64_t>(900 + T), 0};

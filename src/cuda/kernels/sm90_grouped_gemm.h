@@ -35,6 +35,7 @@ struct GroupedGemmSchedule {
   const int32_t* tile_expert;     // [max_m_tiles]
   const int32_t* tile_row_begin;  // [max_m_tiles]
   const int32_t* expert_offsets;  // [E + 1]
+  int32_t num_experts = 0;        // E (the walks over experts: TileWalk::kOddLast)
 };
 
 struct GroupedGemmOperands {
@@ -150,9 +151,11 @@ cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm1(int* blocks_per_sm);
 cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm2(int* blocks_per_sm);
 cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
 cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
-// GEMM 1 of those on 128-token tiles (m64n128k16 wgmmas), walking the routing's list of
-// kRsWideBlockM-row m tiles (an expert's tiles in pairs): the same A, params and outputs, bitwise;
-// its GEMM 2 can stay on 64-row tiles (wgmma-rs 64x256) over the same routing.
+// GEMM 1 of those on 128-token tiles (m64n128k16 wgmmas) over the routing's list of
+// kRsWideBlockM-row m tiles: an expert's full pairs of list tiles as 128-token tiles, then (a
+// second launch, 64-token tiles) its odd last list tile, so no tile carries more than 63 empty
+// rows. The same A, params and outputs, bitwise; its GEMM 2 can stay on 64-row tiles (wgmma-rs
+// 64x256) over the same routing. Needs schedule.num_experts.
 inline constexpr int kRsWide128BlockM = 128;
 cudaError_t configure_sm90_mxfp4_rs_wide128_grouped_gemm1(int* blocks_per_sm);
 cudaError_t launch_sm90_mxfp4_rs_wide128_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);

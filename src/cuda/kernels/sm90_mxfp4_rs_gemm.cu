@@ -1,6 +1,8 @@
 // mxfp4 grouped GEMMs 1 and 2 on bf16 wgmma with the weights as the register operand
 // (sm90_rs16_mainloop.cuh, Mxfp4Bf16RsWeights; four consumers: sm90_rs16_wide_mainloop.cuh), and the Q8 -> bf16 conversion of their
 // activations into the rs order along k (tile/fp4_bf16_codec.h).
+#include <algorithm>
+
 #include <cuda_bf16.h>
 
 #include "cuda/kernels/sm90_q8_block.cuh"
@@ -13,8 +15,11 @@ namespace {
 using Mxfp4RsConfig = RsTileConfig<Mxfp4Bf16RsWeights>;
 using Mxfp4RsWideConfig = Rs16WideTileConfig<Mxfp4Bf16RsWeights>;
 static_assert(Mxfp4RsWideConfig::kBlockM == kRsWideBlockM && Mxfp4RsWideConfig::kBlockN == kRsWideBlockN);
-using Mxfp4RsWide128Config = Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1, 128, kRsWideBlockM>;
-static_assert(Mxfp4RsWide128Config::kBlockN == kRsWideBlockN);
+// GEMM 1 over 128-token tiles: an expert's full pairs of 64-row list tiles, then its odd last one.
+using Mxfp4RsWidePairsConfig = Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1, 128, kRsWideBlockM, TileWalk::kFullPairs>;
+using Mxfp4RsWideOddLastConfig = Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1, kRsWideBlockM, kRsWideBlockM,
+                                                    TileWalk::kOddLast>;
+static_assert(Mxfp4RsWidePairsConfig::kBlockN == kRsWideBlockN && Mxfp4RsWideOddLastConfig::kBlockN == kRsWideBlockN);
 
 // A k32 block of a Q8 row: 32 e4m3 bytes times the block's E8M0 scale, as bf16 (exact), at
 // positions rs_position_of_k(l) of the block's 32.
@@ -63,12 +68,19 @@ cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm2(const Gemm2Params& p, int gr
   return launch_rs_kernel<Mxfp4RsWideConfig, RsStoreBf16Epilogue>(p, grid, stream);
 }
 
+// Both launches share the grid: the smaller of their occupancies.
 cudaError_t configure_sm90_mxfp4_rs_wide128_grouped_gemm1(int* blocks_per_sm) {
-  return configure_rs_kernel<Mxfp4RsWide128Config, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm);
+  int pairs = 0, odd = 0;
+  cudaError_t e = configure_rs_kernel<Mxfp4RsWidePairsConfig, RsSwigluQ8Epilogue, Gemm1Params>(&pairs);
+  if (e == cudaSuccess) e = configure_rs_kernel<Mxfp4RsWideOddLastConfig, RsSwigluQ8Epilogue, Gemm1Params>(&odd);
+  *blocks_per_sm = std::min(pairs, odd);
+  return e;
 }
 
 cudaError_t launch_sm90_mxfp4_rs_wide128_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
-  return launch_rs_kernel<Mxfp4RsWide128Config, RsSwigluQ8Epilogue>(p, grid, stream);
+  if (p.schedule.num_experts <= 0) return cudaErrorInvalidValue;
+  const cudaError_t e = launch_rs_kernel<Mxfp4RsWidePairsConfig, RsSwigluQ8Epilogue>(p, grid, stream);
+  return e != cudaSuccess ? e : launch_rs_kernel<Mxfp4RsWideOddLastConfig, RsSwigluQ8Epilogue>(p, grid, stream);
 }
 
 cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows,

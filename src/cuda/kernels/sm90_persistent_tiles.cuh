@@ -64,6 +64,22 @@ __device__ __forceinline__ TileCoord merged_tile_coord(const GroupedGemmSchedule
   return t;
 }
 
+// Which tiles of the routing's list a kernel takes (Cfg::kTileWalk; default kEvery):
+//   kEvery      every tile (a merged kernel: every even list tile with the rest of its pair);
+//   kFullPairs  a merged kernel: only the even list tiles with more than kListBlockM rows left;
+//   kOddLast    a kernel on the list's own tiles: only each expert's last tile where the expert
+//               has an odd number of them (walking experts x n tiles, not the list).
+// A kFullPairs kernel and a kOddLast one together cover every row once.
+enum class TileWalk { kEvery, kFullPairs, kOddLast };
+
+template <class Cfg>
+constexpr TileWalk tile_walk() {
+  if constexpr (requires { Cfg::kTileWalk; })
+    return Cfg::kTileWalk;
+  else
+    return TileWalk::kEvery;
+}
+
 // The block's tiles in the order its producer and its consumers both walk them: by index; or,
 // where last_pass_rows<Cfg>() = R > 0, first the tiles of more than R rows, then those of at most
 // R (each pass by index). fn(tile, last) with last a std::bool_constant: the second pass.
@@ -71,12 +87,25 @@ template <class Cfg, class Fn>
 __device__ __forceinline__ void for_each_block_tile(const GroupedGemmSchedule& s, int n_tiles, Fn&& fn) {
   constexpr int kLastRows = last_pass_rows<Cfg>();
   constexpr int kList = list_block_m<Cfg>();
+  constexpr TileWalk kWalk = tile_walk<Cfg>();
   static_assert(kList == Cfg::kBlockM || kLastRows == 0, "one pass over merged tiles");
+  static_assert(kWalk != TileWalk::kFullPairs || kList != Cfg::kBlockM, "pairs of a merged kernel");
+  if constexpr (kWalk == TileWalk::kOddLast) {
+    static_assert(kList == Cfg::kBlockM && kLastRows == 0, "the list's own tiles, one pass");
+    const int num = s.num_experts * n_tiles;
+    for (int tile = blockIdx.x; tile < num; tile += gridDim.x) {
+      const int e = tile / n_tiles, first = s.expert_offsets[e], rows = s.expert_offsets[e + 1] - first;
+      const int tiles = (rows + kList - 1) / kList;
+      if (tiles % 2 == 0) continue;
+      fn(TileCoord{e, first + (tiles - 1) * kList, rows - (tiles - 1) * kList, tile % n_tiles}, std::false_type{});
+    }
+    return;
+  }
   const int num_tiles = *s.num_m_tiles * n_tiles;
   for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
     if constexpr (kList != Cfg::kBlockM) {
       const TileCoord t = merged_tile_coord<Cfg::kBlockM, kList>(s, tile, n_tiles);
-      if (t.num_rows > 0) fn(t, std::false_type{});
+      if (t.num_rows > (kWalk == TileWalk::kFullPairs ? kList : 0)) fn(t, std::false_type{});
       continue;
     }
     const TileCoord t = tile_coord<Cfg::kBlockM>(s, tile, n_tiles);

@@ -62,9 +62,12 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
 // thread, 4 stages of 49 KB; twice the tensor work per decoded weight and per copied weight byte).
 // kListBlockM_: the rows of the routing's m tiles it walks (kBlockM_, or 64 under 128-token
 // tiles: for_each_block_tile merges pairs, so GEMM 2 can keep the 64-row list).
-template <class Weights_, int kWork_ = 7, int kGroupBlocks_ = 1, int kBlockM_ = 64, int kListBlockM_ = kBlockM_>
+// kTileWalk_: which of the list's tiles it takes (sm90_persistent_tiles.cuh).
+template <class Weights_, int kWork_ = 7, int kGroupBlocks_ = 1, int kBlockM_ = 64, int kListBlockM_ = kBlockM_,
+          TileWalk kTileWalk_ = TileWalk::kEvery>
 struct Rs16WideTileConfig {
   using Weights = Weights_;
+  static constexpr TileWalk kTileWalk = kTileWalk_;
   static constexpr int kWork = kWork_;
   static constexpr int kGroupBlocks = kGroupBlocks_;
   static_assert(kGroupBlocks == 1 || kGroupBlocks == 2, "a k step's 4 blocks make whole groups");
