@@ -184,7 +184,8 @@ bench_kernels() {
       # shellcheck disable=SC2086  # $pin is a list of options
       run_limited 90 "$cli" bench --device cuda --preset deepseek-v4-$preset --kernel "$kernel" $pin \
         --tokens "$tokens" --iters 20 --warmup 3 > "$WORK/$step.log" 2>&1
-      note "bench $step $preset [$(basename "$cli") $kernel ${pin:-}]: rc=$?  ($(elapsed) s)"
+      rc=$?
+      note "bench $step $preset [$(basename "$cli") $kernel ${pin:-}]: rc=$rc  ($(elapsed) s)"
       grep -E "^ +[0-9]+ " "$WORK/$step.log" | sed 's/^/  /' >> "$SUMMARY"
     done
   done
@@ -271,10 +272,13 @@ if has ncu-kernels; then
       "$cli" bench --device cuda --preset deepseek-v4-${MOE_EP_NCU_PRESET:-flash} --tokens "${MOE_EP_NCU_TOKENS:-8192}" \
       --eager --iters 1 --warmup 0 --compute-tflops 1457 --bandwidth-gbps 4240 ${MOE_EP_NCU_LAYER_ARGS:-} \
       > "$WORK/ncu_kernels_$(basename "$cli").csv" 2>&1
-    note "ncu-kernels $(basename "$cli"): rc=$?  ($(elapsed) s)"
+    rc=$?
+    note "ncu-kernels $(basename "$cli"): rc=$rc  ($(elapsed) s)"
     python3 - "$WORK/ncu_kernels_$(basename "$cli").csv" >> "$SUMMARY" <<'PY'
 import csv, re, sys
 rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+if not rows:
+    sys.exit("  (no ncu rows)")
 head, body = rows[0], rows[1:]
 ki, vi, ui = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
 total = 0.0
