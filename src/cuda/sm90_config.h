@@ -104,7 +104,8 @@ struct Sm90Bucket {
                                            // kRsWideBlockN for its four-consumer form; 0 elsewhere
   bool narrow_tails = false;               // wgmma-rs 64x256: tiles of <= 48 rows on n48 wgmmas, last
   bool gemm1_bf16 = false;                 // wgmma-rs 64x256: GEMM 1 on bf16 wgmma over 128-token tiles
-                                           // (x converted to bf16), GEMM 2 FP8 on the same 64-row list
+                                           // (odd last 64-row tiles on 64-token ones; x as bf16), GEMM 2
+                                           // FP8 on the same 64-row list
 };
 
 struct Sm90Config {

@@ -334,8 +334,9 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
                              : GridRule{kDecodeBlockM, 1, 0};
 
     // wgmma-bf16 / nvfp4-wgmma: GEMM 1 reads x as bf16 / f16 (kept in o until GEMM 2 writes o),
-    // GEMM 2 h likewise, both converted from their quantized rows in the kernels' order along k.
-    // gemm1_bf16 buckets: x only (GEMM 2 reads the Q8 h).
+    // GEMM 2 h likewise, both in the kernels' order along k: converted from their quantized rows,
+    // or (x, mxfp4, the layer quantizing it) written so by the Q8 launch. gemm1_bf16 buckets: x
+    // only (GEMM 2 reads the Q8 h).
     const bool wide = bucket.gemm == Sm90Gemm::kWgmmaBf16 || bucket.gemm == Sm90Gemm::kNvfp4Wgmma;
     const bool x16 = wide || bucket.gemm1_bf16;
     if (x16) {

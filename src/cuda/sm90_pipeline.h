@@ -7,7 +7,8 @@
 //   -> [NVFP4 of h] -> GEMM 2 -> combine [+ the binding's y_add]
 // Where config.fuses_quantize_route, the quantization of x and the routing are one launch; with
 // config.fuse_combine, the decode buckets' GEMM 2 also combines.
-// wgmma-bf16 buckets also convert Q8 x (before routing) and Q8 h (before GEMM 2) to bf16.
+// wgmma-bf16 and gemm1_bf16 buckets read x as bf16 (written so by the Q8 launch where the layer
+// quantizes x, else converted from the caller's Q8 rows); wgmma-bf16 also converts Q8 h before GEMM 2.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
-// Routing for world size 1: topk_ids [T, K] -> expert-grouped rows, in one block.
+// Routing for world size 1: topk_ids [T, K] -> expert-grouped rows (one block, or one block per
+// chunk of slots in two launches where the slots are many).
 //
 // Row order is (expert, token, slot): expert e owns rows [expert_offsets[e], expert_offsets[e+1])
 // and within an expert rows follow the flat slot index t*K + k. The order, and so every

@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/kernels/sm90_permute.h"
 #include "cuda/ptx/griddep.cuh"

@@ -1,5 +1,6 @@
-// Q8 of one 32-element block of x (sm90_q8_quantize.h): 64 bytes in (4 x 16 B), 32 bytes + 1
-// scale byte out; the work of one thread of the Q8 kernel and of the quantize-and-route kernel.
+// Q8 of one 32-element block of x (sm90_q8_quantize.h): 64 bytes in (4 x 16 B), 32 bytes (or,
+// with rs_bf16, the 64 bytes of their bf16 values) + 1 scale byte out; the work of one thread of
+// the Q8 kernel and of the quantize-and-route kernel.
 #pragma once
 
 #include <cstdint>
@@ -40,9 +41,9 @@ __device__ __forceinline__ void q8_quantize_block(const Q8QuantizeParams& p, int
     packed[i] = lo | (hi << 16);
   }
   if (p.rs_bf16 != nullptr) {
-    uint16_t v[32];
-    q8_block_to_rs_bf16(packed, s, v);
-    store_rs_values(v, p.rs_bf16 + block * 32);
+    uint16_t values[32];
+    q8_block_to_rs_bf16(packed, s, values);
+    store_rs_values(values, p.rs_bf16 + block * 32);
   } else {
     uint4* dst = reinterpret_cast<uint4*>(p.q + block * 32);
     dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
