@@ -55,16 +55,16 @@ inline constexpr int64_t kNarrowTailsMaxRowsPerExpert = 64;
 // stays FP8) where an expert's expected cost on them, kGemm1Bf16TileCost per 128-token tile and
 // kGemm1Bf16OddTileCost per odd last tile, is at most kGemm1Bf16Margin of its expected 64-row FP8
 // tiles (rows per expert ~ normal around T * top_k / E with the deviation of random routing).
-// H100, GEMM 1 alone, FP8 64x256 -> bf16 128x256 with odd last tiles inside (bench/RESULTS.md,
-// stop 32): flash T = 4096 (96 rows) 2812 -> 2238 µs, 6144 (144) 4058 -> 4500, 8192 (192) 4882 ->
-// 4331, so a 128-token tile costs 1.55-1.66 64-row ones; the 64-token bf16 kernel 1.0-1.02 of the
-// FP8 one (stop 31). The rule takes every mean above 64 rows per expert (flash T >= 2731, pro
-// T >= 4097), where the narrow buckets end.
+// The costs are the flash T = 8192 layer's (H100, ncu, bench/RESULTS.md, stop 33): FP8 64x256
+// 4565 µs over 14336 tiles; the pairs launch 3388 µs over ~6144 128-token tiles (1.73 FP8 tiles
+// each), the odd-last launch 881 µs over ~2048 64-token tiles (1.35 each: its tiles' weights come
+// from HBM again, a second wave of their own). The rule takes 68.1-128.5 and from 186.6 rows per
+// expert (flash T = 2904-5482 and from 7963, pro T = 4356-8224 and from 11944).
 // Only where the layer quantizes x (desc.quantize_input): with caller-quantized rows (an
 // expert-parallel rank's received slots, every slot passed) the conversion to bf16 would cover
 // every row the caller passes, routed or not.
-inline constexpr double kGemm1Bf16TileCost = 1.6;
-inline constexpr double kGemm1Bf16OddTileCost = 1.02;
+inline constexpr double kGemm1Bf16TileCost = 1.7;
+inline constexpr double kGemm1Bf16OddTileCost = 1.35;
 inline constexpr double kGemm1Bf16Margin = 0.95;
 // Above this many rows per expert the rule's answer stays the same.
 inline constexpr int64_t kGemm1Bf16RuleMaxRowsPerExpert = 320;

@@ -166,18 +166,21 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(mxfp4_decode_max_tokens(few), kDecodeMaxTokens);
   // decode with K split at T = 1, decode, wgmma-rs 64x256 with narrow tail tiles up to
   // kNarrowTailsMaxRowsPerExpert rows per expert, then wgmma-rs 64x256 with GEMM 1 on bf16
-  // wgmma's 128x256 tiles (odd last 64-row tiles on 64-token ones) where gemm1_bf16_pays: every
-  // mean above 64 rows per expert.
+  // wgmma's 128x256 tiles (odd last 64-row tiles on 64-token ones) where gemm1_bf16_pays
+  // (68.1-128.5 and from 186.6 rows per expert), else plain: flash (E = 256, K = 6, up to T =
+  // 8192) 64-68.1 rows plain, bf16, plain, bf16.
   const int64_t narrow_max = kNarrowTailsMaxRowsPerExpert * 256 / 6;  // flash: T = 2730
-  ASSERT_EQ(c.buckets.size(), 4u);
+  ASSERT_EQ(c.buckets.size(), 7u);
   EXPECT_FALSE(c.bucket(narrow_max).gemm1_bf16);
-  EXPECT_TRUE(c.bucket(narrow_max + 1).gemm1_bf16);
-  EXPECT_TRUE(c.bucket(4096).gemm1_bf16);  // 96 rows: one 128-token tile against two 64-row ones
-  EXPECT_TRUE(c.bucket(6144).gemm1_bf16);  // 144 rows: a pair and an odd last tile against three
-  EXPECT_TRUE(c.bucket(8192).gemm1_bf16);  // 192 rows: measured -11% with odd last tiles inside
-  for (double rows = 64.5; rows < 400; rows += 0.5) EXPECT_TRUE(gemm1_bf16_pays(rows)) << rows;
-  EXPECT_NEAR(expected_gemm1_bf16_cost(96), 1.6, 0.01);
-  EXPECT_NEAR(expected_gemm1_bf16_cost(160), 1.6 + 1.02, 0.01);
+  EXPECT_FALSE(c.bucket(narrow_max + 1).gemm1_bf16);  // 64 rows: the 64-row tiles are as few
+  EXPECT_TRUE(c.bucket(4096).gemm1_bf16);   // 96 rows: one 128-token tile against two 64-row ones
+  EXPECT_FALSE(c.bucket(6144).gemm1_bf16);  // 144 rows: a pair and an odd last tile cost three
+  EXPECT_TRUE(c.bucket(8192).gemm1_bf16);   // 192 rows: half the experts two pairs
+  for (double rows = 69; rows < 128; rows += 0.5) EXPECT_TRUE(gemm1_bf16_pays(rows)) << rows;
+  for (double rows = 130; rows < 186; rows += 0.5) EXPECT_FALSE(gemm1_bf16_pays(rows)) << rows;
+  for (double rows = 187; rows < 400; rows += 0.5) EXPECT_TRUE(gemm1_bf16_pays(rows)) << rows;
+  EXPECT_NEAR(expected_gemm1_bf16_cost(96), kGemm1Bf16TileCost, 0.01);
+  EXPECT_NEAR(expected_gemm1_bf16_cost(160), kGemm1Bf16TileCost + kGemm1Bf16OddTileCost, 0.01);
   for (const int64_t T : {int64_t{4096}, int64_t{6144}, int64_t{8192}}) {
     EXPECT_EQ(c.bucket(T).gemm, G::kWgmmaRs);
     EXPECT_EQ(c.bucket(T).block_m, 64);
