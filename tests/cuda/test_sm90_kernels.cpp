@@ -271,8 +271,14 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
       MOE_EP_CUDA_CHECK(cudaMemset(dq.get(), 0xFF, dq.bytes()));
       MOE_EP_CUDA_CHECK(cudaMemset(ds.get(), 0xFF, ds.bytes()));
       MOE_EP_CUDA_CHECK(cudaMemset(dg.get(), 0xFF, dg.bytes()));
+      // With Q8 of x, int64 ids: x written as bf16 in the rs order (Q8QuantizeParams::rs_bf16).
+      const bool x_bf16 = fused == 1 && i64;
+      DeviceBuffer d16(x_bf16 ? xv.size() * 2 : 0);
+      if (x_bf16) MOE_EP_CUDA_CHECK(cudaMemset(d16.get(), 0x5A, d16.bytes()));
       if (fused == 1) {
-        MOE_EP_CUDA_CHECK(launch_sm90_quantize_route({dx.get<uint16_t>(), c.T, cols, dq.get(), ds.get()}, p, nullptr));
+        Q8QuantizeParams q{dx.get<uint16_t>(), c.T, cols, dq.get(), ds.get()};
+        if (x_bf16) q.rs_bf16 = d16.get<uint16_t>();
+        MOE_EP_CUDA_CHECK(launch_sm90_quantize_route(q, p, nullptr));
       } else if (fused == 2) {
         Nvfp4QuantizeParams q;
         q.in = dnvx.get();
@@ -287,9 +293,19 @@ TEST(Sm90Kernels, PermuteGroupsRowsByExpertTokenSlotAndFlagsBadIds) {
         MOE_EP_CUDA_CHECK(launch_sm90_permute(p, nullptr));
       }
       MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
-      if (fused == 1) {
-        EXPECT_EQ(download<uint8_t>(dq, xv.size()), want_q);
-        EXPECT_EQ(download<uint8_t>(ds, xv.size() / 32), want_s);
+      if (fused == 1 && !x_bf16) EXPECT_EQ(download<uint8_t>(dq, xv.size()), want_q);
+      if (fused == 1) EXPECT_EQ(download<uint8_t>(ds, xv.size() / 32), want_s);
+      if (x_bf16) {
+        EXPECT_EQ(download<uint8_t>(dq, xv.size()), std::vector<uint8_t>(xv.size(), 0xFF)) << "q written";
+        const auto got16 = download<uint16_t>(d16, xv.size());
+        for (size_t i = 0; i < xv.size(); ++i) {
+          const float want = e4m3_to_float(want_q[i]) * std::ldexp(1.0f, want_s[i / 32] - 127);
+          const uint16_t got = got16[i / 128 * 128 + rs_position_of_k(static_cast<int>(i % 128))];
+          if (std::isnan(want))
+            ASSERT_TRUE(std::isnan(bf16_to_float(got))) << "x element " << i;
+          else
+            ASSERT_EQ(got, float_to_bf16(want)) << "x element " << i;
+        }
       }
       if (fused == 2) {
         EXPECT_EQ(download<uint8_t>(dq, want_np.size()), want_np);

@@ -664,6 +664,17 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
                        "tiles of <= 48 rows on n48 after the others), routing m tiles of 64 rows; gemm1 grid min(m_tiles64(T) x 16, 132)"),
             std::string::npos) << plain;
   EXPECT_NE(plain.find("5 steps (quantize x, routing, gemm1, gemm2, combine)"), std::string::npos) << plain;
+  // Up to T = 8192: the gemm1_bf16 buckets quantize x straight to bf16 (no conversion launch).
+  MoeDesc big = d;
+  big.fleet.max_tokens_per_rank = 8192;
+  const std::string big_plan = plan_of(big, {});
+  EXPECT_NE(big_plan.find("plan T=2904..5482: wgmma-rs GEMMs (n tiles of 256 weight rows, 4 consumer warpgroups; "
+                          "gemm1 on bf16 wgmma over 128x256 tiles, odd last 64-row tiles on 64x256)"),
+            std::string::npos) << big_plan;
+  EXPECT_NE(big_plan.find("5 steps (quantize x to bf16, routing, gemm1, gemm2, combine)"), std::string::npos)
+      << big_plan;
+  EXPECT_NE(big_plan.find("plan T=5483..7962: wgmma-rs GEMMs (n tiles of 256 weight rows, 4 consumer warpgroups), "),
+            std::string::npos) << big_plan;
   KernelOverrides unfused;
   unfused.fuse_quantize_route = false;
   EXPECT_EQ(plan_of(d, unfused).find("(one launch)"), std::string::npos) << plan_of(d, unfused);
