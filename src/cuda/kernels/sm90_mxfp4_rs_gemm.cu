@@ -1,8 +1,6 @@
 // mxfp4 grouped GEMMs 1 and 2 on bf16 wgmma with the weights as the register operand
 // (sm90_rs16_mainloop.cuh, Mxfp4Bf16RsWeights; four consumers: sm90_rs16_wide_mainloop.cuh), and the Q8 -> bf16 conversion of their
 // activations into the rs order along k (tile/fp4_bf16_codec.h).
-#include <algorithm>
-
 #include <cuda_bf16.h>
 
 #include "cuda/kernels/sm90_q8_block.cuh"
@@ -68,13 +66,14 @@ cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm2(const Gemm2Params& p, int gr
   return launch_rs_kernel<Mxfp4RsWideConfig, RsStoreBf16Epilogue>(p, grid, stream);
 }
 
-// Both launches share the grid: the smaller of their occupancies.
+// Both launches share the grid.
 cudaError_t configure_sm90_mxfp4_rs_wide128_grouped_gemm1(int* blocks_per_sm) {
-  int pairs = 0, odd = 0;
-  cudaError_t e = configure_rs_kernel<Mxfp4RsWidePairsConfig, RsSwigluQ8Epilogue, Gemm1Params>(&pairs);
-  if (e == cudaSuccess) e = configure_rs_kernel<Mxfp4RsWideOddLastConfig, RsSwigluQ8Epilogue, Gemm1Params>(&odd);
-  *blocks_per_sm = std::min(pairs, odd);
-  return e;
+  static_assert(Mxfp4RsWidePairsConfig::kThreads == Mxfp4RsWideOddLastConfig::kThreads);
+  return configure_persistent_kernels(sm90_rs_kernel<Mxfp4RsWidePairsConfig, RsSwigluQ8Epilogue, Gemm1Params>,
+                                      Mxfp4RsWidePairsConfig::kSharedBytes,
+                                      sm90_rs_kernel<Mxfp4RsWideOddLastConfig, RsSwigluQ8Epilogue, Gemm1Params>,
+                                      Mxfp4RsWideOddLastConfig::kSharedBytes, Mxfp4RsWidePairsConfig::kThreads,
+                                      blocks_per_sm);
 }
 
 cudaError_t launch_sm90_mxfp4_rs_wide128_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {

@@ -67,7 +67,8 @@ int sm90_route_chunk_slots(int64_t num_slots) {
 
 int sm90_route_chunks(int64_t num_slots) {
   if (num_slots <= kRouteOneBlockMaxSlots) return 0;
-  return static_cast<int>((num_slots + sm90_route_chunk_slots(num_slots) - 1) / sm90_route_chunk_slots(num_slots));
+  const int64_t chunk = sm90_route_chunk_slots(num_slots);
+  return static_cast<int>((num_slots + chunk - 1) / chunk);
 }
 
 int sm90_route_chunks_bound(int64_t max_slots) {
