@@ -5,7 +5,7 @@
 #
 #   scripts/device_pack.sh build-wgmma .device-bin-wgmma   (here, then on the device:)
 #   MOE_EP_DEVICE_BIN=.device-bin-wgmma scripts/device_wgmma.sh
-#   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench small wide cross nvfp4 sanitizer flash ncu
+#   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench small wide table cross nvfp4 sanitizer flash ncu
 #                       ncu-source ncu-layer ncu-kernels"
 #                              (default: all but split, decode, shared, small, wide, cross, nvfp4, ncu, ncu-source
 #                               ncu-layer and ncu-kernels)
@@ -15,6 +15,7 @@
 #     at T = 1), --decode-prefetch 4,
 #     --fuse-quantize-route, --fuse-combine and all of them (nvfp4 flash: default and all)
 #   shared: the shared expert's dot-product kernels at T = 1, 4, row-major and tiled weights, cp.async and bulk copies
+#   table: issue 12's table (flash and pro, auto) and the PyTorch peers (flash) in the same call, plotted
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
 #   wide: the layer at T = MOE_EP_WIDE_TOKENS (512, 2048, 8192; flash, pro), auto against FP8 wgmma and the plain
 #     wgmma-rs 64x256, or the runs of MOE_EP_WIDE_RUNS ("kernel:options" words, options joined by commas;
@@ -196,6 +197,25 @@ bench_kernels() {
 if has wide; then  # timings only: Kernels/Sm90WgmmaFlashLayer checks the plans' results
   # shellcheck disable=SC2086  # MOE_EP_WIDE_RUNS is a list of runs
   bench_kernels wide "${MOE_EP_WIDE_TOKENS:-512,2048,8192}" ${MOE_EP_WIDE_RUNS:-auto: wgmma: wgmma-rs:--tile,64x256}
+fi
+
+# 4a''. Issue 12's table: auto on flash and pro at its T, the PyTorch peers (flash) in the same
+# call, one plot of both.
+if has table; then  # timings only: the tests above check auto's plans
+  PYTHONUNBUFFERED=1 run_limited 200 python3 bench/torch_peer.py --preset deepseek-v4-flash \
+    --tokens "${MOE_EP_TABLE_PEER:-1,8,128,512,2048,8192}" --iters 20 --warmup 3 --csv "$OUT/table_torch.csv" \
+    > "$WORK/table_torch.log" 2>&1
+  note "table torch peers (flash): rc=$?  ($(elapsed) s)"
+  grep -vE "^$" "$WORK/table_torch.log" | tail -10 | sed 's/^/  /' >> "$SUMMARY"
+  plot=(); [[ -s $OUT/table_torch.csv ]] && plot=(--plot "$OUT/table_flash.svg" --plot-with "$OUT/table_torch.csv")
+  run_limited 150 "$CLI" bench --device cuda --preset deepseek-v4-flash --tokens "${MOE_EP_TABLE_FLASH:-1,8,128,512,2048,6144,8192}" \
+    --iters 20 --warmup 3 --csv "$OUT/table_flash.csv" "${plot[@]}" > "$WORK/table_flash.log" 2>&1
+  note "table flash: rc=$?  ($(elapsed) s)"
+  grep -E "^ +[0-9]+ " "$WORK/table_flash.log" | sed 's/^/  /' >> "$SUMMARY"
+  run_limited 120 "$CLI" bench --device cuda --preset deepseek-v4-pro --tokens "${MOE_EP_TABLE_PRO:-1,128,8192}" \
+    --iters 20 --warmup 3 --csv "$OUT/table_pro.csv" > "$WORK/table_pro.log" 2>&1
+  note "table pro: rc=$?  ($(elapsed) s)"
+  grep -E "^ +[0-9]+ " "$WORK/table_pro.log" | sed 's/^/  /' >> "$SUMMARY"
 fi
 
 # 4b. nvfp4: auto (decode / mma.sync) against nvfp4-wgmma, the same graph-replay bench.
