@@ -15,7 +15,7 @@
 #     at T = 1), --decode-prefetch 4,
 #     --fuse-quantize-route, --fuse-combine and all of them (nvfp4 flash: default and all)
 #   shared: the shared expert's dot-product kernels at T = 1, 4, row-major and tiled weights, cp.async and bulk copies
-#   table: issue 12's table (flash and pro, auto) and the PyTorch peers (flash) in the same call, plotted
+#   table: issue 12's table (flash and pro, auto; nvfp4 flash) and the PyTorch peers (flash) in the same call, plotted
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
 #   wide: the layer at T = MOE_EP_WIDE_TOKENS (512, 2048, 8192; flash, pro), auto against FP8 wgmma and the plain
 #     wgmma-rs 64x256, or the runs of MOE_EP_WIDE_RUNS ("kernel:options" words, options joined by commas;
@@ -199,8 +199,8 @@ if has wide; then  # timings only: Kernels/Sm90WgmmaFlashLayer checks the plans'
   bench_kernels wide "${MOE_EP_WIDE_TOKENS:-512,2048,8192}" ${MOE_EP_WIDE_RUNS:-auto: wgmma: wgmma-rs:--tile,64x256}
 fi
 
-# 4a''. Issue 12's table: auto on flash and pro at its T, the PyTorch peers (flash) in the same
-# call, one plot of both.
+# 4a''. Issue 12's table: auto on flash and pro at its T, nvfp4 flash, the PyTorch peers (flash)
+# in the same call, one plot of flash and the peers.
 if has table; then  # timings only: the tests above check auto's plans
   PYTHONUNBUFFERED=1 run_limited 200 python3 bench/torch_peer.py --preset deepseek-v4-flash \
     --tokens "${MOE_EP_TABLE_PEER:-1,8,128,512,2048,8192}" --iters 20 --warmup 3 --csv "$OUT/table_torch.csv" \
@@ -216,6 +216,11 @@ if has table; then  # timings only: the tests above check auto's plans
     --iters 20 --warmup 3 --csv "$OUT/table_pro.csv" > "$WORK/table_pro.log" 2>&1
   note "table pro: rc=$?  ($(elapsed) s)"
   grep -E "^ +[0-9]+ " "$WORK/table_pro.log" | sed 's/^/  /' >> "$SUMMARY"
+  run_limited 90 "$CLI" bench --device cuda --preset deepseek-v4-flash --backend nvfp4 \
+    --tokens "${MOE_EP_TABLE_NVFP4:-1,128,2048,8192}" --iters 20 --warmup 3 --csv "$OUT/table_nvfp4.csv" \
+    > "$WORK/table_nvfp4.log" 2>&1
+  note "table nvfp4 flash: rc=$?  ($(elapsed) s)"
+  grep -E "^ +[0-9]+ " "$WORK/table_nvfp4.log" | sed 's/^/  /' >> "$SUMMARY"
 fi
 
 # 4b. nvfp4: auto (decode / mma.sync) against nvfp4-wgmma, the same graph-replay bench.
