@@ -105,6 +105,10 @@ int64_t mxfp4_decode_max_tokens(const MoeDesc& desc) {
   return std::max(kDecodeMaxTokens, tokens_at_rows_per_expert(desc, kDecodeMaxRowsPerExpert));
 }
 
+int64_t nvfp4_wgmma_min_tokens(const MoeDesc& desc) {
+  return tokens_at_rows_per_expert(desc, kNvfp4WgmmaMinRowsPerExpert);
+}
+
 const Sm90Bucket& Sm90Config::bucket(int64_t num_tokens) const {
   for (const Sm90Bucket& b : buckets)
     if (num_tokens <= b.max_tokens) return b;
@@ -225,7 +229,9 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
   }
   if (desc.recipe != Recipe::kMxfp4) {
     // nvfp4 auto: the decode kernels up to decode_max_tokens (mma.sync where they cannot run),
-    // then the 64 x 128 mma.sync kernels. The f16 wgmma kernels (n tiles of 128) by override.
+    // the f16 wgmma kernels from nvfp4_wgmma_min_tokens where they fit and exact accumulation is
+    // off (the decode bucket then ends below it unless decode_max_tokens is overridden), the
+    // 64 x 128 mma.sync kernels between or above. Each kernel alone by override.
     MOE_EP_CHECK_CODE(facts.decode_unavailable.empty() || o.gemm != GemmKernel::kDecode, ErrorCode::kUnsupported,
                       "overrides.gemm = decode: the nvfp4 decode GEMMs cannot run this layer: {}",
                       facts.decode_unavailable);
@@ -241,8 +247,19 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
                               : o.gemm == GemmKernel::kMma || !facts.decode_unavailable.empty()
                                   ? -1
                                   : std::min(c.decode_max_tokens, max_tokens);
-    if (decode_hi >= 0) c.buckets.push_back({0, decode_hi, Sm90Gemm::kNvfp4Decode, kDecodeBlockM});
-    if (decode_hi < max_tokens) c.buckets.push_back({decode_hi + 1, max_tokens, Sm90Gemm::kNvfp4Mma, kGemmBlockM});
+    // (not with exact accumulation: the wgmma accumulator is not fp32-exact per k block)
+    const bool wgmma = o.gemm == GemmKernel::kAuto && c.nvfp4_wgmma_unavailable.empty() && !c.exact_accumulation;
+    const int64_t wgmma_lo = !wgmma                ? max_tokens + 1
+                             : o.decode_max_tokens ? std::min(*o.decode_max_tokens, max_tokens) + 1
+                                                   : nvfp4_wgmma_min_tokens(desc);
+    // Buckets in T order, each from the end of the one before; empty ones are left out.
+    auto add = [&](int64_t hi, Sm90Gemm gemm, int block_m) {
+      const int64_t lo = c.buckets.empty() ? 0 : c.buckets.back().max_tokens + 1;
+      if (std::min(hi, max_tokens) >= lo) c.buckets.push_back({lo, std::min(hi, max_tokens), gemm, block_m});
+    };
+    add(std::min(decode_hi, wgmma_lo - 1), Sm90Gemm::kNvfp4Decode, kDecodeBlockM);
+    add(wgmma_lo - 1, Sm90Gemm::kNvfp4Mma, kGemmBlockM);
+    add(max_tokens, Sm90Gemm::kNvfp4Wgmma, kRsBlockM);
     return;
   }
   const WgmmaTileShape ts = wgmma_tile_shape(c.wgmma_tile);
@@ -434,8 +451,9 @@ void Sm90Config::describe(SelectedConfig& out) const {
   if (!mxfp4) {
     out.add("gemm_kernels", "f16 mma.sync (e2m1 * e4m3 decoded to f16): 16x128 decode tiles, 64x128x128 tiles");
     out.add("wgmma", nvfp4_wgmma_unavailable.empty()
-                         ? fmt::format("available by override (overrides.gemm = wgmma): f16 wgmma, the weights "
-                                       "decoded in registers, {}x128 tiles, blocks/SM {} / {}", kRsBlockM,
+                         ? fmt::format("auto from {} rows per expert, or by override (overrides.gemm = wgmma): "
+                                       "f16 wgmma, the weights decoded in registers, {}x128 tiles, blocks/SM {} / {}",
+                                       kNvfp4WgmmaMinRowsPerExpert, kRsBlockM,
                                        facts.nvfp4_wgmma_blocks_per_sm[0], facts.nvfp4_wgmma_blocks_per_sm[1])
                          : "unavailable: " + nvfp4_wgmma_unavailable);
     out.add("mma", fmt::format("64x128x128 tiles, blocks/SM {} / {}", facts.mma_blocks_per_sm[0],

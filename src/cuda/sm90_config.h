@@ -30,6 +30,14 @@ int64_t mxfp4_decode_max_tokens(const MoeDesc& desc);
 // nvfp4's decode kernels against its 64 x 128 mma.sync ones (H200, deepseek-v4-flash): 1.5x to
 // 1.9x faster up to T = 512, 7% at T = 1536, 1% slower at T = 2048 (bench/RESULTS.md).
 inline constexpr int64_t kNvfp4DecodeMaxTokens = 1536;
+// Auto: nvfp4's f16 wgmma kernels (the weights decoded in registers, 64 x 128 tiles) from the T at
+// which the experts hold this many rows each on average (T * top_k / E), where they fit; the decode
+// bucket ends below it unless overrides.decode_max_tokens sets its end. H100, layer, µs (decode or
+// mma.sync -> wgmma): flash T = 512 1910 -> 3086, 1024 3389 -> 3194, 2048 6036 -> 3429, 8192
+// 20822 -> 7211; pro T = 1024 9290 -> 11584, 2048 17109 -> 11895, 8192 54130 -> 18612: the
+// crossing at ~21-22 rows per expert on both (bench/RESULTS.md, stop 34).
+inline constexpr int64_t kNvfp4WgmmaMinRowsPerExpert = 22;
+int64_t nvfp4_wgmma_min_tokens(const MoeDesc& desc);
 // Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles), unless the
 // layer asks for exact accumulation (wgmma's FP8 accumulator is not fp32-exact).
 inline constexpr int64_t kWgmmaMinTokens = 256;

@@ -343,23 +343,54 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
                  "overrides.tile = 96x256 is not a wgmma-rs tile of SM90; allowed: 64x128, 96x128, 64x256");
   forced.tile = {};
   EXPECT_STREQ(sm90_gemm_name(G::kWgmmaRs), "wgmma-rs");
-  // nvfp4 auto: its decode kernels up to kNvfp4DecodeMaxTokens, its mma.sync kernels above; the
-  // decode_max_tokens override moves the boundary; mma.sync throughout where decode cannot run.
-  const Sm90Config nv = selected(flash_desc(Recipe::kNvfp4), {});
+  // nvfp4 auto: its decode kernels below nvfp4_wgmma_min_tokens (22 rows per expert: flash T =
+  // 938), its f16 wgmma kernels from there; decode_max_tokens moves the boundary; mma.sync between
+  // where decode cannot run, and above the decode bucket where wgmma cannot.
+  const MoeDesc nv_flash = flash_desc(Recipe::kNvfp4);
+  EXPECT_EQ(nvfp4_wgmma_min_tokens(nv_flash), 938);
+  const Sm90Config nv = selected(nv_flash, {});
   ASSERT_EQ(nv.buckets.size(), 2u);
   EXPECT_EQ(nv.bucket(1).gemm, G::kNvfp4Decode);
   EXPECT_EQ(nv.bucket(1).block_m, kDecodeBlockM);
-  EXPECT_EQ(nv.bucket(kNvfp4DecodeMaxTokens).gemm, G::kNvfp4Decode);
-  EXPECT_EQ(nv.bucket(kNvfp4DecodeMaxTokens + 1).gemm, G::kNvfp4Mma);
-  EXPECT_EQ(nv.bucket(8192).block_m, kGemmBlockM);
+  EXPECT_EQ(nv.bucket(937).gemm, G::kNvfp4Decode);
+  EXPECT_EQ(nv.bucket(938).gemm, G::kNvfp4Wgmma);
+  EXPECT_EQ(nv.bucket(938).min_tokens, 938);
+  EXPECT_EQ(nv.bucket(8192).block_m, kRsBlockM);
+  EXPECT_TRUE(nv.uses_16bit_activations());
+  MoeDesc nv_pro = nv_flash;  // E = 384: 22 rows per expert at T = 1408
+  nv_pro.fleet.num_experts = 384;
+  EXPECT_EQ(selected(nv_pro, {}).bucket(1407).gemm, G::kNvfp4Decode);
+  EXPECT_EQ(selected(nv_pro, {}).bucket(1408).gemm, G::kNvfp4Wgmma);
   KernelOverrides nv_boundary;
   nv_boundary.decode_max_tokens = 100;
-  EXPECT_EQ(selected(flash_desc(Recipe::kNvfp4), nv_boundary).bucket(101).gemm, G::kNvfp4Mma);
+  EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(100).gemm, G::kNvfp4Decode);
+  EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(101).gemm, G::kNvfp4Wgmma);
+  nv_boundary.decode_max_tokens = 1500;
+  EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(1500).gemm, G::kNvfp4Decode);
+  EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(1501).gemm, G::kNvfp4Wgmma);
   Sm90Facts nv_no_decode = all_available();
   nv_no_decode.decode_unavailable = "16 rows of A do not fit";
-  const Sm90Config nvm = selected(flash_desc(Recipe::kNvfp4), {}, nv_no_decode);
-  ASSERT_EQ(nvm.buckets.size(), 1u);
+  const Sm90Config nvm = selected(nv_flash, {}, nv_no_decode);
+  ASSERT_EQ(nvm.buckets.size(), 2u);
   EXPECT_EQ(nvm.bucket(1).gemm, G::kNvfp4Mma);
+  EXPECT_EQ(nvm.bucket(937).gemm, G::kNvfp4Mma);
+  EXPECT_EQ(nvm.bucket(938).gemm, G::kNvfp4Wgmma);
+  Sm90Facts nv_no_wgmma = all_available();
+  nv_no_wgmma.nvfp4_wgmma_blocks_per_sm[1] = 0;
+  const Sm90Config nvn = selected(nv_flash, {}, nv_no_wgmma);
+  ASSERT_EQ(nvn.buckets.size(), 2u);
+  EXPECT_EQ(nvn.bucket(kNvfp4DecodeMaxTokens).gemm, G::kNvfp4Decode);
+  EXPECT_EQ(nvn.bucket(kNvfp4DecodeMaxTokens + 1).gemm, G::kNvfp4Mma);
+  EXPECT_EQ(nvn.bucket(8192).block_m, kGemmBlockM);
+  EXPECT_FALSE(nvn.uses_16bit_activations());
+  MoeDesc nv_exact = nv_flash;  // exact accumulation: no wgmma bucket in auto
+  nv_exact.numerics.exact_accumulation = true;
+  EXPECT_EQ(selected(nv_exact, {}).bucket(8192).gemm, G::kNvfp4Mma);
+  EXPECT_FALSE(selected(nv_exact, {}).uses_16bit_activations());
+  MoeDesc nv_small = nv_flash;  // a fleet of at most 512 tokens a rank never reaches the wgmma bucket
+  nv_small.fleet.max_tokens_per_rank = 512;
+  ASSERT_EQ(selected(nv_small, {}).buckets.size(), 1u);
+  EXPECT_FALSE(selected(nv_small, {}).uses_16bit_activations());
   KernelOverrides nv_mma;
   nv_mma.gemm = GemmKernel::kMma;
   ASSERT_EQ(selected(flash_desc(Recipe::kNvfp4), nv_mma).buckets.size(), 1u);
@@ -373,7 +404,6 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_STREQ(sm90_gemm_name(G::kNvfp4Decode), "nvfp4-decode");
   // nvfp4's f16 wgmma kernels by override (overrides.gemm = wgmma; fold_fp8 does not concern
   // nvfp4): every T, 128-row m tiles, 16-bit activations in the workspace.
-  EXPECT_FALSE(nv.uses_16bit_activations());
   KernelOverrides nv_wgmma;
   nv_wgmma.gemm = GemmKernel::kWgmma;
   const Sm90Config nvw = selected(flash_desc(Recipe::kNvfp4), nv_wgmma);
