@@ -308,7 +308,10 @@ head, body = rows[0], rows[1:]
 ki, vi, ui = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
 total = 0.0
 for r in body:
-    us = float(r[vi].replace(",", "")) / (1000.0 if r[ui] == "nsecond" else 1.0 if r[ui] == "usecond" else 1e-3)
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
+    if r[ui] not in scale:
+        sys.exit(f"  (unknown duration unit '{r[ui]}')")
+    us = float(r[vi].replace(",", "")) * scale[r[ui]]
     total += us
     name = re.sub(r"moe_ep::(cuda::)?|void |\(.*", "", r[ki])[:140]
     print(f"  {us:9.1f} us  {name}")
