@@ -39,7 +39,7 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
   cmd.add_option("--threads", o.threads, "CPU threads of the CPU backend (default: all)")
       ->check(integer_at_least(1))->group(knobs);
   cmd.add_option("--kernel", o.kernel, "GEMM kernels: auto, decode, mma, wgmma, wgmma-bf16, wgmma-rs")->group(knobs);
-  cmd.add_option("--tile", o.tile, "wgmma output tile MxN (SM90 wgmma: 64x256, 128x128; wgmma-rs: 64x128, 96x128, 64x256; wgmma-bf16: 128x128, 64x256)")->group(knobs);
+  cmd.add_option("--tile", o.tile, "wgmma output tile MxN (SM90 wgmma: 64x256, 128x128; wgmma-rs: 64x128, 96x128, 64x256; wgmma-bf16 and nvfp4 wgmma: 128x128, 64x256)")->group(knobs);
   cmd.add_option("--decode-max-tokens", o.decode_max_tokens, "auto: decode GEMMs up to this T")
       ->check(integer_at_least(0))->group(knobs);
   cmd.add_option("--decode-prefetch", o.decode_prefetch,

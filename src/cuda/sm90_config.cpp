@@ -151,9 +151,16 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
                     "overrides.gemm = {} needs folded weights; overrides.fold_fp8 = false keeps "
                     "E8M0 block scales", gemm_kernel_name(o.gemm));
   if (!o.tile.automatic()) {
-    MOE_EP_CHECK_CODE(mxfp4, ErrorCode::kUnsupported, "overrides.tile = {}: recipe '{}' has no "
-                      "tile choice on SM90", o.tile.str(), recipe_name(desc.recipe));
-    if (o.gemm == GemmKernel::kWgmmaBf16) {
+    MOE_EP_CHECK_CODE(mxfp4 || o.gemm == GemmKernel::kWgmma, ErrorCode::kUnsupported,
+                      "overrides.tile = {}: recipe '{}' has a tile choice on SM90 only with "
+                      "overrides.gemm = wgmma", o.tile.str(), recipe_name(desc.recipe));
+    if (!mxfp4) {
+      MOE_EP_CHECK_CODE(o.tile == (TileShape{kRsBlockM, 128}) || o.tile == (TileShape{kRsWideBlockM, kRsWideBlockN}),
+                        ErrorCode::kUnsupported,
+                        "overrides.tile = {} is not an nvfp4 wgmma tile of SM90; allowed: {}x128, {}x{}",
+                        o.tile.str(), kRsBlockM, kRsWideBlockM, kRsWideBlockN);
+      c.nvfp4_wgmma_block_n = static_cast<int>(o.tile.n);
+    } else if (o.gemm == GemmKernel::kWgmmaBf16) {
       MOE_EP_CHECK_CODE(o.tile == (TileShape{kRsBlockM, 128}) || o.tile == (TileShape{kRsWideBlockM, kRsWideBlockN}),
                         ErrorCode::kUnsupported,
                         "overrides.tile = {} is not a wgmma-bf16 tile of SM90; allowed: {}x128, {}x{}", o.tile.str(),
@@ -235,12 +242,20 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
     MOE_EP_CHECK_CODE(facts.decode_unavailable.empty() || o.gemm != GemmKernel::kDecode, ErrorCode::kUnsupported,
                       "overrides.gemm = decode: the nvfp4 decode GEMMs cannot run this layer: {}",
                       facts.decode_unavailable);
-    c.nvfp4_wgmma_unavailable = register_operand_unavailable(desc, "", facts.nvfp4_wgmma_blocks_per_sm);
+    c.nvfp4_wgmma_wide_unavailable =
+        register_operand_unavailable(desc, "", facts.nvfp4_wgmma_wide_blocks_per_sm, kRsWideBlockN);
+    c.nvfp4_wgmma_unavailable = c.nvfp4_wgmma_block_n == kRsWideBlockN
+                                    ? c.nvfp4_wgmma_wide_unavailable
+                                    : register_operand_unavailable(desc, "", facts.nvfp4_wgmma_blocks_per_sm);
     MOE_EP_CHECK_CODE(c.nvfp4_wgmma_unavailable.empty() || o.gemm != GemmKernel::kWgmma, ErrorCode::kUnsupported,
                       "overrides.gemm = wgmma: the nvfp4 wgmma GEMMs cannot run this layer: {}",
                       c.nvfp4_wgmma_unavailable);
+    // The 64x256 form: 64-token list tiles, four consumers on 256 weight rows.
+    const Sm90Bucket wide{0, 0, Sm90Gemm::kNvfp4Wgmma, kRsWideBlockM, 1, kRsWideBlockN};
+    const Sm90Bucket narrow{0, 0, Sm90Gemm::kNvfp4Wgmma, kRsBlockM};
     if (o.gemm == GemmKernel::kWgmma) {
-      c.buckets.push_back({0, max_tokens, Sm90Gemm::kNvfp4Wgmma, kRsBlockM});
+      c.buckets.push_back(c.nvfp4_wgmma_block_n == kRsWideBlockN ? wide : narrow);
+      c.buckets.back().max_tokens = max_tokens;
       return;
     }
     const int64_t decode_hi = o.gemm == GemmKernel::kDecode ? max_tokens
@@ -253,13 +268,16 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
                              : o.decode_max_tokens ? std::min(*o.decode_max_tokens, max_tokens) + 1
                                                    : nvfp4_wgmma_min_tokens(desc);
     // Buckets in T order, each from the end of the one before; empty ones are left out.
-    auto add = [&](int64_t hi, Sm90Gemm gemm, int block_m) {
-      const int64_t lo = c.buckets.empty() ? 0 : c.buckets.back().max_tokens + 1;
-      if (std::min(hi, max_tokens) >= lo) c.buckets.push_back({lo, std::min(hi, max_tokens), gemm, block_m});
+    auto add = [&](int64_t hi, Sm90Bucket b) {
+      b.min_tokens = c.buckets.empty() ? 0 : c.buckets.back().max_tokens + 1;
+      b.max_tokens = std::min(hi, max_tokens);
+      if (b.max_tokens >= b.min_tokens) c.buckets.push_back(b);
     };
-    add(std::min(decode_hi, wgmma_lo - 1), Sm90Gemm::kNvfp4Decode, kDecodeBlockM);
-    add(wgmma_lo - 1, Sm90Gemm::kNvfp4Mma, kGemmBlockM);
-    add(max_tokens, Sm90Gemm::kNvfp4Wgmma, kRsBlockM);
+    add(std::min(decode_hi, wgmma_lo - 1), {0, 0, Sm90Gemm::kNvfp4Decode, kDecodeBlockM});
+    add(wgmma_lo - 1, {0, 0, Sm90Gemm::kNvfp4Mma, kGemmBlockM});
+    if (wgmma && c.nvfp4_wgmma_wide_unavailable.empty())
+      add(tokens_at_rows_per_expert(desc, kNvfp4WgmmaWideMaxRowsPerExpert), wide);
+    add(max_tokens, narrow);
     return;
   }
   const WgmmaTileShape ts = wgmma_tile_shape(c.wgmma_tile);
@@ -450,12 +468,20 @@ void Sm90Config::describe(SelectedConfig& out) const {
   out.add("sm_count", std::to_string(facts.sm_count));
   if (!mxfp4) {
     out.add("gemm_kernels", "f16 mma.sync (e2m1 * e4m3 decoded to f16): 16x128 decode tiles, 64x128x128 tiles");
-    out.add("wgmma", nvfp4_wgmma_unavailable.empty()
-                         ? fmt::format("auto from {} rows per expert, or by override (overrides.gemm = wgmma): "
-                                       "f16 wgmma, the weights decoded in registers, {}x128 tiles, blocks/SM {} / {}",
-                                       kNvfp4WgmmaMinRowsPerExpert, kRsBlockM,
-                                       facts.nvfp4_wgmma_blocks_per_sm[0], facts.nvfp4_wgmma_blocks_per_sm[1])
-                         : "unavailable: " + nvfp4_wgmma_unavailable);
+    out.add("wgmma",
+            nvfp4_wgmma_unavailable.empty()
+                ? fmt::format("auto from {} rows per expert (on {}x{} tiles, four consumers, up to {} rows per "
+                              "expert, then {}x128), or by override (overrides.gemm = wgmma, overrides.tile): f16 "
+                              "wgmma, the weights decoded in registers; blocks/SM {} / {} ({}x128), {}",
+                              kNvfp4WgmmaMinRowsPerExpert, kRsWideBlockM, kRsWideBlockN,
+                              kNvfp4WgmmaWideMaxRowsPerExpert, kRsBlockM, facts.nvfp4_wgmma_blocks_per_sm[0],
+                              facts.nvfp4_wgmma_blocks_per_sm[1], kRsBlockM,
+                              nvfp4_wgmma_wide_unavailable.empty()
+                                  ? fmt::format("{} / {} ({}x{})", facts.nvfp4_wgmma_wide_blocks_per_sm[0],
+                                                facts.nvfp4_wgmma_wide_blocks_per_sm[1], kRsWideBlockM, kRsWideBlockN)
+                                  : fmt::format("{}x{} unavailable: {}", kRsWideBlockM, kRsWideBlockN,
+                                                nvfp4_wgmma_wide_unavailable))
+                : "unavailable: " + nvfp4_wgmma_unavailable);
     out.add("mma", fmt::format("64x128x128 tiles, blocks/SM {} / {}", facts.mma_blocks_per_sm[0],
                                facts.mma_blocks_per_sm[1]));
     out.add("decode", decode_line);

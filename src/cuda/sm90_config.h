@@ -38,6 +38,9 @@ inline constexpr int64_t kNvfp4DecodeMaxTokens = 1536;
 // crossing at ~21-22 rows per expert on both (bench/RESULTS.md, stop 34).
 inline constexpr int64_t kNvfp4WgmmaMinRowsPerExpert = 22;
 int64_t nvfp4_wgmma_min_tokens(const MoeDesc& desc);
+// Auto's nvfp4 wgmma buckets run the four-consumer 64x256 form (64-token tiles) up to this many rows
+// per expert on average, the 128x128 form (128-token tiles) above, where both fit.
+inline constexpr int64_t kNvfp4WgmmaWideMaxRowsPerExpert = 128;
 // Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles), unless the
 // layer asks for exact accumulation (wgmma's FP8 accumulator is not fp32-exact).
 inline constexpr int64_t kWgmmaMinTokens = 256;
@@ -100,6 +103,7 @@ struct Sm90Facts {
   int wgmma_rs_wide_blocks_per_sm[2] = {0, 0};  // the 64x256 tile (four consumers); 0 when it does not fit
   int gemm1_bf16_128_blocks_per_sm = 0;  // GEMM 1 on bf16 wgmma, 128x256 tiles; 0 when it does not fit
   int nvfp4_wgmma_blocks_per_sm[2] = {0, 0}; // 0 when not configured
+  int nvfp4_wgmma_wide_blocks_per_sm[2] = {0, 0};  // the 64x256 tile (four consumers); 0 when it does not fit
 };
 
 struct Sm90Bucket {
@@ -108,8 +112,9 @@ struct Sm90Bucket {
   int block_m = kGemmBlockM;               // rows per m tile the routing lists
   int decode_split = 1;                    // decode buckets: K parts per block (1 or 2)
   int block_n = 0;                         // wgmma-rs buckets: weight rows per n tile (kRsFp8BlockN, or
-                                           // kRsFp8WideBlockN: four consumer warpgroups); wgmma-bf16:
-                                           // kRsWideBlockN for its four-consumer form; 0 elsewhere
+                                           // kRsFp8WideBlockN: four consumer warpgroups); wgmma-bf16 and
+                                           // nvfp4-wgmma: kRsWideBlockN for their four-consumer form; 0
+                                           // elsewhere
   bool narrow_tails = false;               // wgmma-rs 64x256: tiles of <= 48 rows on n48 wgmmas, last
   bool gemm1_bf16 = false;                 // wgmma-rs 64x256: GEMM 1 on bf16 wgmma over 128-token tiles
                                            // (odd last 64-row tiles on 64-token ones; x as bf16), GEMM 2
@@ -133,11 +138,14 @@ struct Sm90Config {
   std::string wgmma_bf16_unavailable;        // the same for wgmma-bf16 (only by override so far)
   std::string wgmma_rs_unavailable;          // the same for wgmma-rs (of its override's tile)
   std::string wgmma_rs_auto_unavailable;     // why auto cannot take wgmma-rs 64x256 ("" when it does)
-  std::string nvfp4_wgmma_unavailable;       // the same for nvfp4's f16 wgmma (overrides.gemm = wgmma)
+  std::string nvfp4_wgmma_unavailable;       // the same for nvfp4's f16 wgmma (of its override's tile)
+  std::string nvfp4_wgmma_wide_unavailable;  // why its 64x256 form cannot run ("" when it can)
   int wgmma_rs_block_m = 0;                  // overrides.tile's m for wgmma-rs; 0: by T
   int wgmma_rs_block_n = kRsFp8BlockN;       // overrides.tile's n for wgmma-rs (256: four consumers)
   int wgmma_bf16_block_n = 128;              // overrides.tile's n for wgmma-bf16 (kRsWideBlockN: 64x256,
                                              // four consumers)
+  int nvfp4_wgmma_block_n = 0;               // overrides.tile's n for nvfp4-wgmma (128 or kRsWideBlockN);
+                                             // 0: auto's (by rows per expert), or 128 by overrides.gemm
   Sm90Facts facts;
   std::vector<Sm90Bucket> buckets;           // ascending, covering 1..max_tokens_per_rank
 

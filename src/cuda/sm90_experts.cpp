@@ -202,11 +202,18 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
                                                         rs_fp8_per_sm(g, 64, kRsFp8WideBlockN, true));
       }
     }
-  } else if (configure_sm90_nvfp4_rs_grouped_gemm1(&facts.nvfp4_wgmma_blocks_per_sm[0]) != cudaSuccess ||
-             configure_sm90_nvfp4_rs_grouped_gemm2(&facts.nvfp4_wgmma_blocks_per_sm[1]) != cudaSuccess) {
-    // nvfp4-wgmma (override only): a failed probe leaves it unavailable, never fails the layer.
-    (void)cudaGetLastError();
-    facts.nvfp4_wgmma_blocks_per_sm[0] = facts.nvfp4_wgmma_blocks_per_sm[1] = 0;
+  } else {
+    // nvfp4-wgmma, both tiles: a failed probe leaves that form unavailable, never fails the layer.
+    if (configure_sm90_nvfp4_rs_grouped_gemm1(&facts.nvfp4_wgmma_blocks_per_sm[0]) != cudaSuccess ||
+        configure_sm90_nvfp4_rs_grouped_gemm2(&facts.nvfp4_wgmma_blocks_per_sm[1]) != cudaSuccess) {
+      (void)cudaGetLastError();
+      facts.nvfp4_wgmma_blocks_per_sm[0] = facts.nvfp4_wgmma_blocks_per_sm[1] = 0;
+    }
+    if (configure_sm90_nvfp4_rs_wide_grouped_gemm1(&facts.nvfp4_wgmma_wide_blocks_per_sm[0]) != cudaSuccess ||
+        configure_sm90_nvfp4_rs_wide_grouped_gemm2(&facts.nvfp4_wgmma_wide_blocks_per_sm[1]) != cudaSuccess) {
+      (void)cudaGetLastError();
+      facts.nvfp4_wgmma_wide_blocks_per_sm[0] = facts.nvfp4_wgmma_wide_blocks_per_sm[1] = 0;
+    }
   }
   select_sm90_kernels(config_, desc, overrides, facts);
   LayerShape planned = shape;  // 16-bit activation buckets add h as bf16 / f16 to the workspace (plan.h)

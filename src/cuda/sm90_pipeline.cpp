@@ -182,6 +182,9 @@ GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
       return {&launch_sm90_nvfp4_grouped_gemm1, &launch_sm90_nvfp4_grouped_gemm2, kGemmBlockN, true,
               f.mma_blocks_per_sm};
     case Sm90Gemm::kNvfp4Wgmma:
+      if (bucket.block_n == kRsWideBlockN)
+        return {&launch_sm90_nvfp4_rs_wide_grouped_gemm1, &launch_sm90_nvfp4_rs_wide_grouped_gemm2, kRsWideBlockN,
+                true, f.nvfp4_wgmma_wide_blocks_per_sm};
       return {&launch_sm90_nvfp4_rs_grouped_gemm1, &launch_sm90_nvfp4_rs_grouped_gemm2, 128, true,
               f.nvfp4_wgmma_blocks_per_sm};
     case Sm90Gemm::kWgmmaBf16:

@@ -582,9 +582,9 @@ inline Nvfp4DeviceProblem make_nvfp4_problem(const Shape& s, const testing::Host
 }
 
 // nvfp4 GEMM kernels: f16 mma.sync (64-row m tiles), f16 wgmma with the weights in registers
-// (128-row m tiles, activations converted to f16 first), the decode kernels (16-row m tiles) and
-// their deep form.
-enum class Nvfp4Kernels { kMma, kWgmma, kDecode, kDecodeDeep };
+// (128-row m tiles, activations converted to f16 first; kWgmmaWide: 64-row m tiles x 256 weight
+// rows, four consumers), the decode kernels (16-row m tiles) and their deep form.
+enum class Nvfp4Kernels { kMma, kWgmma, kWgmmaWide, kDecode, kDecodeDeep };
 
 // The nvfp4 GEMMs of one problem with one kernel family; outputs NaN-poisoned at creation.
 class Nvfp4GemmRun {
@@ -593,7 +593,10 @@ class Nvfp4GemmRun {
       : s_(s), p_(p), w_(w), k_(k) {
     const bool decode = k == Nvfp4Kernels::kDecode || k == Nvfp4Kernels::kDecodeDeep;
     r_ = route(s, p.T, p.ids, p.topk_weights,
-               k == Nvfp4Kernels::kWgmma ? kRsBlockM : decode ? kDecodeBlockM : kGemmBlockM);
+               k == Nvfp4Kernels::kWgmma       ? kRsBlockM
+               : k == Nvfp4Kernels::kWgmmaWide ? kRsWideBlockM
+               : decode                        ? kDecodeBlockM
+                                               : kGemmBlockM);
     const int64_t rows = std::max<int64_t>(p.T * s.K, 1);
     h_f32_ = DeviceBuffer(rows * s.I * 4);
     h_ = DeviceBuffer(rows * s.I / 2);
@@ -613,6 +616,10 @@ class Nvfp4GemmRun {
       case Nvfp4Kernels::kWgmma:
         MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_rs_grouped_gemm1(&per_sm1));
         MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_rs_grouped_gemm2(&per_sm2));
+        break;
+      case Nvfp4Kernels::kWgmmaWide:
+        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_rs_wide_grouped_gemm1(&per_sm1));
+        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_rs_wide_grouped_gemm2(&per_sm2));
         break;
       case Nvfp4Kernels::kDecode:
         MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_gemm1(static_cast<int>(s.H), &per_sm1));
@@ -649,10 +656,12 @@ class Nvfp4GemmRun {
     switch (k_) {
       case Nvfp4Kernels::kMma: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_grouped_gemm1(g, grid1_, nullptr)); break;
       case Nvfp4Kernels::kWgmma:
+      case Nvfp4Kernels::kWgmmaWide:
         MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(p_.a.get(), p_.a_scale.get(), p_.T, nullptr, g.op.k,
                                                       x16_.get<uint16_t>(), nullptr));
         set_16bit_activations(g.op, x16_.get<uint16_t>());
-        MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_rs_grouped_gemm1(g, grid1_, nullptr));
+        MOE_EP_CUDA_CHECK(k_ == Nvfp4Kernels::kWgmma ? launch_sm90_nvfp4_rs_grouped_gemm1(g, grid1_, nullptr)
+                                                     : launch_sm90_nvfp4_rs_wide_grouped_gemm1(g, grid1_, nullptr));
         break;
       case Nvfp4Kernels::kDecode: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_gemm1(g, grid1_, nullptr)); break;
       case Nvfp4Kernels::kDecodeDeep: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_deep_gemm1(g, grid1_, nullptr)); break;
@@ -687,11 +696,13 @@ class Nvfp4GemmRun {
     switch (k_) {
       case Nvfp4Kernels::kMma: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_grouped_gemm2(g, grid2_, nullptr)); break;
       case Nvfp4Kernels::kWgmma:
+      case Nvfp4Kernels::kWgmmaWide:
         MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(in.h_.get(), in.h_scale_.get(), p_.T * s_.K,
                                                       r_.offsets.get<int32_t>() + s_.E, g.op.k, h16_.get<uint16_t>(),
                                                       nullptr));
         set_16bit_activations(g.op, h16_.get<uint16_t>());
-        MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_rs_grouped_gemm2(g, grid2_, nullptr));
+        MOE_EP_CUDA_CHECK(k_ == Nvfp4Kernels::kWgmma ? launch_sm90_nvfp4_rs_grouped_gemm2(g, grid2_, nullptr)
+                                                     : launch_sm90_nvfp4_rs_wide_grouped_gemm2(g, grid2_, nullptr));
         break;
       case Nvfp4Kernels::kDecode: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_gemm2(g, grid2_, nullptr)); break;
       case Nvfp4Kernels::kDecodeDeep: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_deep_gemm2(g, grid2_, nullptr)); break;

@@ -304,23 +304,25 @@ TEST_P(Sm90LayerTiny, SmallCaseForSanitizers) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, Sm90LayerTiny, ::testing::Values("mxfp4", "nvfp4"));
 
-// The sanitizer case on each GEMM family pinned in turn (the auto choice at T = 70 is decode only
-// for mxfp4, nvfp4-mma for nvfp4), so compute-sanitizer covers decode, mma.sync, wgmma and wgmma-rs
-// kernels of mxfp4 and the three nvfp4 families (decode, mma.sync, nvfp4-wgmma).
+// The sanitizer case on each GEMM family pinned in turn (the auto choice at T = 70 is decode only),
+// so compute-sanitizer covers decode, mma.sync, wgmma and wgmma-rs kernels of mxfp4 and the three
+// nvfp4 families (decode, mma.sync, nvfp4-wgmma on both tiles).
 TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
   MOE_EP_REQUIRE_CUDA();
   struct Case {
     const char* family;
     GemmKernel kernel;
     bool fused = false;  // decode: the deep kernels, the combine inside GEMM 2, quantize + routing as one
+    bool wide = false;   // wgmma: the 64x256 tile (four consumers)
   };
   for (const Case c : {Case{"mxfp4", GemmKernel::kDecode}, Case{"mxfp4", GemmKernel::kDecode, true},
                        Case{"mxfp4", GemmKernel::kMma}, Case{"mxfp4", GemmKernel::kWgmma},
                        Case{"mxfp4", GemmKernel::kWgmmaRs}, Case{"nvfp4", GemmKernel::kDecode},
                        Case{"nvfp4", GemmKernel::kDecode, true}, Case{"nvfp4", GemmKernel::kMma},
-                       Case{"nvfp4", GemmKernel::kWgmma}}) {
+                       Case{"nvfp4", GemmKernel::kWgmma}, Case{"nvfp4", GemmKernel::kWgmma, false, true}}) {
     Problem p = tiny(c.family, 80);
     p.overrides.gemm = c.kernel;
+    if (c.wide) p.overrides.tile = {64, 256};
     if (c.fused) {
       p.overrides.decode_prefetch = 4;
       p.overrides.fuse_combine = true;
@@ -339,8 +341,8 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
     // nvfp4's wgmma products are exact f16 ones: its own threshold.
     const bool fp8_warpgroup = warpgroup && p.recipe == Recipe::kMxfp4;
     expect_matches_cpu(p, w, in,
-                       fmt::format("{} sanitizer case, {} GEMMs{}", c.family, gemm_kernel_name(c.kernel),
-                                   c.fused ? " (deep, fused)" : ""),
+                       fmt::format("{} sanitizer case, {} GEMMs{}{}", c.family, gemm_kernel_name(c.kernel),
+                                   c.fused ? " (deep, fused)" : "", c.wide ? " (64x256)" : ""),
                        fp8_warpgroup ? wgmma_recipe_tolerance() : -1.0);
   }
 }

@@ -1,5 +1,5 @@
 // The nvfp4 grouped-GEMM kernels against each other on the device (gemm_harness.h): the f16
-// wgmma kernels with the weights in registers (nvfp4-wgmma) and the decode kernels, regular and
+// wgmma kernels with the weights in registers (nvfp4-wgmma, both tiles) and the decode kernels, regular and
 // deep, against the 64 x 128 f16 mma.sync kernels on the same routed rows: GEMM 1's fp32 h and
 // GEMM 2's o on the same NVFP4 h, outputs NaN-poisoned before each run.
 #include <cstdint>
@@ -31,23 +31,40 @@ TEST_F(Sm90Nvfp4Kernels, WgmmaMatchesTheMmaKernels) {
                                                          {"one expert, all rows", 200, 0.0, -1, 9}}) {
       SCOPED_TRACE(fmt::format("{} {} T={}", s.name, c.name, c.T));
       const Nvfp4DeviceProblem p = make_nvfp4_problem(s, make_inputs(s, c, 71 + static_cast<uint64_t>(c.T)));
-      Nvfp4GemmRun mma(s, p, w, Nvfp4Kernels::kMma), wg(s, p, w, Nvfp4Kernels::kWgmma);
+      Nvfp4GemmRun mma(s, p, w, Nvfp4Kernels::kMma);
       mma.gemm1();
-      wg.gemm1();
       mma.gemm2(mma);
-      wg.gemm2(mma);  // both GEMM 2s on mma.sync's NVFP4 h
-      ASSERT_EQ(wg.row_token(), mma.row_token()) << "the routed row order depends on the m tile";
-      const std::vector<float> h_ref = mma.h(), h_got = wg.h();
-      const std::vector<uint16_t> o_ref = mma.o(), o_got = wg.o();
+      const std::vector<float> h_ref = mma.h();
+      const std::vector<uint16_t> o_ref = mma.o();
       ASSERT_FALSE(h_ref.empty());
-      const double err_h = rel_err_of(h_ref.size(), [&](size_t i) { return double{h_got[i]}; },
-                                      [&](size_t i) { return double{h_ref[i]}; });
-      const double err_o = rel_err_of(o_ref.size(), [&](size_t i) { return double{bf16_to_float(o_got[i])}; },
-                                      [&](size_t i) { return double{bf16_to_float(o_ref[i])}; });
-      EXPECT_LE(err_h, 1e-3) << "GEMM 1 fp32 h";
-      EXPECT_LE(err_o, 1e-3) << "GEMM 2 on the same h";
-      fmt::print("[ wgmma   ] nvfp4 {:<10} {:<22} T={:<5} h err={:.2e} (equal {:.4f})  o err={:.2e} (equal {:.4f})\n",
-                 s.name, c.name, c.T, err_h, equal_share(h_got, h_ref), err_o, equal_share(o_got, o_ref));
+      std::vector<float> h_narrow;
+      std::vector<uint16_t> o_narrow;
+      for (const Nvfp4Kernels k : {Nvfp4Kernels::kWgmma, Nvfp4Kernels::kWgmmaWide}) {
+        const bool wide = k == Nvfp4Kernels::kWgmmaWide;
+        Nvfp4GemmRun wg(s, p, w, k);
+        wg.gemm1();
+        wg.gemm2(mma);  // GEMM 2 on mma.sync's NVFP4 h
+        ASSERT_EQ(wg.row_token(), mma.row_token()) << "the routed row order depends on the m tile";
+        const std::vector<float> h_got = wg.h();
+        const std::vector<uint16_t> o_got = wg.o();
+        const double err_h = rel_err_of(h_ref.size(), [&](size_t i) { return double{h_got[i]}; },
+                                        [&](size_t i) { return double{h_ref[i]}; });
+        const double err_o = rel_err_of(o_ref.size(), [&](size_t i) { return double{bf16_to_float(o_got[i])}; },
+                                        [&](size_t i) { return double{bf16_to_float(o_ref[i])}; });
+        EXPECT_LE(err_h, 1e-3) << "GEMM 1 fp32 h" << (wide ? ", 64x256" : "");
+        EXPECT_LE(err_o, 1e-3) << "GEMM 2 on the same h" << (wide ? ", 64x256" : "");
+        fmt::print("[ wgmma   ] nvfp4 {:<7} {:<10} {:<22} T={:<5} h err={:.2e} (equal {:.4f})  o err={:.2e} (equal "
+                   "{:.4f})\n", wide ? "64x256" : "128x128", s.name, c.name, c.T, err_h, equal_share(h_got, h_ref),
+                   err_o, equal_share(o_got, o_ref));
+        // Both tiles run the same k16 wgmmas of every product in the same order: the same bits.
+        if (wide) {
+          EXPECT_EQ(h_got, h_narrow) << "64x256 GEMM 1 against 128x128";
+          EXPECT_EQ(o_got, o_narrow) << "64x256 GEMM 2 against 128x128";
+        } else {
+          h_narrow = h_got;
+          o_narrow = o_got;
+        }
+      }
     }
   }
 }

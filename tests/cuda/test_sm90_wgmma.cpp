@@ -123,6 +123,7 @@ Sm90Facts all_available() {
   f.wgmma_rs_wide_blocks_per_sm[0] = f.wgmma_rs_wide_blocks_per_sm[1] = 1;
   f.gemm1_bf16_128_blocks_per_sm = 1;
   f.nvfp4_wgmma_blocks_per_sm[0] = f.nvfp4_wgmma_blocks_per_sm[1] = 1;
+  f.nvfp4_wgmma_wide_blocks_per_sm[0] = f.nvfp4_wgmma_wide_blocks_per_sm[1] = 1;
   return f;
 }
 
@@ -344,19 +345,30 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   forced.tile = {};
   EXPECT_STREQ(sm90_gemm_name(G::kWgmmaRs), "wgmma-rs");
   // nvfp4 auto: its decode kernels below nvfp4_wgmma_min_tokens (22 rows per expert: flash T =
-  // 938), its f16 wgmma kernels from there; decode_max_tokens moves the boundary; mma.sync between
-  // where decode cannot run, and above the decode bucket where wgmma cannot.
+  // 938), its f16 wgmma kernels from there (64x256 tiles up to 128 rows per expert, T = 5461, then
+  // 128x128); decode_max_tokens moves the boundary; mma.sync between where decode cannot run, and
+  // above the decode bucket where wgmma cannot.
   const MoeDesc nv_flash = flash_desc(Recipe::kNvfp4);
   EXPECT_EQ(nvfp4_wgmma_min_tokens(nv_flash), 938);
   const Sm90Config nv = selected(nv_flash, {});
-  ASSERT_EQ(nv.buckets.size(), 2u);
+  ASSERT_EQ(nv.buckets.size(), 3u);
   EXPECT_EQ(nv.bucket(1).gemm, G::kNvfp4Decode);
   EXPECT_EQ(nv.bucket(1).block_m, kDecodeBlockM);
   EXPECT_EQ(nv.bucket(937).gemm, G::kNvfp4Decode);
   EXPECT_EQ(nv.bucket(938).gemm, G::kNvfp4Wgmma);
   EXPECT_EQ(nv.bucket(938).min_tokens, 938);
+  EXPECT_EQ(nv.bucket(938).block_m, kRsWideBlockM);
+  EXPECT_EQ(nv.bucket(938).block_n, kRsWideBlockN);
+  EXPECT_EQ(nv.bucket(5461).block_n, kRsWideBlockN);
+  EXPECT_EQ(nv.bucket(5462).gemm, G::kNvfp4Wgmma);
+  EXPECT_EQ(nv.bucket(5462).block_n, 0);
   EXPECT_EQ(nv.bucket(8192).block_m, kRsBlockM);
   EXPECT_TRUE(nv.uses_16bit_activations());
+  Sm90Facts nv_no_wide = all_available();  // no 64x256 form: 128x128 from T = 938
+  nv_no_wide.nvfp4_wgmma_wide_blocks_per_sm[0] = 0;
+  const Sm90Config nvt = selected(nv_flash, {}, nv_no_wide);
+  ASSERT_EQ(nvt.buckets.size(), 2u);
+  EXPECT_EQ(nvt.bucket(938).block_m, kRsBlockM);
   MoeDesc nv_pro = nv_flash;  // E = 384: 22 rows per expert at T = 1408
   nv_pro.fleet.num_experts = 384;
   EXPECT_EQ(selected(nv_pro, {}).bucket(1407).gemm, G::kNvfp4Decode);
@@ -371,7 +383,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   Sm90Facts nv_no_decode = all_available();
   nv_no_decode.decode_unavailable = "16 rows of A do not fit";
   const Sm90Config nvm = selected(nv_flash, {}, nv_no_decode);
-  ASSERT_EQ(nvm.buckets.size(), 2u);
+  ASSERT_EQ(nvm.buckets.size(), 3u);
   EXPECT_EQ(nvm.bucket(1).gemm, G::kNvfp4Mma);
   EXPECT_EQ(nvm.bucket(937).gemm, G::kNvfp4Mma);
   EXPECT_EQ(nvm.bucket(938).gemm, G::kNvfp4Wgmma);
@@ -461,6 +473,24 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   KernelOverrides tile;
   tile.tile = {96, 96};
   expect_refused([&] { select_sm90_load_config(d, tile); }, ErrorCode::kUnsupported, "allowed: 64x256, 128x128");
+  // nvfp4: a tile only with overrides.gemm = wgmma, one of its two.
+  expect_refused([&] { select_sm90_load_config(flash_desc(Recipe::kNvfp4), tile); }, ErrorCode::kUnsupported,
+                 "overrides.tile = 96x96: recipe 'nvfp4' has a tile choice on SM90 only with overrides.gemm = wgmma");
+  KernelOverrides nv_tile = nv_wgmma;
+  nv_tile.tile = {96, 128};
+  expect_refused([&] { selected(flash_desc(Recipe::kNvfp4), nv_tile); }, ErrorCode::kUnsupported,
+                 "overrides.tile = 96x128 is not an nvfp4 wgmma tile of SM90; allowed: 128x128, 64x256");
+  nv_tile.tile = {64, 256};
+  const Sm90Config nv_wide = selected(flash_desc(Recipe::kNvfp4), nv_tile);
+  ASSERT_EQ(nv_wide.buckets.size(), 1u);
+  EXPECT_EQ(nv_wide.bucket(1).block_n, kRsWideBlockN);
+  EXPECT_EQ(nv_wide.bucket(8192).block_m, kRsWideBlockM);
+  Sm90Facts nv_wide_no_fit = all_available();
+  nv_wide_no_fit.nvfp4_wgmma_wide_blocks_per_sm[1] = 0;
+  expect_refused([&] { selected(flash_desc(Recipe::kNvfp4), nv_tile, nv_wide_no_fit); }, ErrorCode::kUnsupported,
+                 "the nvfp4 wgmma GEMMs cannot run this layer: the kernels do not fit");
+  nv_tile.tile = {128, 128};
+  EXPECT_EQ(selected(flash_desc(Recipe::kNvfp4), nv_tile).bucket(1).block_m, kRsBlockM);
 
   KernelOverrides bf16;
   bf16.gemm = GemmKernel::kWgmmaBf16;
@@ -1117,7 +1147,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, Sm90WgmmaFlashLayer,
                                            FlashKernel{"wgmma_bf16_64x256", GemmKernel::kWgmmaBf16, Recipe::kMxfp4, "64x256"},
                                            FlashKernel{"wgmma_rs", GemmKernel::kWgmmaRs, Recipe::kMxfp4},
                                            FlashKernel{"wgmma_rs_64x256", GemmKernel::kWgmmaRs, Recipe::kMxfp4, "64x256"},
-                                           FlashKernel{"nvfp4_wgmma", GemmKernel::kWgmma, Recipe::kNvfp4}),
+                                           FlashKernel{"nvfp4_wgmma", GemmKernel::kWgmma, Recipe::kNvfp4},
+                                           FlashKernel{"nvfp4_wgmma_64x256", GemmKernel::kWgmma, Recipe::kNvfp4, "64x256"}),
                          [](const ::testing::TestParamInfo<FlashKernel>& info) { return std::string(info.param.name); });
 
 }  // namespace

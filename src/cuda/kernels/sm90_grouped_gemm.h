@@ -183,6 +183,11 @@ cudaError_t configure_sm90_nvfp4_rs_grouped_gemm1(int* blocks_per_sm);
 cudaError_t configure_sm90_nvfp4_rs_grouped_gemm2(int* blocks_per_sm);
 cudaError_t launch_sm90_nvfp4_rs_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
 cudaError_t launch_sm90_nvfp4_rs_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
+// The same on 64-token x 256-row tiles, four consumer warpgroups (kRsWideBlockM x kRsWideBlockN).
+cudaError_t configure_sm90_nvfp4_rs_wide_grouped_gemm1(int* blocks_per_sm);
+cudaError_t configure_sm90_nvfp4_rs_wide_grouped_gemm2(int* blocks_per_sm);
+cudaError_t launch_sm90_nvfp4_rs_wide_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
+cudaError_t launch_sm90_nvfp4_rs_wide_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
 // NVFP4 rows (packed e2m1 [rows, k / 2] in standard order + e4m3 [rows, k / 16]) -> f16 [rows, k]:
 // element k' of each 128-wide k step at position nvfp4_f16_position_of_k(k') of that step, value
 // e2m1 * e4m3 block scale (exact; the row's global factor stays with the GEMM's epilogue). rows

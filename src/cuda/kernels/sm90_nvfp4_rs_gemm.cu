@@ -1,5 +1,5 @@
 // nvfp4 grouped GEMMs 1 and 2 on f16 wgmma with the weights as the register operand
-// (sm90_rs16_mainloop.cuh, Nvfp4F16RsWeights), and the NVFP4 -> f16 conversion of their
+// (sm90_rs16_mainloop.cuh, Nvfp4F16RsWeights; four consumers: sm90_rs16_wide_mainloop.cuh), and the NVFP4 -> f16 conversion of their
 // activations into the order of tile/nvfp4_f16_codec.h.
 #include <cuda_fp16.h>
 
@@ -11,6 +11,9 @@ namespace moe_ep::cuda {
 namespace {
 
 using Nvfp4RsConfig = RsTileConfig<Nvfp4F16RsWeights>;
+// Four consumers on the stage ring, 64 tokens x 256 weight rows (sm90_rs16_wide_mainloop.cuh).
+using Nvfp4RsWideConfig = Rs16WideTileConfig<Nvfp4F16RsWeights>;
+static_assert(Nvfp4RsWideConfig::kBlockM == kRsWideBlockM && Nvfp4RsWideConfig::kBlockN == kRsWideBlockN);
 
 // A k16 block of an NVFP4 row: 16 e2m1 codes (8 bytes, standard nibble order) times the block's
 // e4m3 scale, as f16 (exact), at positions nvfp4_f16_position_of_k(l) of the block's 16.
@@ -46,6 +49,22 @@ cudaError_t launch_sm90_nvfp4_rs_grouped_gemm1(const Gemm1Params& p, int grid, c
 
 cudaError_t launch_sm90_nvfp4_rs_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream) {
   return launch_rs_kernel<Nvfp4RsConfig, RsNvfp4StoreBf16Epilogue>(p, grid, stream);
+}
+
+cudaError_t configure_sm90_nvfp4_rs_wide_grouped_gemm1(int* blocks_per_sm) {
+  return configure_rs_kernel<Nvfp4RsWideConfig, RsSwigluF32Epilogue, Gemm1Params>(blocks_per_sm);
+}
+
+cudaError_t configure_sm90_nvfp4_rs_wide_grouped_gemm2(int* blocks_per_sm) {
+  return configure_rs_kernel<Nvfp4RsWideConfig, RsNvfp4StoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
+}
+
+cudaError_t launch_sm90_nvfp4_rs_wide_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
+  return launch_rs_kernel<Nvfp4RsWideConfig, RsSwigluF32Epilogue>(p, grid, stream);
+}
+
+cudaError_t launch_sm90_nvfp4_rs_wide_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream) {
+  return launch_rs_kernel<Nvfp4RsWideConfig, RsNvfp4StoreBf16Epilogue>(p, grid, stream);
 }
 
 cudaError_t launch_sm90_nvfp4_to_rs_f16(const uint8_t* packed, const uint8_t* scales, int64_t rows,
