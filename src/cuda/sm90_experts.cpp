@@ -40,6 +40,15 @@ HostCopy copy_to_host(const TensorView& t) {
 
 // The decode GEMMs (of the layer's recipe) need n a multiple of kDecodeBlockN and 16 rows of A
 // in shared memory.
+// Blocks per SM of a register-operand form's two GEMM kernels: a failed probe leaves that form
+// unavailable (0 / 0), never fails the layer.
+void probe_gemm_pair(cudaError_t (*configure1)(int*), cudaError_t (*configure2)(int*), int (&blocks_per_sm)[2]) {
+  if (configure1(&blocks_per_sm[0]) != cudaSuccess || configure2(&blocks_per_sm[1]) != cudaSuccess) {
+    (void)cudaGetLastError();
+    blocks_per_sm[0] = blocks_per_sm[1] = 0;
+  }
+}
+
 void probe_decode(const LayerShape& shape, Sm90Facts& f) {
   if (shape.hidden % kDecodeBlockN != 0 || (2 * shape.intermediate) % kDecodeBlockN != 0) {
     f.decode_unavailable = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of {}",
@@ -167,17 +176,10 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
     if (facts.w13_folded && facts.w2_folded) {
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm1(config_.wgmma_tile, &facts.wgmma_blocks_per_sm[0]));
       MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm2(config_.wgmma_tile, &facts.wgmma_blocks_per_sm[1]));
-      // wgmma-bf16 (override only): a failed probe leaves it unavailable, never fails the layer.
-      if (configure_sm90_mxfp4_rs_grouped_gemm1(&facts.wgmma_bf16_blocks_per_sm[0]) != cudaSuccess ||
-          configure_sm90_mxfp4_rs_grouped_gemm2(&facts.wgmma_bf16_blocks_per_sm[1]) != cudaSuccess) {
-        (void)cudaGetLastError();
-        facts.wgmma_bf16_blocks_per_sm[0] = facts.wgmma_bf16_blocks_per_sm[1] = 0;
-      }
-      if (configure_sm90_mxfp4_rs_wide_grouped_gemm1(&facts.wgmma_bf16_wide_blocks_per_sm[0]) != cudaSuccess ||
-          configure_sm90_mxfp4_rs_wide_grouped_gemm2(&facts.wgmma_bf16_wide_blocks_per_sm[1]) != cudaSuccess) {
-        (void)cudaGetLastError();
-        facts.wgmma_bf16_wide_blocks_per_sm[0] = facts.wgmma_bf16_wide_blocks_per_sm[1] = 0;
-      }
+      probe_gemm_pair(&configure_sm90_mxfp4_rs_grouped_gemm1, &configure_sm90_mxfp4_rs_grouped_gemm2,
+                      facts.wgmma_bf16_blocks_per_sm);
+      probe_gemm_pair(&configure_sm90_mxfp4_rs_wide_grouped_gemm1, &configure_sm90_mxfp4_rs_wide_grouped_gemm2,
+                      facts.wgmma_bf16_wide_blocks_per_sm);
       if (configure_sm90_mxfp4_rs_wide128_grouped_gemm1(&facts.gemm1_bf16_128_blocks_per_sm) != cudaSuccess) {
         (void)cudaGetLastError();
         facts.gemm1_bf16_128_blocks_per_sm = 0;
@@ -203,17 +205,10 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
       }
     }
   } else {
-    // nvfp4-wgmma, both tiles: a failed probe leaves that form unavailable, never fails the layer.
-    if (configure_sm90_nvfp4_rs_grouped_gemm1(&facts.nvfp4_wgmma_blocks_per_sm[0]) != cudaSuccess ||
-        configure_sm90_nvfp4_rs_grouped_gemm2(&facts.nvfp4_wgmma_blocks_per_sm[1]) != cudaSuccess) {
-      (void)cudaGetLastError();
-      facts.nvfp4_wgmma_blocks_per_sm[0] = facts.nvfp4_wgmma_blocks_per_sm[1] = 0;
-    }
-    if (configure_sm90_nvfp4_rs_wide_grouped_gemm1(&facts.nvfp4_wgmma_wide_blocks_per_sm[0]) != cudaSuccess ||
-        configure_sm90_nvfp4_rs_wide_grouped_gemm2(&facts.nvfp4_wgmma_wide_blocks_per_sm[1]) != cudaSuccess) {
-      (void)cudaGetLastError();
-      facts.nvfp4_wgmma_wide_blocks_per_sm[0] = facts.nvfp4_wgmma_wide_blocks_per_sm[1] = 0;
-    }
+    probe_gemm_pair(&configure_sm90_nvfp4_rs_grouped_gemm1, &configure_sm90_nvfp4_rs_grouped_gemm2,
+                    facts.nvfp4_wgmma_blocks_per_sm);
+    probe_gemm_pair(&configure_sm90_nvfp4_rs_wide_grouped_gemm1, &configure_sm90_nvfp4_rs_wide_grouped_gemm2,
+                    facts.nvfp4_wgmma_wide_blocks_per_sm);
   }
   select_sm90_kernels(config_, desc, overrides, facts);
   LayerShape planned = shape;  // 16-bit activation buckets add h as bf16 / f16 to the workspace (plan.h)
