@@ -7,8 +7,8 @@
 #   MOE_EP_DEVICE_BIN=.device-bin-wgmma scripts/device_wgmma.sh
 #   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench small wide table cross nvfp4 sanitizer flash ncu
 #                       ncu-source ncu-layer ncu-kernels"
-#                              (default: all but split, decode, shared, small, wide, cross, nvfp4, ncu, ncu-source
-#                               ncu-layer and ncu-kernels)
+#                              (default: all but split, decode, shared, small, wide, table, cross, nvfp4, ncu,
+#                               ncu-source, ncu-layer and ncu-kernels)
 #   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight, K split in two and
 #     the weights by bulk copies into rings of 2 or 3 chunks per warp
 #   small: the layer at T <= 128 (flash, tiny; pro T = 1, 8), default against --decode-split-k 1 (no split
@@ -80,6 +80,7 @@ for fn, c in stats.items():
     tile = re.search(r"ILi(\d+)ELi(\d+)ELi(\d+)ELb([01])", fn)
     family = ("wgmma-rs " if "RsFp8TileConfig" in fn else "nvfp4-wgmma " if "Nvfp4F16RsWeights" in fn
               else "wgmma-bf16 " if "Mxfp4Bf16RsWeights" in fn else "wgmma " if "wgmma" in fn else "mma.sync ")
+    if "Rs16WideTileConfig" in fn: family += "x256 "
     if "q8_to_rs" in fn: family = "q8->bf16 "
     name = family + ("gemm1" if "gemm1" in fn or "Gemm1" in fn else "gemm2") + \
         (f" {tile.group(1)}x{tile.group(2)} s{tile.group(3)} {'quad' if tile.group(4) == '1' else 'lane'}" if tile else "")
@@ -223,7 +224,8 @@ if has table; then  # timings only: the tests above check auto's plans
   grep -E "^ +[0-9]+ " "$WORK/table_nvfp4.log" | sed 's/^/  /' >> "$SUMMARY"
 fi
 
-# 4b. nvfp4: auto (decode / mma.sync) against nvfp4-wgmma, the same graph-replay bench.
+# 4b. nvfp4: auto (decode, then nvfp4-wgmma from 22 rows per expert) against nvfp4-wgmma at every T,
+# the same graph-replay bench.
 if has nvfp4; then  # timings only: read them with the tests above
   run_limited 90 "$CLI" bench --device cuda --preset deepseek-v4-flash --backend nvfp4 --variants auto,wgmma \
     --tokens "${MOE_EP_NVFP4_TOKENS:-512,2048,8192}" --iters 20 --warmup 3 --compute-tflops 1457 \
@@ -308,9 +310,11 @@ head, body = rows[0], rows[1:]
 ki, vi, ui = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
 total = 0.0
 for r in body:
-    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6,
+             "s": 1e6}
     if r[ui] not in scale:
-        sys.exit(f"  (unknown duration unit '{r[ui]}')")
+        print(f"  (unknown duration unit '{r[ui]}')")
+        sys.exit(0)
     us = float(r[vi].replace(",", "")) * scale[r[ui]]
     total += us
     name = re.sub(r"moe_ep::(cuda::)?|void |\(.*", "", r[ki])[:140]

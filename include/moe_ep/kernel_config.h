@@ -42,13 +42,15 @@ TileShape parse_tile_shape(std::string_view text, std::string_view option = "til
 // policy (wgmma with exact_accumulation) is refused, never silently preferred.
 struct KernelOverrides {
   GemmKernel gemm = GemmKernel::kAuto;
-  TileShape tile;                           // wgmma output tile (SM90: 64x256, 128x128; wgmma-rs: 64x128, 96x128, 64x256)
+  TileShape tile;                           // wgmma output tile (SM90: 64x256, 128x128; wgmma-rs: 64x128, 96x128,
+                                            // 64x256; wgmma-bf16 and nvfp4's wgmma: 128x128, 64x256)
   std::optional<int64_t> decode_max_tokens;  // auto: decode kernels up to this many tokens
   std::optional<bool> fold_fp8;             // mxfp4 on GPUs: fold weights into the FP8 window
   std::optional<int> decode_prefetch;       // decode GEMMs: k steps of weights in flight per warp (2, 4;
                                             // 4 is refused where the decode GEMMs cannot run)
-  std::optional<int> decode_split_k;        // decode GEMMs: K in 1 or 2 parts per block (2: SM90 mxfp4,
-                                            // H and I multiples of 1024, 2 k steps in flight, no fused combine)
+  std::optional<int> decode_split_k;        // decode GEMMs: K in 1 or 2 parts per block (2: SM90, H and I
+                                            // multiples of 1024 for mxfp4, of 256 and >= 512 for nvfp4; 2 k
+                                            // steps in flight, no fused combine)
   std::optional<bool> fuse_quantize_route;  // GPUs: quantization of x and the routing in one launch
                                             // (auto: SM90 mxfp4's decode buckets)
   std::optional<bool> fuse_combine;         // GPUs: the combine inside the decode GEMM 2 (no shared expert)

@@ -24,16 +24,18 @@ std::string register_operand_unavailable(const MoeDesc& desc, const std::string&
   return blocks_per_sm[0] < 1 || blocks_per_sm[1] < 1 ? "the kernels do not fit on this device" : "";
 }
 
-// Why the mxfp4 decode GEMMs with K split in two cannot run this layer, as the rest of a sentence
-// on overrides.decode_split_k = 2; "" when they can (then auto takes them up to
-// kDecodeSplitMaxTokens).
+// Why the decode GEMMs with K split in two cannot run this layer, as the rest of a sentence on
+// overrides.decode_split_k = 2; "" when they can (then mxfp4's auto takes them up to
+// kDecodeSplitMaxTokens; nvfp4's, not yet measured, by override only).
 std::string decode_split_unavailable(const Sm90Config& c, const MoeDesc& desc, const Sm90Facts& facts) {
-  if (desc.recipe != Recipe::kMxfp4)
-    return fmt::format(": only the mxfp4 decode GEMMs split K (recipe {})", recipe_name(desc.recipe));
   if (!facts.decode_unavailable.empty()) return ": the decode GEMMs cannot run this layer: " + facts.decode_unavailable;
-  if (desc.fleet.hidden_size % 1024 != 0 || desc.intermediate_size % 1024 != 0)
+  const int64_t H = desc.fleet.hidden_size, I = desc.intermediate_size;
+  if (desc.recipe == Recipe::kMxfp4 && (H % 1024 != 0 || I % 1024 != 0))
     return fmt::format(": each half of K must be whole 512-wide chunks; hidden = {} and intermediate = {} must be "
-                       "multiples of 1024", desc.fleet.hidden_size, desc.intermediate_size);
+                       "multiples of 1024", H, I);
+  if (desc.recipe != Recipe::kMxfp4 && (H % 256 != 0 || I % 256 != 0 || H < 512 || I < 512))
+    return fmt::format(": each half of K must be whole 128-wide k steps and the tile's A rows must hold the halves' "
+                       "hand-over; hidden = {} and intermediate = {} must be multiples of 256, at least 512", H, I);
   if (c.exact_accumulation)
     return " adds the two halves' fp32 sums: the decode GEMMs are then not bitwise the CPU layer's, which "
            "exact_accumulation asks for";
@@ -237,8 +239,9 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
   if (desc.recipe != Recipe::kMxfp4) {
     // nvfp4 auto: the decode kernels up to decode_max_tokens (mma.sync where they cannot run),
     // the f16 wgmma kernels from nvfp4_wgmma_min_tokens where they fit and exact accumulation is
-    // off (the decode bucket then ends below it unless decode_max_tokens is overridden), the
-    // 64 x 128 mma.sync kernels between or above. Each kernel alone by override.
+    // off (the default decode bucket then ends below it; an overridden decode_max_tokens moves
+    // the decode end alone, as for mxfp4: wgmma from the later of the two), the 64 x 128 mma.sync
+    // kernels between or above. Each kernel alone by override.
     MOE_EP_CHECK_CODE(facts.decode_unavailable.empty() || o.gemm != GemmKernel::kDecode, ErrorCode::kUnsupported,
                       "overrides.gemm = decode: the nvfp4 decode GEMMs cannot run this layer: {}",
                       facts.decode_unavailable);
@@ -265,15 +268,17 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
     // (not with exact accumulation: the wgmma accumulator is not fp32-exact per k block)
     const bool wgmma = o.gemm == GemmKernel::kAuto && c.nvfp4_wgmma_unavailable.empty() && !c.exact_accumulation;
     const int64_t wgmma_lo = !wgmma                ? max_tokens + 1
-                             : o.decode_max_tokens ? std::min(*o.decode_max_tokens, max_tokens) + 1
+                             : o.decode_max_tokens ? std::max(nvfp4_wgmma_min_tokens(desc), decode_hi + 1)
                                                    : nvfp4_wgmma_min_tokens(desc);
+    if (wgmma && !o.decode_max_tokens) c.decode_max_tokens = std::min(c.decode_max_tokens, wgmma_lo - 1);
     // Buckets in T order, each from the end of the one before; empty ones are left out.
     auto add = [&](int64_t hi, Sm90Bucket b) {
       b.min_tokens = c.buckets.empty() ? 0 : c.buckets.back().max_tokens + 1;
       b.max_tokens = std::min(hi, max_tokens);
       if (b.max_tokens >= b.min_tokens) c.buckets.push_back(b);
     };
-    add(std::min(decode_hi, wgmma_lo - 1), {0, 0, Sm90Gemm::kNvfp4Decode, kDecodeBlockM});
+    // K split in two only where pinned (overrides.decode_split_k = 2): not measured for nvfp4 yet.
+    add(std::min(decode_hi, wgmma_lo - 1), {0, 0, Sm90Gemm::kNvfp4Decode, kDecodeBlockM, c.decode_split.value_or(1)});
     add(wgmma_lo - 1, {0, 0, Sm90Gemm::kNvfp4Mma, kGemmBlockM});
     if (wgmma && c.nvfp4_wgmma_wide_unavailable.empty())
       add(tokens_at_rows_per_expert(desc, kNvfp4WgmmaWideMaxRowsPerExpert), wide);
@@ -468,19 +473,32 @@ void Sm90Config::describe(SelectedConfig& out) const {
   out.add("sm_count", std::to_string(facts.sm_count));
   if (!mxfp4) {
     out.add("gemm_kernels", "f16 mma.sync (e2m1 * e4m3 decoded to f16): 16x128 decode tiles, 64x128x128 tiles");
+    // Where the buckets run nvfp4's wgmma kernels, and on which tile.
+    const Sm90Bucket* first_wgmma = nullptr;
+    int64_t wide_hi = -1;
+    for (const Sm90Bucket& b : buckets)
+      if (b.gemm == Sm90Gemm::kNvfp4Wgmma) {
+        if (first_wgmma == nullptr) first_wgmma = &b;
+        if (b.block_n == kRsWideBlockN) wide_hi = b.max_tokens;
+      }
+    const std::string wgmma_use =
+        first_wgmma == nullptr ? "by override (overrides.gemm = wgmma, overrides.tile = 128x128 or 64x256)"
+        : requested != GemmKernel::kAuto
+            ? fmt::format("every T (overrides.gemm), {} tiles", wide_hi >= 0 ? "64x256" : "128x128")
+        : wide_hi >= first_wgmma->max_tokens && wide_hi == buckets.back().max_tokens
+            ? fmt::format("auto from T = {}, 64x256 tiles", first_wgmma->min_tokens)
+        : wide_hi >= 0 ? fmt::format("auto from T = {}, 64x256 tiles up to T = {}, 128x128 above",
+                                     first_wgmma->min_tokens, wide_hi)
+                       : fmt::format("auto from T = {}, 128x128 tiles", first_wgmma->min_tokens);
     out.add("wgmma",
             nvfp4_wgmma_unavailable.empty()
-                ? fmt::format("auto from {} rows per expert (on {}x{} tiles, four consumers, up to {} rows per "
-                              "expert, then {}x128), or by override (overrides.gemm = wgmma, overrides.tile): f16 "
-                              "wgmma, the weights decoded in registers; blocks/SM {} / {} ({}x128), {}",
-                              kNvfp4WgmmaMinRowsPerExpert, kRsWideBlockM, kRsWideBlockN,
-                              kNvfp4WgmmaWideMaxRowsPerExpert, kRsBlockM, facts.nvfp4_wgmma_blocks_per_sm[0],
-                              facts.nvfp4_wgmma_blocks_per_sm[1], kRsBlockM,
+                ? fmt::format("{}: f16 wgmma, the weights decoded in registers; blocks/SM {} / {} (128x128), {}",
+                              wgmma_use, facts.nvfp4_wgmma_blocks_per_sm[0], facts.nvfp4_wgmma_blocks_per_sm[1],
                               nvfp4_wgmma_wide_unavailable.empty()
-                                  ? fmt::format("{} / {} ({}x{})", facts.nvfp4_wgmma_wide_blocks_per_sm[0],
-                                                facts.nvfp4_wgmma_wide_blocks_per_sm[1], kRsWideBlockM, kRsWideBlockN)
-                                  : fmt::format("{}x{} unavailable: {}", kRsWideBlockM, kRsWideBlockN,
-                                                nvfp4_wgmma_wide_unavailable))
+                                  ? fmt::format("{} / {} (64x256, four consumers)",
+                                                facts.nvfp4_wgmma_wide_blocks_per_sm[0],
+                                                facts.nvfp4_wgmma_wide_blocks_per_sm[1])
+                                  : "64x256 unavailable: " + nvfp4_wgmma_wide_unavailable)
                 : "unavailable: " + nvfp4_wgmma_unavailable);
     out.add("mma", fmt::format("64x128x128 tiles, blocks/SM {} / {}", facts.mma_blocks_per_sm[0],
                                facts.mma_blocks_per_sm[1]));

@@ -28,18 +28,23 @@ inline constexpr int64_t kDecodeMaxTokens = 512;
 inline constexpr int64_t kDecodeMaxRowsPerExpert = 15;
 int64_t mxfp4_decode_max_tokens(const MoeDesc& desc);
 // nvfp4's decode kernels against its 64 x 128 mma.sync ones (H200, deepseek-v4-flash): 1.5x to
-// 1.9x faster up to T = 512, 7% at T = 1536, 1% slower at T = 2048 (bench/RESULTS.md).
+// 1.9x faster up to T = 512, 7% at T = 1536, 1% slower at T = 2048 (bench/RESULTS.md). Auto's
+// decode bucket ends here where the wgmma kernels do not take over earlier (below).
 inline constexpr int64_t kNvfp4DecodeMaxTokens = 1536;
-// Auto: nvfp4's f16 wgmma kernels (the weights decoded in registers, 64 x 128 tiles) from the T at
-// which the experts hold this many rows each on average (T * top_k / E), where they fit; the decode
-// bucket ends below it unless overrides.decode_max_tokens sets its end. H100, layer, µs (decode or
-// mma.sync -> wgmma): flash T = 512 1910 -> 3086, 1024 3389 -> 3194, 2048 6036 -> 3429, 8192
+// Auto: nvfp4's f16 wgmma kernels (the weights decoded in registers) from the T at which the
+// experts hold this many rows each on average (T * top_k / E), where they fit and exact
+// accumulation is off; the decode bucket ends below it (an overridden decode_max_tokens moves the
+// decode end alone; wgmma from the later of the two). H100, layer, µs (decode or mma.sync ->
+// wgmma 128x128): flash T = 512 1910 -> 3086, 1024 3389 -> 3194, 2048 6036 -> 3429, 8192
 // 20822 -> 7211; pro T = 1024 9290 -> 11584, 2048 17109 -> 11895, 8192 54130 -> 18612: the
 // crossing at ~21-22 rows per expert on both (bench/RESULTS.md, stop 34).
 inline constexpr int64_t kNvfp4WgmmaMinRowsPerExpert = 22;
 int64_t nvfp4_wgmma_min_tokens(const MoeDesc& desc);
 // Auto's nvfp4 wgmma buckets run the four-consumer 64x256 form (64-token tiles) up to this many rows
-// per expert on average, the 128x128 form (128-token tiles) above, where both fit.
+// per expert on average, the 128x128 form (128-token tiles) above, where both fit. H200, layer, µs
+// (128x128 -> 64x256): flash T = 938 3196 -> 1789, 2048 3410 -> 1941, 4096 3679 -> 3754, 5461
+// 5236 -> 4693; pro T = 2048 11963 -> 6760, 8192 19079 -> 18345 (bench/RESULTS.md, stop 34); not
+// measured above 128 rows per expert.
 inline constexpr int64_t kNvfp4WgmmaWideMaxRowsPerExpert = 128;
 // Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles), unless the
 // layer asks for exact accumulation (wgmma's FP8 accumulator is not fp32-exact).
@@ -94,7 +99,7 @@ struct Sm90Facts {
   std::string decode_unavailable;  // why the decode kernels (of the recipe) cannot run ("" when they can)
   int decode_blocks_per_sm[2] = {0, 0};
   int decode_deep_blocks_per_sm[2] = {0, 0};  // kDecodeDeepPrefetch form; 0 when it does not fit
-  int decode_split_blocks_per_sm[2] = {0, 0};  // mxfp4 with K split in two; 0 when it does not fit
+  int decode_split_blocks_per_sm[2] = {0, 0};  // K split in two; 0 when it does not fit
   int mma_blocks_per_sm[2] = {0, 0};    // mma.sync (mxfp4) or f16 mma.sync (nvfp4) GEMMs
   int wgmma_blocks_per_sm[2] = {0, 0};  // of the selected tile; 0 when not configured
   int wgmma_bf16_blocks_per_sm[2] = {0, 0};  // 0 when not configured

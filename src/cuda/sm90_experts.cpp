@@ -38,8 +38,6 @@ HostCopy copy_to_host(const TensorView& t) {
   return c;
 }
 
-// The decode GEMMs (of the layer's recipe) need n a multiple of kDecodeBlockN and 16 rows of A
-// in shared memory.
 // Blocks per SM of a register-operand form's two GEMM kernels: a failed probe leaves that form
 // unavailable (0 / 0), never fails the layer.
 void probe_gemm_pair(cudaError_t (*configure1)(int*), cudaError_t (*configure2)(int*), int (&blocks_per_sm)[2]) {
@@ -48,6 +46,9 @@ void probe_gemm_pair(cudaError_t (*configure1)(int*), cudaError_t (*configure2)(
     blocks_per_sm[0] = blocks_per_sm[1] = 0;
   }
 }
+
+// The decode GEMMs (of the layer's recipe) need n a multiple of kDecodeBlockN and 16 rows of A
+// in shared memory.
 
 void probe_decode(const LayerShape& shape, Sm90Facts& f) {
   if (shape.hidden % kDecodeBlockN != 0 || (2 * shape.intermediate) % kDecodeBlockN != 0) {
@@ -76,11 +77,11 @@ void probe_decode(const LayerShape& shape, Sm90Facts& f) {
     (void)cudaGetLastError();
     f.decode_deep_blocks_per_sm[0] = f.decode_deep_blocks_per_sm[1] = 0;
   }
-  // mxfp4 with K split in two (overrides.decode_split_k): likewise.
-  if (mxfp4 && (configure_sm90_mxfp4_decode_split_gemm1(static_cast<int>(shape.hidden),
-                                                        &f.decode_split_blocks_per_sm[0]) != cudaSuccess ||
-                configure_sm90_mxfp4_decode_split_gemm2(static_cast<int>(shape.intermediate),
-                                                        &f.decode_split_blocks_per_sm[1]) != cudaSuccess)) {
+  // K split in two (overrides.decode_split_k; mxfp4's auto at T = 1): likewise.
+  const auto split1 = mxfp4 ? &configure_sm90_mxfp4_decode_split_gemm1 : &configure_sm90_nvfp4_decode_split_gemm1;
+  const auto split2 = mxfp4 ? &configure_sm90_mxfp4_decode_split_gemm2 : &configure_sm90_nvfp4_decode_split_gemm2;
+  if (split1(static_cast<int>(shape.hidden), &f.decode_split_blocks_per_sm[0]) != cudaSuccess ||
+      split2(static_cast<int>(shape.intermediate), &f.decode_split_blocks_per_sm[1]) != cudaSuccess) {
     (void)cudaGetLastError();
     f.decode_split_blocks_per_sm[0] = f.decode_split_blocks_per_sm[1] = 0;
   }

@@ -173,6 +173,9 @@ GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
       return {&launch_sm90_mxfp4_grouped_gemm1, &launch_sm90_mxfp4_grouped_gemm2, kGemmBlockN, true,
               f.mma_blocks_per_sm};
     case Sm90Gemm::kNvfp4Decode:
+      if (bucket.decode_split == 2)
+        return {&launch_sm90_nvfp4_decode_split_gemm1, &launch_sm90_nvfp4_decode_split_gemm2, kDecodeBlockN / 2,
+                false, f.decode_split_blocks_per_sm};
       if (c.decode_prefetch == kDecodeDeepPrefetch)
         return {&launch_sm90_nvfp4_decode_deep_gemm1, &launch_sm90_nvfp4_decode_deep_gemm2, kDecodeBlockN, false,
                 f.decode_deep_blocks_per_sm};
@@ -311,7 +314,8 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     const bool decode = bucket.gemm == Sm90Gemm::kDecode || bucket.gemm == Sm90Gemm::kNvfp4Decode;
     // Named from the launcher taken, so the plan says what runs.
     if (decode) {
-      l.decode_split = fam.gemm1 == &launch_sm90_mxfp4_decode_split_gemm1;
+      l.decode_split =
+          fam.gemm1 == &launch_sm90_mxfp4_decode_split_gemm1 || fam.gemm1 == &launch_sm90_nvfp4_decode_split_gemm1;
       l.decode_prefetch =
           fam.gemm1 == &launch_sm90_mxfp4_decode_deep_gemm1 || fam.gemm1 == &launch_sm90_nvfp4_decode_deep_gemm1
               ? kDecodeDeepPrefetch

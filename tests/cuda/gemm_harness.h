@@ -583,15 +583,16 @@ inline Nvfp4DeviceProblem make_nvfp4_problem(const Shape& s, const testing::Host
 
 // nvfp4 GEMM kernels: f16 mma.sync (64-row m tiles), f16 wgmma with the weights in registers
 // (128-row m tiles, activations converted to f16 first; kWgmmaWide: 64-row m tiles x 256 weight
-// rows, four consumers), the decode kernels (16-row m tiles) and their deep form.
-enum class Nvfp4Kernels { kMma, kWgmma, kWgmmaWide, kDecode, kDecodeDeep };
+// rows, four consumers), the decode kernels (16-row m tiles), their deep form and their form
+// with K split in two per block.
+enum class Nvfp4Kernels { kMma, kWgmma, kWgmmaWide, kDecode, kDecodeDeep, kDecodeSplit };
 
 // The nvfp4 GEMMs of one problem with one kernel family; outputs NaN-poisoned at creation.
 class Nvfp4GemmRun {
  public:
   Nvfp4GemmRun(const Shape& s, const Nvfp4DeviceProblem& p, const Nvfp4DeviceWeights& w, Nvfp4Kernels k)
       : s_(s), p_(p), w_(w), k_(k) {
-    const bool decode = k == Nvfp4Kernels::kDecode || k == Nvfp4Kernels::kDecodeDeep;
+    const bool decode = k == Nvfp4Kernels::kDecode || k == Nvfp4Kernels::kDecodeDeep || k == Nvfp4Kernels::kDecodeSplit;
     r_ = route(s, p.T, p.ids, p.topk_weights,
                k == Nvfp4Kernels::kWgmma       ? kRsBlockM
                : k == Nvfp4Kernels::kWgmmaWide ? kRsWideBlockM
@@ -629,6 +630,10 @@ class Nvfp4GemmRun {
         MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_deep_gemm1(static_cast<int>(s.H), &per_sm1));
         MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_deep_gemm2(static_cast<int>(s.I), &per_sm2));
         break;
+      case Nvfp4Kernels::kDecodeSplit:
+        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_split_gemm1(static_cast<int>(s.H), &per_sm1));
+        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_split_gemm2(static_cast<int>(s.I), &per_sm2));
+        break;
     }
     // Persistent kernels: blocks per SM x SMs; decode kernels: the routing's m-tile bound.
     grid1_ = decode ? static_cast<int>(r_.max_tiles) : sms * std::max(per_sm1, 1);
@@ -665,6 +670,7 @@ class Nvfp4GemmRun {
         break;
       case Nvfp4Kernels::kDecode: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_gemm1(g, grid1_, nullptr)); break;
       case Nvfp4Kernels::kDecodeDeep: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_deep_gemm1(g, grid1_, nullptr)); break;
+      case Nvfp4Kernels::kDecodeSplit: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_split_gemm1(g, grid1_, nullptr)); break;
     }
     Nvfp4QuantizeParams q;  // h's NVFP4 rows, as the layer's pass writes them
     q.in = h_f32_.get();
@@ -706,6 +712,7 @@ class Nvfp4GemmRun {
         break;
       case Nvfp4Kernels::kDecode: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_gemm2(g, grid2_, nullptr)); break;
       case Nvfp4Kernels::kDecodeDeep: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_deep_gemm2(g, grid2_, nullptr)); break;
+      case Nvfp4Kernels::kDecodeSplit: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_split_gemm2(g, grid2_, nullptr)); break;
     }
   }
 

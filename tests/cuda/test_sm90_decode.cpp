@@ -5,6 +5,8 @@
 // (many tiles of one expert), holes, tokens without slots; mxfp4 with folded weights and with
 // E8M0 block scales, nvfp4 with its e4m3 block and global scales; then the flash shape at
 // decode sizes.
+#include <utility>
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -258,15 +260,15 @@ TEST_P(Sm90Decode, DeepPrefetchAndFusedQuantizeRouteGiveTheDefaultBits) {
   }
 }
 
-// KernelOverrides::decode_split_k = 2 (mxfp4: K split in two halves per decode block) changes the
-// order of the fp32 sums, so it is checked against the CPU at the recipe's threshold (not bitwise
-// against the default plan), on the structured cases above at H = 3072, I = 1024 (GEMM 1: 3 A
-// chunks per half, the ring refilled; GEMM 2: one), folded and with E8M0 block scales; reruns and
-// graph replays are bitwise equal to the first forward.
+// KernelOverrides::decode_split_k = 2 (K split in two halves per decode block) changes the order
+// of the fp32 sums, so it is checked against the CPU at the recipe's threshold (not bitwise
+// against the default plan), on the structured cases above at H = 3072, I = 1024 (mxfp4 GEMM 1:
+// 3 A chunks per half, the ring refilled; GEMM 2: one), mxfp4 folded and with E8M0 block scales,
+// and nvfp4; reruns and graph replays are bitwise equal to the first forward.
 TEST(Sm90DecodeSplit, LayerWithinThresholdOfTheCpuRerunsAndReplaysEqual) {
   MOE_EP_REQUIRE_CUDA();
-  for (const bool folded : {true, false}) {
-    Problem p = testsupport::tiny_problem("mxfp4");
+  for (const auto& [recipe, folded] : {std::pair{"mxfp4", true}, {"mxfp4", false}, {"nvfp4", true}}) {
+    Problem p = testsupport::tiny_problem(recipe);
     if (!folded) p.overrides.fold_fp8 = false;
     p.exact_accumulation = false;  // the split adds two fp32 sums: refused with exact accumulation
     p.hidden = 3072;
@@ -284,14 +286,14 @@ TEST(Sm90DecodeSplit, LayerWithinThresholdOfTheCpuRerunsAndReplaysEqual) {
     for (const PlanCase& c : cases) {
       const DeviceInputs d = to_device(p, c.in);
       const std::vector<uint16_t> got = run_on_gpu(*layer, d), again = run_on_gpu(*layer, d);
-      const std::string what = fmt::format("folded={} {}: {}", folded, split.overrides.str(), c.what);
+      const std::string what = fmt::format("{} folded={} {}: {}", recipe, folded, split.overrides.str(), c.what);
       const double err = relative_error_rows(got, c.cpu, p.hidden);
       EXPECT_LE(err, same_recipe_tolerance(p.recipe)) << what;
       EXPECT_EQ(again, got) << what << ": rerun";
       fmt::print("[ split   ] {:<72} rel_err={:.3e}\n", what, err);
     }
     EXPECT_EQ(layer->read_error_flags(), 0u);
-    expect_replays_equal_eager(*layer, to_device(p, cases[1].in), fmt::format("folded={}", folded));  // T = 7
+    expect_replays_equal_eager(*layer, to_device(p, cases[1].in), fmt::format("{} folded={}", recipe, folded));  // T = 7
   }
 }
 

@@ -337,6 +337,12 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
       EXPECT_NE(plan.find("(4 k steps of weights in flight)"), std::string::npos) << plan;
       EXPECT_NE(plan.find("gemm2 + combine (one launch)"), std::string::npos) << plan;
     }
+    if (c.wide) {
+      const std::string plan = make_gpu_layer(p, w.pack())->info().config.str();
+      EXPECT_NE(plan.find("nvfp4-wgmma GEMMs (n tiles of 256 weight rows, 4 consumer warpgroups), routing m tiles "
+                          "of 64 rows"),
+                std::string::npos) << plan;
+    }
     const Inputs in = testsupport::random_inputs(p, 70, 15, {.skip_fraction = 0.2});
     // nvfp4's wgmma products are exact f16 ones: its own threshold.
     const bool fp8_warpgroup = warpgroup && p.recipe == Recipe::kMxfp4;

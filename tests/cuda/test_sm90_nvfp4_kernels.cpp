@@ -70,7 +70,8 @@ TEST_F(Sm90Nvfp4Kernels, WgmmaMatchesTheMmaKernels) {
 }
 
 // nvfp4's decode kernels and their deep form run mma.sync's products in its k order: fp32 h and
-// o bitwise those of the 64 x 128 mma.sync kernels (o on the same NVFP4 h).
+// o bitwise those of the 64 x 128 mma.sync kernels (o on the same NVFP4 h). Their split form adds
+// two halves' sums: within threshold, bitwise on a rerun.
 TEST_F(Sm90Nvfp4Kernels, DecodeAndDeepDecodeAreBitwiseTheMmaKernels) {
   const Shape s{"flash/E32", 32, 4096, 2048, 6};
   const Nvfp4DeviceWeights w = make_nvfp4_device_weights(s, 59);
@@ -92,6 +93,25 @@ TEST_F(Sm90Nvfp4Kernels, DecodeAndDeepDecodeAreBitwiseTheMmaKernels) {
       EXPECT_EQ(run.h(), h_ref) << (k == Nvfp4Kernels::kDecode ? "decode" : "deep decode") << ": GEMM 1 fp32 h";
       EXPECT_EQ(run.o(), o_ref) << (k == Nvfp4Kernels::kDecode ? "decode" : "deep decode") << ": GEMM 2 on the same h";
     }
+    // K split in two per block: the halves' fp32 sums added, so within a tight threshold, and the
+    // same bits on a rerun.
+    Nvfp4GemmRun split(s, p, w, Nvfp4Kernels::kDecodeSplit), again(s, p, w, Nvfp4Kernels::kDecodeSplit);
+    for (Nvfp4GemmRun* r : {&split, &again}) {
+      r->gemm1();
+      r->gemm2(mma);
+    }
+    const std::vector<float> h_got = split.h();
+    const std::vector<uint16_t> o_got = split.o();
+    const double err_h = rel_err_of(h_ref.size(), [&](size_t i) { return double{h_got[i]}; },
+                                    [&](size_t i) { return double{h_ref[i]}; });
+    const double err_o = rel_err_of(o_ref.size(), [&](size_t i) { return double{bf16_to_float(o_got[i])}; },
+                                    [&](size_t i) { return double{bf16_to_float(o_ref[i])}; });
+    EXPECT_LE(err_h, 1e-3) << "split decode: GEMM 1 fp32 h";
+    EXPECT_LE(err_o, 1e-3) << "split decode: GEMM 2 on the same h";
+    EXPECT_EQ(again.h(), h_got) << "split decode: rerun";
+    EXPECT_EQ(again.o(), o_got) << "split decode: rerun";
+    fmt::print("[ decode  ] nvfp4 split   {:<22} T={:<5} h err={:.2e} (equal {:.4f})  o err={:.2e} (equal {:.4f})\n",
+               c.name, c.T, err_h, equal_share(h_got, h_ref), err_o, equal_share(o_got, o_ref));
   }
 }
 

@@ -133,6 +133,18 @@ Sm90Config selected(const MoeDesc& d, const KernelOverrides& o, const Sm90Facts&
   return c;
 }
 
+// The buckets cover T = 0 .. max_tokens_per_rank once, in order (Sm90Config::bucket() reads only
+// their ends).
+void expect_contiguous(const Sm90Config& c, const MoeDesc& d) {
+  ASSERT_FALSE(c.buckets.empty());
+  EXPECT_EQ(c.buckets.front().min_tokens, 0);
+  for (size_t i = 0; i < c.buckets.size(); ++i) {
+    EXPECT_LE(c.buckets[i].min_tokens, c.buckets[i].max_tokens) << "bucket " << i;
+    if (i > 0) EXPECT_EQ(c.buckets[i].min_tokens, c.buckets[i - 1].max_tokens + 1) << "bucket " << i;
+  }
+  EXPECT_EQ(c.buckets.back().max_tokens, d.fleet.max_tokens_per_rank);
+}
+
 // The entries of a config (or the plan lines of a pipeline) as `Layer::info().config` prints them.
 template <class Described>
 std::string described(const Described& d) {
@@ -351,6 +363,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   const MoeDesc nv_flash = flash_desc(Recipe::kNvfp4);
   EXPECT_EQ(nvfp4_wgmma_min_tokens(nv_flash), 938);
   const Sm90Config nv = selected(nv_flash, {});
+  expect_contiguous(nv, nv_flash);
   ASSERT_EQ(nv.buckets.size(), 3u);
   EXPECT_EQ(nv.bucket(1).gemm, G::kNvfp4Decode);
   EXPECT_EQ(nv.bucket(1).block_m, kDecodeBlockM);
@@ -364,25 +377,63 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(nv.bucket(5462).block_n, 0);
   EXPECT_EQ(nv.bucket(8192).block_m, kRsBlockM);
   EXPECT_TRUE(nv.uses_16bit_activations());
+  EXPECT_EQ(nv.decode_max_tokens, 937);  // the decode bucket's end, as described
+  const std::string nv_out = described(nv);
+  EXPECT_NE(nv_out.find("16x128 tiles, auto up to T = 937"), std::string::npos) << nv_out;
+  EXPECT_NE(nv_out.find("auto from T = 938, 64x256 tiles up to T = 5461, 128x128 above: f16 wgmma"),
+            std::string::npos) << nv_out;
   Sm90Facts nv_no_wide = all_available();  // no 64x256 form: 128x128 from T = 938
   nv_no_wide.nvfp4_wgmma_wide_blocks_per_sm[0] = 0;
   const Sm90Config nvt = selected(nv_flash, {}, nv_no_wide);
+  expect_contiguous(nvt, nv_flash);
   ASSERT_EQ(nvt.buckets.size(), 2u);
   EXPECT_EQ(nvt.bucket(938).block_m, kRsBlockM);
+  EXPECT_NE(described(nvt).find("auto from T = 938, 128x128 tiles"), std::string::npos) << described(nvt);
+  MoeDesc nv_wide_shape = nv_flash;  // 2I = 4224: n tiles of 128, not of 256: 128x128 from T = 938
+  nv_wide_shape.intermediate_size = 2048 + 64;
+  const Sm90Config nvw_shape = selected(nv_wide_shape, {});
+  expect_contiguous(nvw_shape, nv_wide_shape);
+  EXPECT_EQ(nvw_shape.bucket(938).gemm, G::kNvfp4Wgmma);
+  EXPECT_EQ(nvw_shape.bucket(938).block_n, 0);
+  MoeDesc nv_mid = nv_flash;  // a fleet of 2048 tokens a rank: the 64x256 bucket ends there
+  nv_mid.fleet.max_tokens_per_rank = 2048;
+  const Sm90Config nvmid = selected(nv_mid, {});
+  expect_contiguous(nvmid, nv_mid);
+  ASSERT_EQ(nvmid.buckets.size(), 2u);
+  EXPECT_EQ(nvmid.bucket(2048).block_n, kRsWideBlockN);
+  EXPECT_NE(described(nvmid).find("auto from T = 938, 64x256 tiles:"), std::string::npos) << described(nvmid);
+  MoeDesc nv_wide_e = nv_flash;  // E = 512, top_k 4: 22 rows per expert at T = 2816, past the decode end
+  nv_wide_e.fleet.num_experts = 512;
+  nv_wide_e.top_k = 4;
+  const Sm90Config nve = selected(nv_wide_e, {});
+  expect_contiguous(nve, nv_wide_e);
+  EXPECT_EQ(nve.bucket(kNvfp4DecodeMaxTokens).gemm, G::kNvfp4Decode);
+  EXPECT_EQ(nve.bucket(kNvfp4DecodeMaxTokens + 1).gemm, G::kNvfp4Mma);
+  EXPECT_EQ(nve.bucket(2815).gemm, G::kNvfp4Mma);
+  EXPECT_EQ(nve.bucket(2816).gemm, G::kNvfp4Wgmma);
   MoeDesc nv_pro = nv_flash;  // E = 384: 22 rows per expert at T = 1408
   nv_pro.fleet.num_experts = 384;
   EXPECT_EQ(selected(nv_pro, {}).bucket(1407).gemm, G::kNvfp4Decode);
   EXPECT_EQ(selected(nv_pro, {}).bucket(1408).gemm, G::kNvfp4Wgmma);
   KernelOverrides nv_boundary;
-  nv_boundary.decode_max_tokens = 100;
+  nv_boundary.decode_max_tokens = 100;  // the decode end alone: mma.sync up to the wgmma bucket
   EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(100).gemm, G::kNvfp4Decode);
-  EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(101).gemm, G::kNvfp4Wgmma);
+  EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(101).gemm, G::kNvfp4Mma);
+  EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(938).gemm, G::kNvfp4Wgmma);
+  expect_contiguous(selected(nv_flash, nv_boundary), nv_flash);
   nv_boundary.decode_max_tokens = 1500;
   EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(1500).gemm, G::kNvfp4Decode);
   EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(1501).gemm, G::kNvfp4Wgmma);
+  expect_contiguous(selected(nv_flash, nv_boundary), nv_flash);
+  nv_boundary.decode_max_tokens = 6000;  // past the 64x256 bucket's end: 128x128 from T = 6001
+  EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(6000).gemm, G::kNvfp4Decode);
+  EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(6001).gemm, G::kNvfp4Wgmma);
+  EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(6001).block_n, 0);
+  expect_contiguous(selected(nv_flash, nv_boundary), nv_flash);
   Sm90Facts nv_no_decode = all_available();
   nv_no_decode.decode_unavailable = "16 rows of A do not fit";
   const Sm90Config nvm = selected(nv_flash, {}, nv_no_decode);
+  expect_contiguous(nvm, nv_flash);
   ASSERT_EQ(nvm.buckets.size(), 3u);
   EXPECT_EQ(nvm.bucket(1).gemm, G::kNvfp4Mma);
   EXPECT_EQ(nvm.bucket(937).gemm, G::kNvfp4Mma);
@@ -390,6 +441,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   Sm90Facts nv_no_wgmma = all_available();
   nv_no_wgmma.nvfp4_wgmma_blocks_per_sm[1] = 0;
   const Sm90Config nvn = selected(nv_flash, {}, nv_no_wgmma);
+  expect_contiguous(nvn, nv_flash);
   ASSERT_EQ(nvn.buckets.size(), 2u);
   EXPECT_EQ(nvn.bucket(kNvfp4DecodeMaxTokens).gemm, G::kNvfp4Decode);
   EXPECT_EQ(nvn.bucket(kNvfp4DecodeMaxTokens + 1).gemm, G::kNvfp4Mma);
@@ -398,10 +450,13 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   MoeDesc nv_exact = nv_flash;  // exact accumulation: no wgmma bucket in auto
   nv_exact.numerics.exact_accumulation = true;
   EXPECT_EQ(selected(nv_exact, {}).bucket(8192).gemm, G::kNvfp4Mma);
+  expect_contiguous(selected(nv_exact, {}), nv_exact);
+  EXPECT_NE(described(selected(nv_exact, {})).find("by override (overrides.gemm = wgmma"), std::string::npos);
   EXPECT_FALSE(selected(nv_exact, {}).uses_16bit_activations());
   MoeDesc nv_small = nv_flash;  // a fleet of at most 512 tokens a rank never reaches the wgmma bucket
   nv_small.fleet.max_tokens_per_rank = 512;
   ASSERT_EQ(selected(nv_small, {}).buckets.size(), 1u);
+  expect_contiguous(selected(nv_small, {}), nv_small);
   EXPECT_FALSE(selected(nv_small, {}).uses_16bit_activations());
   KernelOverrides nv_mma;
   nv_mma.gemm = GemmKernel::kMma;
@@ -489,8 +544,13 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   nv_wide_no_fit.nvfp4_wgmma_wide_blocks_per_sm[1] = 0;
   expect_refused([&] { selected(flash_desc(Recipe::kNvfp4), nv_tile, nv_wide_no_fit); }, ErrorCode::kUnsupported,
                  "the nvfp4 wgmma GEMMs cannot run this layer: the kernels do not fit");
+  MoeDesc nv_odd_wide = flash_desc(Recipe::kNvfp4);  // 2I = 4224: no 64x256 tiles
+  nv_odd_wide.intermediate_size = 2048 + 64;
+  expect_refused([&] { selected(nv_odd_wide, nv_tile); }, ErrorCode::kUnsupported, "must be multiples of 256");
   nv_tile.tile = {128, 128};
   EXPECT_EQ(selected(flash_desc(Recipe::kNvfp4), nv_tile).bucket(1).block_m, kRsBlockM);
+  EXPECT_NE(described(selected(flash_desc(Recipe::kNvfp4), nv_tile)).find("every T (overrides.gemm), 128x128 tiles"),
+            std::string::npos);
 
   KernelOverrides bf16;
   bf16.gemm = GemmKernel::kWgmmaBf16;
@@ -537,9 +597,10 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
                  "the wgmma-rs GEMMs cannot run this layer: the kernels do not fit on this device");
 }
 
-// decode_split_k = 2 takes the mxfp4 decode kernels with K split in two per block; refused naming
-// it for nvfp4, where the decode kernels cannot run or do not fit, for K not whole chunks per
-// half, with the deep form or the fused combine, and for a part count other than 1 or 2.
+// decode_split_k = 2 takes the decode kernels with K split in two per block (mxfp4's auto at T = 1,
+// nvfp4's only when pinned); refused naming it where the decode kernels cannot run or do not fit,
+// for K not whole chunks (mxfp4) or k steps (nvfp4) per half, with the deep form or the fused
+// combine, and for a part count other than 1 or 2.
 TEST(Sm90Config, DecodeSplitKOverride) {
   const MoeDesc d = flash_desc();
   const Sm90Config plain = selected(d, {});  // auto: the T = 1 bucket splits where it fits
@@ -573,8 +634,23 @@ TEST(Sm90Config, DecodeSplitKOverride) {
   one.decode_split_k = 1;  // pinning the default is always honoured: no bucket splits
   EXPECT_EQ(selected(d, one).bucket(1).decode_split, 1);
   EXPECT_EQ(selected(flash_desc(Recipe::kNvfp4), one).bucket(1).decode_split, 1);
-  expect_refused([&] { selected(flash_desc(Recipe::kNvfp4), split); }, ErrorCode::kUnsupported,
-                 "overrides.decode_split_k = 2: only the mxfp4 decode GEMMs split K (recipe nvfp4)");
+  const MoeDesc nv = flash_desc(Recipe::kNvfp4);
+  EXPECT_EQ(selected(nv, {}).bucket(1).decode_split, 1);  // nvfp4's auto does not split (not measured)
+  const Sm90Config nv_split = selected(nv, split);
+  EXPECT_EQ(nv_split.bucket(1).gemm, Sm90Gemm::kNvfp4Decode);
+  EXPECT_EQ(nv_split.bucket(1).decode_split, 2);
+  EXPECT_EQ(nv_split.bucket(937).decode_split, 2);
+  EXPECT_EQ(nv_split.bucket(938).gemm, Sm90Gemm::kNvfp4Wgmma);
+  const std::string nv_out = described(nv_split);
+  EXPECT_NE(nv_out.find("K split in two per block (overrides.decode_split_k), blocks/SM 3 / 3"), std::string::npos)
+      << nv_out;
+  MoeDesc nv_small = nv;  // K = 384: not whole k steps per half
+  nv_small.intermediate_size = 384;
+  expect_refused([&] { selected(nv_small, split); }, ErrorCode::kUnsupported,
+                 "hidden = 4096 and intermediate = 384 must be multiples of 256, at least 512");
+  MoeDesc nv_narrow = nv;  // multiples of 256 are enough for nvfp4
+  nv_narrow.intermediate_size = 1536;
+  EXPECT_EQ(selected(nv_narrow, split).bucket(1).decode_split, 2);
   Sm90Facts no_decode = all_available();
   no_decode.decode_unavailable = "16 rows of A do not fit";
   expect_refused([&] { selected(d, split, no_decode); }, ErrorCode::kUnsupported,
@@ -1122,6 +1198,10 @@ TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
   }
   for (Case& c : cases) c.ref = cpu_reference(p, weights.pack(), c.in, c.rows);
   auto layer = make_gpu_layer(p, weights.pack());
+  if (*fk.tile) {  // the plan runs the pinned 64x256 tile (four consumers), not another form
+    const std::string plan = layer->info().config.str();
+    EXPECT_NE(plan.find("(n tiles of 256 weight rows, 4 consumer warpgroups"), std::string::npos) << plan;
+  }
   for (const Case& c : cases) {
     const std::vector<uint16_t> y = run_on_gpu(*layer, to_device(p, c.in));
     const double err = relative_error_rows(y, c.ref, p.hidden, c.rows);

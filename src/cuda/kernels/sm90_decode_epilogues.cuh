@@ -86,11 +86,13 @@ struct DecodeSwigluQ8 {
 
 // nvfp4 GEMM 1: gu = bf16(acc * (weight_scale_2 / g_row)), SwiGLU, fp32 h (SwigluF32Epilogue;
 // its NVFP4 quantization needs the amax of the whole row, a separate pass).
+// kBlockRows: the block's weight rows (kDecodeBlockN, or 64 with K split: the first half's warps).
 struct DecodeSwigluF32 {
+  template <int kBlockRows = kDecodeBlockN>
   static __device__ __forceinline__ void apply(const SwigluEpilogueParams& ep, const GroupedGemmOperands& op,
                                                const DecodeTile& t, const DecodeAccumulators& acc, uint8_t*) {
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
-    const int h_col = t.n_chunk * (kDecodeBlockN / 2) + 8 * warp + g;
+    const int h_col = t.n_chunk * (kBlockRows / 2) + 8 * warp + g;
     const float ws2 = op.w_global[t.expert];
     for_each_tile_row(t, [&](int hh, int c, int r) {
       const int row = t.row_begin + r;

@@ -260,6 +260,14 @@ cudaError_t configure_sm90_nvfp4_decode_deep_gemm1(int k, int* blocks_per_sm);
 cudaError_t configure_sm90_nvfp4_decode_deep_gemm2(int k, int* blocks_per_sm);
 cudaError_t launch_sm90_nvfp4_decode_deep_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
 cudaError_t launch_sm90_nvfp4_decode_deep_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
+// Their form with K split in two halves inside each block, as the mxfp4 one above (64 weight rows
+// a block; the halves' sums added in a fixed order, within the recipe's threshold of the kernels
+// above). k a multiple of 256 and at least 512 (whole k steps per half; the tile's A region holds
+// the hand-over: Nvfp4DecodeMainloop::splits), else cudaErrorInvalidValue.
+cudaError_t configure_sm90_nvfp4_decode_split_gemm1(int k, int* blocks_per_sm);
+cudaError_t configure_sm90_nvfp4_decode_split_gemm2(int k, int* blocks_per_sm);
+cudaError_t launch_sm90_nvfp4_decode_split_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
+cudaError_t launch_sm90_nvfp4_decode_split_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
 // The decode GEMM 2 of either recipe with the combine in its epilogue (StoreEpilogueParams' y,
 // slot_row, row_token, counters, num_tokens, top_k): one kernel boundary fewer at small T. Block
 // m-tile 0 of each chunk also writes the zeros of tokens without a valid slot. Outputs (o and y)

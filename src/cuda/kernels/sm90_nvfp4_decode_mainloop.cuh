@@ -10,6 +10,12 @@
 // are accumulated in Nvfp4Mainloop's order, so the outputs are those of the 64 x 128 kernels
 // with 16-row instead of 64-row tiles and the weights read once per m tile, into registers.
 //
+// kSplit = 2 (for one or two tokens a tile, where a warp's serial walk over K bounds the GEMM):
+// the block's 8 warps are 4 row groups x 2 halves of K (64 weight rows a block); after the main
+// loop the second half's warps hand their sums to the first's through shared memory (the A rows'
+// region, read by then), which add them (first half + second half: the same order every run) and
+// alone run the epilogue. Not bitwise the 64 x 128 kernels: two fp32 sums added.
+//
 // Block: kDecodeThreads (8 warps) = kDecodeBlockN weight rows (16 per warp) x one m tile of
 // kDecodeBlockM rows (sm90_decode_tile.cuh). Weights stream from global memory kPrefetch k steps
 // ahead of the MMAs (read once, L1 bypassed); the tile's A rows and scales are copied into
@@ -51,9 +57,19 @@ constexpr int nvfp4_decode_src_offset(int k) {
 }
 constexpr int nvfp4_decode_shared_bytes(int k) { return nvfp4_decode_src_offset(k) + kDecodeBlockM * 4; }
 
-template <int kPrefetch_ = 2>
+template <int kPrefetch_ = 2, int kSplit = 1>
 struct Nvfp4DecodeMainloop {
   static constexpr int kPrefetch = kPrefetch_;  // k steps of weights in registers ahead of the MMAs
+  static_assert(kSplit == 1 || kSplit == 2, "K in one or two parts");
+  static constexpr int kGroups = kDecodeWarps / kSplit;  // 16-row groups of a block
+  static constexpr int kBlockRows = 16 * kGroups;
+  // The warp's K part.
+  static __device__ __forceinline__ int part() { return kSplit == 1 ? 0 : static_cast<int>(threadIdx.x / 32) / kGroups; }
+  // Whether a layer of K = k can split: whole k steps per part, and the region of A (16 rows of
+  // K / 2 + 64 bytes) holds the second half's sums (8 floats a thread of kGroups warps).
+  static constexpr bool splits(int k) {
+    return kSplit == 1 || (k % (kSplit * kGemmBlockK) == 0 && nvfp4_decode_sa_offset(k) >= 32 * kGroups * 8 * 4);
+  }
   static constexpr int kStepABytes = 64;     // one row's packed FP4 of a 128-wide k step
   static constexpr int kStepScales = 8;      // one row's e4m3 block scales of a k step
 
@@ -101,10 +117,11 @@ struct Nvfp4DecodeMainloop {
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const int k = op.k, k_steps = k / kGemmBlockK;
     const bool two_halves = t.num_rows > 8;  // block-uniform
+    const int steps = k_steps / kSplit, first_step = part() * steps;  // this warp's k steps
     zero_accumulators(acc);
 
     // This warp's weights and the 8 scale bytes of its rows per k step, kPrefetch k steps ahead.
-    DecodeWeightStream<uint2, kPrefetch> ws(op, t, k_steps);
+    DecodeWeightStream<uint2, kPrefetch, kGroups> ws(op, t, k_steps, first_step, steps);
 
     load_a(op, t, smem, two_halves);
     __syncthreads();
@@ -113,16 +130,17 @@ struct Nvfp4DecodeMainloop {
     const int a_stride = nvfp4_decode_a_stride(k), sa_stride = nvfp4_decode_sa_stride(k);
     const uint8_t* a_lane = smem + g * a_stride + tq * 16;
     const uint8_t* sa_lane = smem + nvfp4_decode_sa_offset(k) + g * sa_stride;
-    // The main loop for one and for two n8 halves (no per-MMA branch on the tile's row count).
+    // The main loop for one and for two n8 halves (no per-MMA branch on the tile's row count),
+    // over the warp's k steps (j of them done; k step first_step + j).
     auto main_loop = [&](auto two) {
-      for (int ks0 = 0; ks0 < k_steps; ks0 += kPrefetch) {
+      for (int j0 = 0; j0 < steps; j0 += kPrefetch) {
 #pragma unroll
         for (int s = 0; s < kPrefetch; ++s) {
-          const int ks = ks0 + s;
-          if (ks >= k_steps) break;
+          const int j = j0 + s, ks = first_step + j;
+          if (j >= steps) break;
           step<decltype(two)::value>(a_lane + ks * kStepABytes, sa_lane + ks * kStepScales, a_stride, sa_stride,
                                      ws.w[s][0], ws.w[s][1], ws.s[s][0], ws.s[s][1], acc);
-          if (ks + kPrefetch < k_steps) ws.fetch(s);
+          if (j + kPrefetch < steps) ws.fetch(s);
         }
         ws.advance();
       }
@@ -131,6 +149,27 @@ struct Nvfp4DecodeMainloop {
       main_loop(std::true_type{});
     else
       main_loop(std::false_type{});
+    if constexpr (kSplit == 2) add_second_half(smem, acc);
+  }
+
+  // The second half's warps store their sums in the A rows' region (every warp done reading it);
+  // the first half's add them to their own.
+  static __device__ __forceinline__ void add_second_half(uint8_t* smem, DecodeAccumulators& acc) {
+    float* sums = reinterpret_cast<float*>(smem) + (threadIdx.x % (32 * kGroups)) * 8;
+    __syncthreads();
+    if (part() == 1) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) sums[4 * h + c] = acc[h][c];
+    }
+    __syncthreads();
+    if (part() == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[h][c] = __fadd_rn(acc[h][c], sums[4 * h + c]);
+    }
   }
 
   // One 128-wide k step: 4 pairs of k16 blocks x (1 or 2) n8 halves. a: the step's lane words
