@@ -134,7 +134,8 @@ struct Sm90Config {
   int64_t decode_max_tokens = kDecodeMaxTokens;
   int64_t wgmma_min_tokens = kWgmmaMinTokens;
   int decode_prefetch = kDecodePrefetch;     // k steps of weights in flight per decode warp
-  std::optional<int> decode_split;           // pinned (overrides.decode_split_k); auto: up to kDecodeSplitMaxTokens
+  std::optional<int> decode_split;           // pinned (overrides.decode_split_k); auto: mxfp4 up to
+                                             // kDecodeSplitMaxTokens, nvfp4 never (not measured)
   std::optional<bool> fuse_quantize_route;   // pinned (overrides.fuse_quantize_route); auto: fuses_quantize_route
   bool fuse_combine = false;                 // decode buckets: the combine inside GEMM 2
   bool quantize_input = true;                // desc.quantize_input: the layer quantizes x

@@ -49,7 +49,6 @@ void probe_gemm_pair(cudaError_t (*configure1)(int*), cudaError_t (*configure2)(
 
 // The decode GEMMs (of the layer's recipe) need n a multiple of kDecodeBlockN and 16 rows of A
 // in shared memory.
-
 void probe_decode(const LayerShape& shape, Sm90Facts& f) {
   if (shape.hidden % kDecodeBlockN != 0 || (2 * shape.intermediate) % kDecodeBlockN != 0) {
     f.decode_unavailable = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of {}",

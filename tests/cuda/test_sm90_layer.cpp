@@ -314,28 +314,40 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
     GemmKernel kernel;
     bool fused = false;  // decode: the deep kernels, the combine inside GEMM 2, quantize + routing as one
     bool wide = false;   // wgmma: the 64x256 tile (four consumers)
+    bool split = false;  // decode: K split in two per block (H = I = 1024, whole halves for both recipes)
   };
   for (const Case c : {Case{"mxfp4", GemmKernel::kDecode}, Case{"mxfp4", GemmKernel::kDecode, true},
                        Case{"mxfp4", GemmKernel::kMma}, Case{"mxfp4", GemmKernel::kWgmma},
                        Case{"mxfp4", GemmKernel::kWgmmaRs}, Case{"nvfp4", GemmKernel::kDecode},
                        Case{"nvfp4", GemmKernel::kDecode, true}, Case{"nvfp4", GemmKernel::kMma},
-                       Case{"nvfp4", GemmKernel::kWgmma}, Case{"nvfp4", GemmKernel::kWgmma, false, true}}) {
+                       Case{"nvfp4", GemmKernel::kWgmma}, Case{"nvfp4", GemmKernel::kWgmma, false, true},
+                       Case{"mxfp4", GemmKernel::kDecode, false, false, true},
+                       Case{"nvfp4", GemmKernel::kDecode, false, false, true}}) {
     Problem p = tiny(c.family, 80);
     p.overrides.gemm = c.kernel;
     if (c.wide) p.overrides.tile = {64, 256};
+    if (c.split) {
+      p.hidden = p.intermediate = 1024;
+      p.overrides.decode_split_k = 2;
+    }
     if (c.fused) {
       p.overrides.decode_prefetch = 4;
       p.overrides.fuse_combine = true;
       p.overrides.fuse_quantize_route = true;
     }
-    // The warpgroup kernels are refused with exact accumulation.
+    // The warpgroup kernels and the split decode kernels are refused with exact accumulation.
     const bool warpgroup = c.kernel == GemmKernel::kWgmma || c.kernel == GemmKernel::kWgmmaRs;
-    p.exact_accumulation = !warpgroup;
+    p.exact_accumulation = !warpgroup && !c.split;
     const WeightSet w = testsupport::random_weights(p, native_format(p), 10);
     if (c.fused) {  // the plan runs what the case names
       const std::string plan = make_gpu_layer(p, w.pack())->info().config.str();
       EXPECT_NE(plan.find("(4 k steps of weights in flight)"), std::string::npos) << plan;
       EXPECT_NE(plan.find("gemm2 + combine (one launch)"), std::string::npos) << plan;
+    }
+    if (c.split) {
+      const std::string plan = make_gpu_layer(p, w.pack())->info().config.str();
+      EXPECT_NE(plan.find("decode GEMMs (2 k steps of weights in flight, K split in two per block)"),
+                std::string::npos) << plan;
     }
     if (c.wide) {
       const std::string plan = make_gpu_layer(p, w.pack())->info().config.str();

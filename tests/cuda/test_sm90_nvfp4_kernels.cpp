@@ -22,6 +22,17 @@ class Sm90Nvfp4Kernels : public ::testing::Test {
   void SetUp() override { MOE_EP_REQUIRE_CUDA(); }
 };
 
+// Relative errors (float64 norms) of GEMM 1's fp32 h and GEMM 2's bf16 o against references.
+struct GemmErrors {
+  double h, o;
+};
+GemmErrors gemm_errors(const std::vector<float>& h_got, const std::vector<float>& h_ref,
+                       const std::vector<uint16_t>& o_got, const std::vector<uint16_t>& o_ref) {
+  return {rel_err_of(h_ref.size(), [&](size_t i) { return double{h_got[i]}; }, [&](size_t i) { return double{h_ref[i]}; }),
+          rel_err_of(o_ref.size(), [&](size_t i) { return double{bf16_to_float(o_got[i])}; },
+                     [&](size_t i) { return double{bf16_to_float(o_ref[i])}; })};
+}
+
 TEST_F(Sm90Nvfp4Kernels, WgmmaMatchesTheMmaKernels) {
   for (const Shape& s : {Shape{"tiny", 16, 256, 128, 4}, Shape{"flash/E32", 32, 4096, 2048, 6}}) {
     const Nvfp4DeviceWeights w = make_nvfp4_device_weights(s, 53);
@@ -47,10 +58,7 @@ TEST_F(Sm90Nvfp4Kernels, WgmmaMatchesTheMmaKernels) {
         ASSERT_EQ(wg.row_token(), mma.row_token()) << "the routed row order depends on the m tile";
         const std::vector<float> h_got = wg.h();
         const std::vector<uint16_t> o_got = wg.o();
-        const double err_h = rel_err_of(h_ref.size(), [&](size_t i) { return double{h_got[i]}; },
-                                        [&](size_t i) { return double{h_ref[i]}; });
-        const double err_o = rel_err_of(o_ref.size(), [&](size_t i) { return double{bf16_to_float(o_got[i])}; },
-                                        [&](size_t i) { return double{bf16_to_float(o_ref[i])}; });
+        const auto [err_h, err_o] = gemm_errors(h_got, h_ref, o_got, o_ref);
         EXPECT_LE(err_h, 1e-3) << "GEMM 1 fp32 h" << (wide ? ", 64x256" : "");
         EXPECT_LE(err_o, 1e-3) << "GEMM 2 on the same h" << (wide ? ", 64x256" : "");
         fmt::print("[ wgmma   ] nvfp4 {:<7} {:<10} {:<22} T={:<5} h err={:.2e} (equal {:.4f})  o err={:.2e} (equal "
@@ -69,49 +77,54 @@ TEST_F(Sm90Nvfp4Kernels, WgmmaMatchesTheMmaKernels) {
   }
 }
 
+// One shape and routing of DecodeAndDeepDecodeAreBitwiseTheMmaKernels.
+void check_decode_forms(const Shape& s, const RoutingCase& c, const Nvfp4DeviceWeights& w) {
+  const Nvfp4DeviceProblem p = make_nvfp4_problem(s, make_inputs(s, c, 83 + static_cast<uint64_t>(c.T)));
+  Nvfp4GemmRun mma(s, p, w, Nvfp4Kernels::kMma);
+  mma.gemm1();
+  mma.gemm2(mma);
+  const std::vector<float> h_ref = mma.h();
+  const std::vector<uint16_t> o_ref = mma.o();
+  ASSERT_FALSE(h_ref.empty());
+  for (const Nvfp4Kernels k : {Nvfp4Kernels::kDecode, Nvfp4Kernels::kDecodeDeep}) {
+    Nvfp4GemmRun run(s, p, w, k);
+    run.gemm1();
+    run.gemm2(mma);
+    EXPECT_EQ(run.h(), h_ref) << (k == Nvfp4Kernels::kDecode ? "decode" : "deep decode") << ": GEMM 1 fp32 h";
+    EXPECT_EQ(run.o(), o_ref) << (k == Nvfp4Kernels::kDecode ? "decode" : "deep decode") << ": GEMM 2 on the same h";
+  }
+  // K split in two per block: the halves' fp32 sums added, so within a threshold, and the
+  // same bits on a rerun.
+  Nvfp4GemmRun split(s, p, w, Nvfp4Kernels::kDecodeSplit), again(s, p, w, Nvfp4Kernels::kDecodeSplit);
+  for (Nvfp4GemmRun* r : {&split, &again}) {
+    r->gemm1();
+    r->gemm2(mma);
+  }
+  const std::vector<float> h_got = split.h();
+  const std::vector<uint16_t> o_got = split.o();
+  const auto [err_h, err_o] = gemm_errors(h_got, h_ref, o_got, o_ref);
+  EXPECT_LE(err_h, 1e-3) << "split decode: GEMM 1 fp32 h";
+  EXPECT_LE(err_o, 1e-3) << "split decode: GEMM 2 on the same h";
+  EXPECT_EQ(again.h(), h_got) << "split decode: rerun";
+  EXPECT_EQ(again.o(), o_got) << "split decode: rerun";
+  fmt::print("[ decode  ] nvfp4 split {:<10} {:<22} T={:<5} h err={:.2e} (equal {:.4f})  o err={:.2e} (equal "
+             "{:.4f})\n", s.name, c.name, c.T, err_h, equal_share(h_got, h_ref), err_o, equal_share(o_got, o_ref));
+}
+
 // nvfp4's decode kernels and their deep form run mma.sync's products in its k order: fp32 h and
 // o bitwise those of the 64 x 128 mma.sync kernels (o on the same NVFP4 h). Their split form adds
-// two halves' sums: within threshold, bitwise on a rerun.
+// two halves' sums: within threshold, bitwise on a rerun. The second shape gives the split GEMM 1
+// an odd count of k steps per half (H = 1280: 5) and GEMM 2 the smallest K it takes (512: the A
+// rows' region just holds the hand-over).
 TEST_F(Sm90Nvfp4Kernels, DecodeAndDeepDecodeAreBitwiseTheMmaKernels) {
-  const Shape s{"flash/E32", 32, 4096, 2048, 6};
-  const Nvfp4DeviceWeights w = make_nvfp4_device_weights(s, 59);
-  for (const RoutingCase& c : std::vector<RoutingCase>{{"random", 1, 0.0},
-                                                       {"random, 10% holes", 7, 0.1},
-                                                       {"one expert, all rows", 40, 0.0, -1, 9}}) {
-    SCOPED_TRACE(fmt::format("{} T={}", c.name, c.T));
-    const Nvfp4DeviceProblem p = make_nvfp4_problem(s, make_inputs(s, c, 83 + static_cast<uint64_t>(c.T)));
-    Nvfp4GemmRun mma(s, p, w, Nvfp4Kernels::kMma);
-    mma.gemm1();
-    mma.gemm2(mma);
-    const std::vector<float> h_ref = mma.h();
-    const std::vector<uint16_t> o_ref = mma.o();
-    ASSERT_FALSE(h_ref.empty());
-    for (const Nvfp4Kernels k : {Nvfp4Kernels::kDecode, Nvfp4Kernels::kDecodeDeep}) {
-      Nvfp4GemmRun run(s, p, w, k);
-      run.gemm1();
-      run.gemm2(mma);
-      EXPECT_EQ(run.h(), h_ref) << (k == Nvfp4Kernels::kDecode ? "decode" : "deep decode") << ": GEMM 1 fp32 h";
-      EXPECT_EQ(run.o(), o_ref) << (k == Nvfp4Kernels::kDecode ? "decode" : "deep decode") << ": GEMM 2 on the same h";
+  for (const Shape& s : {Shape{"flash/E32", 32, 4096, 2048, 6}, Shape{"H1280/I512", 32, 1280, 512, 6}}) {
+    const Nvfp4DeviceWeights w = make_nvfp4_device_weights(s, 59);
+    for (const RoutingCase& c : std::vector<RoutingCase>{{"random", 1, 0.0},
+                                                         {"random, 10% holes", 7, 0.1},
+                                                         {"one expert, all rows", 40, 0.0, -1, 9}}) {
+      SCOPED_TRACE(fmt::format("{} {} T={}", s.name, c.name, c.T));
+      check_decode_forms(s, c, w);
     }
-    // K split in two per block: the halves' fp32 sums added, so within a tight threshold, and the
-    // same bits on a rerun.
-    Nvfp4GemmRun split(s, p, w, Nvfp4Kernels::kDecodeSplit), again(s, p, w, Nvfp4Kernels::kDecodeSplit);
-    for (Nvfp4GemmRun* r : {&split, &again}) {
-      r->gemm1();
-      r->gemm2(mma);
-    }
-    const std::vector<float> h_got = split.h();
-    const std::vector<uint16_t> o_got = split.o();
-    const double err_h = rel_err_of(h_ref.size(), [&](size_t i) { return double{h_got[i]}; },
-                                    [&](size_t i) { return double{h_ref[i]}; });
-    const double err_o = rel_err_of(o_ref.size(), [&](size_t i) { return double{bf16_to_float(o_got[i])}; },
-                                    [&](size_t i) { return double{bf16_to_float(o_ref[i])}; });
-    EXPECT_LE(err_h, 1e-3) << "split decode: GEMM 1 fp32 h";
-    EXPECT_LE(err_o, 1e-3) << "split decode: GEMM 2 on the same h";
-    EXPECT_EQ(again.h(), h_got) << "split decode: rerun";
-    EXPECT_EQ(again.o(), o_got) << "split decode: rerun";
-    fmt::print("[ decode  ] nvfp4 split   {:<22} T={:<5} h err={:.2e} (equal {:.4f})  o err={:.2e} (equal {:.4f})\n",
-               c.name, c.T, err_h, equal_share(h_got, h_ref), err_o, equal_share(o_got, o_ref));
   }
 }
 

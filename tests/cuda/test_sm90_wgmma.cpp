@@ -648,6 +648,9 @@ TEST(Sm90Config, DecodeSplitKOverride) {
   nv_small.intermediate_size = 384;
   expect_refused([&] { selected(nv_small, split); }, ErrorCode::kUnsupported,
                  "hidden = 4096 and intermediate = 384 must be multiples of 256, at least 512");
+  nv_small.intermediate_size = 256;  // whole k steps, but too few A rows' bytes for the hand-over
+  expect_refused([&] { selected(nv_small, split); }, ErrorCode::kUnsupported,
+                 "hidden = 4096 and intermediate = 256 must be multiples of 256, at least 512");
   MoeDesc nv_narrow = nv;  // multiples of 256 are enough for nvfp4
   nv_narrow.intermediate_size = 1536;
   EXPECT_EQ(selected(nv_narrow, split).bucket(1).decode_split, 2);

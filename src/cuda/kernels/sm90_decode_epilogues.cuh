@@ -4,7 +4,8 @@
 // (sm90_gemm_epilogues.cuh) in the same order, so the bytes are the same.
 //
 // GEMM 1 rows are interleaved by 8 (sm90_grouped_gemm.h): warp w's features g and 8 + g are the
-// gate and the up row of h column 64 * chunk + 8w + g.
+// gate and the up row of h column (kBlockRows / 2) * chunk + 8w + g (kBlockRows = 128, or 64 with
+// K split in two).
 #pragma once
 
 #include <cstdint>

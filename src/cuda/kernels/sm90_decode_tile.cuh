@@ -40,6 +40,30 @@ __device__ __forceinline__ void zero_accumulators(DecodeAccumulators& acc) {
     for (int c = 0; c < 4; ++c) acc[h][c] = 0.0f;
 }
 
+// K split in two parts per block (kGroups 16-row groups, warp w in part w / kGroups): the second
+// part's warps store their sums at `area` (32 kGroups threads x 8 floats of shared memory that no
+// warp reads any more, nothing copies into), the first part's add them to their own (first part
+// + second part: the same order every run). Every thread of the block calls it.
+template <int kGroups>
+__device__ __forceinline__ void add_second_k_half(float* area, DecodeAccumulators& acc) {
+  const int part = static_cast<int>(threadIdx.x / 32) / kGroups;
+  float* sums = area + (threadIdx.x % (32 * kGroups)) * 8;
+  __syncthreads();  // every warp is done reading the area
+  if (part == 1) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) sums[4 * h + c] = acc[h][c];
+  }
+  __syncthreads();
+  if (part == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[h][c] = __fadd_rn(acc[h][c], sums[4 * h + c]);
+  }
+}
+
 // kBlockRows: the weight rows of a block (kDecodeBlockN; half of it with K split in two).
 template <int kBlockRows = kDecodeBlockN>
 __device__ __forceinline__ bool decode_tile(const GroupedGemmSchedule& s, int n, DecodeTile& t) {

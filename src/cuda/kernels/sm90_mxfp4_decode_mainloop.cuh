@@ -292,27 +292,9 @@ struct Mxfp4DecodeMainloop {
       }
       if constexpr (kBulk) bulk.refill(c);
     }
-    if constexpr (kSplit == 2) add_second_half(smem, acc);
-  }
-
-  // The second half's warps store their sums in the (now unused) A rings; the first half's add
-  // them to their own.
-  static __device__ __forceinline__ void add_second_half(uint8_t* smem, DecodeAccumulators& acc) {
-    float* sums = reinterpret_cast<float*>(smem) + (threadIdx.x % (32 * kGroups)) * 8;
-    ptx::cp_async_wait<0>();  // no copy into the rings is left in flight
-    __syncthreads();  // every warp is done with the rings
-    if (part() == 1) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) sums[4 * h + c] = acc[h][c];
-    }
-    __syncthreads();
-    if (part() == 0) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[h][c] = __fadd_rn(acc[h][c], sums[4 * h + c]);
+    if constexpr (kSplit == 2) {  // the halves' hand-over in the (now unused) A rings
+      ptx::cp_async_wait<0>();      // no copy into the rings is left in flight
+      add_second_k_half<kGroups>(reinterpret_cast<float*>(smem), acc);
     }
   }
 

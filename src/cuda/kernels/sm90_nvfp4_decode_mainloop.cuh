@@ -149,27 +149,8 @@ struct Nvfp4DecodeMainloop {
       main_loop(std::true_type{});
     else
       main_loop(std::false_type{});
-    if constexpr (kSplit == 2) add_second_half(smem, acc);
-  }
-
-  // The second half's warps store their sums in the A rows' region (every warp done reading it);
-  // the first half's add them to their own.
-  static __device__ __forceinline__ void add_second_half(uint8_t* smem, DecodeAccumulators& acc) {
-    float* sums = reinterpret_cast<float*>(smem) + (threadIdx.x % (32 * kGroups)) * 8;
-    __syncthreads();
-    if (part() == 1) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) sums[4 * h + c] = acc[h][c];
-    }
-    __syncthreads();
-    if (part() == 0) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[h][c] = __fadd_rn(acc[h][c], sums[4 * h + c]);
-    }
+    // The halves' hand-over in the A rows' region (load_a's copies all landed before the loop).
+    if constexpr (kSplit == 2) add_second_k_half<kGroups>(reinterpret_cast<float*>(smem), acc);
   }
 
   // One 128-wide k step: 4 pairs of k16 blocks x (1 or 2) n8 halves. a: the step's lane words
