@@ -308,8 +308,11 @@ if not rows:
     sys.exit("  (no ncu rows)")
 head, body = rows[0], rows[1:]
 ki, vi, ui = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
-total = 0.0
+total, prep = 0.0, 0
 for r in body:
+    if "sm90_" not in r[ki]:  # the weight preparation of Layer::create, not the forward
+        prep += 1
+        continue
     scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6,
              "s": 1e6}
     if r[ui] not in scale:
@@ -319,7 +322,7 @@ for r in body:
     total += us
     name = re.sub(r"moe_ep::(cuda::)?|void |\(.*", "", r[ki])[:140]
     print(f"  {us:9.1f} us  {name}")
-print(f"  {total:9.1f} us  sum of {len(body)} launches")
+print(f"  {total:9.1f} us  sum of {len(body) - prep} launches ({prep} weight-preparation launches left out)")
 PY
   done
 fi
