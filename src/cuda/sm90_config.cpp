@@ -485,7 +485,7 @@ void Sm90Config::describe(SelectedConfig& out) const {
         first_wgmma == nullptr ? "by override (overrides.gemm = wgmma, overrides.tile = 128x128 or 64x256)"
         : requested != GemmKernel::kAuto
             ? fmt::format("every T (overrides.gemm), {} tiles", wide_hi >= 0 ? "64x256" : "128x128")
-        : wide_hi >= first_wgmma->max_tokens && wide_hi == buckets.back().max_tokens
+        : wide_hi == buckets.back().max_tokens  // no 128x128 bucket after the 64x256 one
             ? fmt::format("auto from T = {}, 64x256 tiles", first_wgmma->min_tokens)
         : wide_hi >= 0 ? fmt::format("auto from T = {}, 64x256 tiles up to T = {}, 128x128 above",
                                      first_wgmma->min_tokens, wide_hi)

@@ -22,6 +22,21 @@ class Sm90Nvfp4Kernels : public ::testing::Test {
   void SetUp() override { MOE_EP_REQUIRE_CUDA(); }
 };
 
+// The 64 x 128 mma.sync kernels' GEMM 1 and GEMM 2 (on their own NVFP4 h) of one problem: the
+// reference the other kernels are held to (their GEMM 2 reads this run's h).
+struct MmaReference {
+  Nvfp4GemmRun run;
+  std::vector<float> h;
+  std::vector<uint16_t> o;
+  MmaReference(const Shape& s, const Nvfp4DeviceProblem& p, const Nvfp4DeviceWeights& w)
+      : run(s, p, w, Nvfp4Kernels::kMma) {
+    run.gemm1();
+    run.gemm2(run);
+    h = run.h();
+    o = run.o();
+  }
+};
+
 // Relative errors (float64 norms) of GEMM 1's fp32 h and GEMM 2's bf16 o against references.
 struct GemmErrors {
   double h, o;
@@ -42,11 +57,10 @@ TEST_F(Sm90Nvfp4Kernels, WgmmaMatchesTheMmaKernels) {
                                                          {"one expert, all rows", 200, 0.0, -1, 9}}) {
       SCOPED_TRACE(fmt::format("{} {} T={}", s.name, c.name, c.T));
       const Nvfp4DeviceProblem p = make_nvfp4_problem(s, make_inputs(s, c, 71 + static_cast<uint64_t>(c.T)));
-      Nvfp4GemmRun mma(s, p, w, Nvfp4Kernels::kMma);
-      mma.gemm1();
-      mma.gemm2(mma);
-      const std::vector<float> h_ref = mma.h();
-      const std::vector<uint16_t> o_ref = mma.o();
+      const MmaReference ref(s, p, w);
+      const Nvfp4GemmRun& mma = ref.run;
+      const std::vector<float>& h_ref = ref.h;
+      const std::vector<uint16_t>& o_ref = ref.o;
       ASSERT_FALSE(h_ref.empty());
       std::vector<float> h_narrow;
       std::vector<uint16_t> o_narrow;
@@ -80,11 +94,10 @@ TEST_F(Sm90Nvfp4Kernels, WgmmaMatchesTheMmaKernels) {
 // One shape and routing of DecodeAndDeepDecodeAreBitwiseTheMmaKernels.
 void check_decode_forms(const Shape& s, const RoutingCase& c, const Nvfp4DeviceWeights& w) {
   const Nvfp4DeviceProblem p = make_nvfp4_problem(s, make_inputs(s, c, 83 + static_cast<uint64_t>(c.T)));
-  Nvfp4GemmRun mma(s, p, w, Nvfp4Kernels::kMma);
-  mma.gemm1();
-  mma.gemm2(mma);
-  const std::vector<float> h_ref = mma.h();
-  const std::vector<uint16_t> o_ref = mma.o();
+  const MmaReference ref(s, p, w);
+  const Nvfp4GemmRun& mma = ref.run;
+  const std::vector<float>& h_ref = ref.h;
+  const std::vector<uint16_t>& o_ref = ref.o;
   ASSERT_FALSE(h_ref.empty());
   for (const Nvfp4Kernels k : {Nvfp4Kernels::kDecode, Nvfp4Kernels::kDecodeDeep}) {
     Nvfp4GemmRun run(s, p, w, k);
