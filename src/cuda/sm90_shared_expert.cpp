@@ -103,7 +103,6 @@ SharedExpertParams Sm90SharedExpert::params(int64_t T) const {
   p.clamp = clamp_;
   p.tiled_weights = tiled_ ? 1 : 0;
   p.bulk_weights = T <= kSharedExpertBulkMaxTokens ? 1 : 0;  // the weights are cudaMalloc'd (aligned)
-  p.down_register_stages = 1;  // read at T = 1 only
   p.path = way_ == Way::kDotProducts   ? SharedExpertPath::kDotProducts
            : way_ == Way::kTensorCores ? SharedExpertPath::kTensorCores
                                        : SharedExpertPath::kAuto;

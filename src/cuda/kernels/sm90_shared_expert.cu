@@ -4,7 +4,6 @@
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/cp_async_bulk.cuh"
 #include "cuda/ptx/griddep.cuh"
-#include "cuda/ptx/ld_global.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/smem.cuh"
@@ -29,13 +28,6 @@ constexpr int kSteps = kStageTerms / 16;
 // bench/RESULTS.md).
 constexpr int kGateUpSlots = 4;
 constexpr int kDownSlots = 4;
-// SharedExpertParams::down_register_stages (one token): the last stages of each W2 row go to
-// registers, kSteps words a stage per lane, so beside the ring's stages they are in flight before
-// griddepcontrol.wait as well (flash, I = 2048: 3 + 5 = all 8 stages of W2). The ring keeps 3
-// slots there, so the block's shared memory (with the register stages' activation terms) stays
-// within the 4-slot form's: 8 down blocks still fit on an SM beside 8 gate_up blocks.
-constexpr int kDownRegisterSlots = 3;
-constexpr int kDownRegisterStages = 5;
 // A slot's row stride: 512 + 32 bytes, so the 8 16-byte rows of an ldmatrix (rows r, halves h of
 // one step) and the 4-byte reads of a warp (rows r, pairs q of one step) fall in distinct banks.
 constexpr int kRowBytes = 2 * kStageTerms + 32;
@@ -73,12 +65,6 @@ struct Activations {
     for (int tt = 0; tt < kTokens; ++tt)
       if (has(tt) && stage * kStageTerms < left)
         ptx::cp_async_16(ptx::smem_addr(&sm.act_in[slot][tt][l8]), src + tt * stride + stage * kStageTerms);
-  }
-  // The register stages' activation terms (one token, kAligned): stage `stage` into act_reg, 16
-  // bytes a lane; read after the ring by every lane.
-  __device__ __forceinline__ void copy_reg(uint16_t* act_reg, int stage) const {
-    static_assert(kTokens == 1 && kAligned, "register stages: one token, 16-byte aligned activations");
-    ptx::cp_async_16(ptx::smem_addr(act_reg + 8 * static_cast<int>(threadIdx.x % 32)), src + stage * kStageTerms);
   }
   __device__ __forceinline__ void load(int stage) {
 #pragma unroll
@@ -167,23 +153,12 @@ __device__ __forceinline__ void dot_stage(uint32_t w_ldsm, const uint8_t* w_lane
 // (lane 0 adds the stage's bytes and arrives once); the W groups above stay, empty, so the
 // activations' waits keep their count. A slot's next copies follow the warp's reads of it
 // (__syncwarp) and the copying lane's proxy fence.
-// kRegStages (one token, n % kStageTerms == 0, act_reg: kRegStages x kStageTerms bf16 of shared
-// memory): the last reg_stages = min(kRegStages, stages - 1) stages are loaded into registers
-// (lane 8r + q: the pairs 16m + 2q of row r, as the ring's lane reads them) before
-// grid_dependency_wait, and their activation terms copied into act_reg with the ring's last
-// prologue group A_{kSlots-1}; the ring walks the stages before them, and the register stages
-// follow in increasing m: the same sums in the same order.
-template <int kTokens, bool kAligned, int kSlots, bool kBulk, int kRegStages = 0>
+template <int kTokens, bool kAligned, int kSlots, bool kBulk>
 __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, const uint16_t* __restrict__ rows_hi,
                                          int64_t row_stride, int64_t stage_stride,
                                          Activations<kTokens, kAligned, kSlots> act, int n,
-                                         WarpSmem<kTokens, kSlots>& sm, float (&sum)[kTokens],
-                                         uint16_t* act_reg = nullptr) {
-  static_assert(kRegStages == 0 || kTokens == 1, "register stages: one token");
+                                         WarpSmem<kTokens, kSlots>& sm, float (&sum)[kTokens]) {
   const int lane = static_cast<int>(threadIdx.x % 32), r = lane / 8, q = lane % 8;
-  const int reg_stages = kRegStages > 0 && n % kStageTerms == 0 ? min(kRegStages, n / kStageTerms - 1) : 0;
-  n -= reg_stages * kStageTerms;  // the ring's terms
-  act.left -= reg_stages * kStageTerms;
   const int stages = (n + kStageTerms - 1) / kStageTerms;
   const uint16_t* w_src = (r < 2 ? rows_lo : rows_hi) + (r % 2) * row_stride + 8 * q;
   const uint32_t w_dst = ptx::smem_addr(&sm.w[0][r][16 * q]);
@@ -225,24 +200,12 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
     copy_weights(s, s);
     ptx::cp_async_commit();
   }
-  uint32_t w_reg[kRegStages > 0 ? kRegStages : 1][kSteps];
-  if constexpr (kRegStages > 0) {
-    const uint16_t* w_row = (r < 2 ? rows_lo : rows_hi) + (r % 2) * row_stride + (stages * stage_stride + 2 * q);
-#pragma unroll
-    for (int s = 0; s < kRegStages; ++s)
-#pragma unroll
-      for (int m = 0; m < kSteps; ++m)
-        w_reg[s][m] = s < reg_stages ? ptx::ld_stream_u32(w_row + s * stage_stride + 16 * m) : 0u;
-  }
   ptx::launch_dependents();
   ptx::grid_dependency_wait();
   if constexpr (kAligned) {
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
       act.copy(sm, s, s);
-      if constexpr (kRegStages > 0)
-        if (s == kSlots - 1)
-          for (int t = 0; t < reg_stages; ++t) act.copy_reg(act_reg + t * kStageTerms, stages + t);
       ptx::cp_async_commit();
     }
   } else {
@@ -273,20 +236,6 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
       ptx::cp_async_commit();
     }
   }
-  if constexpr (kRegStages > 0) {
-    ptx::cp_async_wait<0>();
-    __syncwarp();  // act_reg landed for every lane
-#pragma unroll
-    for (int s = 0; s < kRegStages; ++s) {
-      if (s >= reg_stages) break;
-#pragma unroll
-      for (int m = 0; m < kSteps; ++m) {
-        const uint32_t a = *reinterpret_cast<const uint32_t*>(act_reg + s * kStageTerms + 16 * m + 2 * q);
-        p[0][0] = __fmaf_rn(bf16_lo(a), bf16_lo(w_reg[s][m]), p[0][0]);
-        p[0][1] = __fmaf_rn(bf16_hi(a), bf16_hi(w_reg[s][m]), p[0][1]);
-      }
-    }
-  }
 #pragma unroll
   for (int tt = 0; tt < kTokens; ++tt) {
 #pragma unroll
@@ -302,15 +251,13 @@ __device__ __forceinline__ void dot_rows(const uint16_t* __restrict__ rows_lo, c
 // The tiled layout (shared_expert_tiled_index) of a matrix of `rows` rows of k terms: warp b's
 // block of a stage holds its kRows rows' pieces in order, the next stage's block a stage of every
 // row further on.
-template <int kTokens, bool kAligned, int kSlots, bool kBulk, int kRegStages = 0>
+template <int kTokens, bool kAligned, int kSlots, bool kBulk>
 __device__ __forceinline__ void dot_tiled_rows(const uint16_t* w, int64_t rows, int64_t k,
                                                Activations<kTokens, kAligned, kSlots> act,
-                                               WarpSmem<kTokens, kSlots>& sm, float (&sum)[kTokens],
-                                               uint16_t* act_reg = nullptr) {
+                                               WarpSmem<kTokens, kSlots>& sm, float (&sum)[kTokens]) {
   const uint16_t* block = w + static_cast<int64_t>(blockIdx.x) * kRows * kStageTerms;
-  dot_rows<kTokens, kAligned, kSlots, kBulk, kRegStages>(block, block + 2 * kStageTerms, kStageTerms,
-                                                         shared_expert_tiled_stage_stride(rows), act,
-                                                         static_cast<int>(k), sm, sum, act_reg);
+  dot_rows<kTokens, kAligned, kSlots, kBulk>(block, block + 2 * kStageTerms, kStageTerms,
+                                      shared_expert_tiled_stage_stride(rows), act, static_cast<int>(k), sm, sum);
 }
 
 // Warp: h columns i0, i0 + 1 (i0 = 2 blockIdx.x); rows 0-1 their gate rows, 2-3 their up rows.
@@ -338,11 +285,10 @@ __global__ void __launch_bounds__(32) sm90_shared_gate_up_kernel(const __grid_co
 }
 
 // Warp: output features n0 .. n0 + 3 (n0 = 4 blockIdx.x), one W2 row each.
-template <int kTokens, bool kTiled, bool kBulk, int kRegStages = 0>
+template <int kTokens, bool kTiled, bool kBulk>
 __global__ void __launch_bounds__(32) sm90_shared_down_kernel(const __grid_constant__ SharedExpertParams p) {
-  constexpr int kSlots = kRegStages > 0 ? kDownRegisterSlots : kDownSlots;
+  constexpr int kSlots = kDownSlots;
   __shared__ __align__(16) WarpSmem<kTokens, kSlots> sm;
-  __shared__ __align__(16) uint16_t act_reg[kRegStages > 0 ? kRegStages : 1][kStageTerms];
   const int lane = static_cast<int>(threadIdx.x);
   const int64_t I = p.intermediate, n0 = 4 * static_cast<int64_t>(blockIdx.x);
   const int tok0 = static_cast<int>(blockIdx.y) * kTokens;
@@ -350,11 +296,9 @@ __global__ void __launch_bounds__(32) sm90_shared_down_kernel(const __grid_const
   float acc[kTokens];
   const Activations<kTokens, true, kSlots> act{p.h + tok0 * I + 8 * lane, I, p.intermediate - 8 * lane, tokens, {}};
   if constexpr (kTiled)
-    dot_tiled_rows<kTokens, true, kSlots, kBulk, kRegStages>(p.w2, static_cast<int64_t>(p.hidden), I, act, sm, acc,
-                                                             &act_reg[0][0]);
+    dot_tiled_rows<kTokens, true, kSlots, kBulk>(p.w2, static_cast<int64_t>(p.hidden), I, act, sm, acc);
   else
-    dot_rows<kTokens, true, kSlots, kBulk, kRegStages>(p.w2 + n0 * I, p.w2 + (n0 + 2) * I, I, kStageTerms, act,
-                                                       p.intermediate, sm, acc, &act_reg[0][0]);
+    dot_rows<kTokens, true, kSlots, kBulk>(p.w2 + n0 * I, p.w2 + (n0 + 2) * I, I, kStageTerms, act, p.intermediate, sm, acc);
   if (lane % 8 != 0) return;
 #pragma unroll
   for (int tt = 0; tt < kTokens; ++tt) {
@@ -376,9 +320,6 @@ cudaError_t launch_dot_products(const SharedExpertParams& p, cudaStream_t stream
           : launch_dependent(sm90_shared_gate_up_kernel<kTokens, false, kTiled, kBulk>, grid1, 32, 0, stream, p);
   if (e != cudaSuccess) return e;
   const dim3 grid2(static_cast<unsigned>(p.hidden / kRows), token_blocks);
-  if constexpr (kTokens == 1)
-    if (p.down_register_stages)
-      return launch_dependent(sm90_shared_down_kernel<1, kTiled, kBulk, kDownRegisterStages>, grid2, 32, 0, stream, p);
   return launch_dependent(sm90_shared_down_kernel<kTokens, kTiled, kBulk>, grid2, 32, 0, stream, p);
 }
 

@@ -57,11 +57,6 @@ struct SharedExpertParams {
   // pieces a stage, completing on a per-slot mbarrier) instead of 16-byte cp.async per lane;
   // either layout, w13 / w2 16-byte aligned. The same terms in the same order: the same bits.
   int32_t bulk_weights = 0;
-  // One token: the down kernel also holds the last stages of its W2 rows in registers (up to
-  // 5 stages of 256 terms, I % 256 == 0), loaded before it waits for kernel 1, so with its
-  // ring's first 3 stages all of a 2048-term row is requested while kernel 1 runs. The same
-  // terms in the same order: the same bits. Ignored at T > 1.
-  int32_t down_register_stages = 0;
 };
 // The layer's shared expert copies its weights with bulk copies up to this many tokens (the
 // one-token kernels): on an H100 with L2 flushed, flash T = 1 32.5 -> 27.9 µs (row-major), pro
