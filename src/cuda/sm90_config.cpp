@@ -25,8 +25,8 @@ std::string register_operand_unavailable(const MoeDesc& desc, const std::string&
 }
 
 // Why the decode GEMMs with K split in two cannot run this layer, as the rest of a sentence on
-// overrides.decode_split_k = 2; "" when they can (then mxfp4's auto takes them up to
-// kDecodeSplitMaxTokens; nvfp4's, not yet measured, by override only).
+// overrides.decode_split_k = 2; "" when they can (then auto takes them up to
+// kDecodeSplitMaxTokens).
 std::string decode_split_unavailable(const Sm90Config& c, const MoeDesc& desc, const Sm90Facts& facts) {
   if (!facts.decode_unavailable.empty()) return ": the decode GEMMs cannot run this layer: " + facts.decode_unavailable;
   const int64_t H = desc.fleet.hidden_size, I = desc.intermediate_size;
@@ -277,8 +277,13 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
       b.max_tokens = std::min(hi, max_tokens);
       if (b.max_tokens >= b.min_tokens) c.buckets.push_back(b);
     };
-    // K split in two only where pinned (overrides.decode_split_k = 2): not measured for nvfp4 yet.
-    add(std::min(decode_hi, wgmma_lo - 1), {0, 0, Sm90Gemm::kNvfp4Decode, kDecodeBlockM, c.decode_split.value_or(1)});
+    // The decode bucket splits K in two up to kDecodeSplitMaxTokens where the split kernels can
+    // run, or all of it when pinned (overrides.decode_split_k).
+    const int64_t decode_end = std::min(decode_hi, wgmma_lo - 1);
+    const int64_t split_end = c.decode_split ? (*c.decode_split == 2 ? decode_end : -1)
+                                             : (split_unavailable.empty() ? kDecodeSplitMaxTokens : -1);
+    add(std::min(decode_end, split_end), {0, 0, Sm90Gemm::kNvfp4Decode, kDecodeBlockM, 2});
+    add(decode_end, {0, 0, Sm90Gemm::kNvfp4Decode, kDecodeBlockM, 1});
     add(wgmma_lo - 1, {0, 0, Sm90Gemm::kNvfp4Mma, kGemmBlockM});
     if (wgmma && c.nvfp4_wgmma_wide_unavailable.empty())
       add(tokens_at_rows_per_expert(desc, kNvfp4WgmmaWideMaxRowsPerExpert), wide);

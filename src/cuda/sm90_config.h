@@ -55,9 +55,10 @@ inline constexpr int64_t kWgmmaRsWideMinTokens = 4096;
 // Auto above the decode buckets: wgmma-rs on 64x256 tiles (four consumer warpgroups) where they
 // fit, else FP8 wgmma. H200, layer: flash T = 2048 / 8192 2647 -> 2206 / 8768 -> 7452 µs, pro
 // 9407 -> 7599 / 23227 -> 19291 µs (bench/RESULTS.md, stop 30).
-// Auto: mxfp4's decode GEMMs split K in two per block up to this many tokens, where they fit
-// (H and I multiples of 1024; not with exact accumulation). Measured on an H100, flash: T = 1
-// 59.0 -> 52.3 µs; T = 2 79.2 -> 87.4 (bench/RESULTS.md, stop 29).
+// Auto: the decode GEMMs split K in two per block up to this many tokens, where they fit (mxfp4:
+// H and I multiples of 1024, nvfp4: of 256 and at least 512; not with exact accumulation).
+// Measured on an H100, flash: mxfp4 T = 1 59.0 -> 52.3 µs, T = 2 79.2 -> 87.4 (bench/RESULTS.md,
+// stop 29); nvfp4 T = 1 70.6 -> 63.3, T = 2 93.8 -> 97.6 (stop 35).
 inline constexpr int64_t kDecodeSplitMaxTokens = 1;
 // Auto's wgmma-rs 64x256 buckets run an expert's last tile of <= 48 rows on n48 wgmmas, in a second
 // pass after the block's other tiles, while the experts hold at most this many rows each on average
@@ -134,8 +135,8 @@ struct Sm90Config {
   int64_t decode_max_tokens = kDecodeMaxTokens;
   int64_t wgmma_min_tokens = kWgmmaMinTokens;
   int decode_prefetch = kDecodePrefetch;     // k steps of weights in flight per decode warp
-  std::optional<int> decode_split;           // pinned (overrides.decode_split_k); auto: mxfp4 up to
-                                             // kDecodeSplitMaxTokens, nvfp4 never (not measured)
+  std::optional<int> decode_split;           // pinned (overrides.decode_split_k); auto: up to
+                                             // kDecodeSplitMaxTokens
   std::optional<bool> fuse_quantize_route;   // pinned (overrides.fuse_quantize_route); auto: fuses_quantize_route
   bool fuse_combine = false;                 // decode buckets: the combine inside GEMM 2
   bool quantize_input = true;                // desc.quantize_input: the layer quantizes x

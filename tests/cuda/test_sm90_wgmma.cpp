@@ -140,7 +140,9 @@ void expect_contiguous(const Sm90Config& c, const MoeDesc& d) {
   EXPECT_EQ(c.buckets.front().min_tokens, 0);
   for (size_t i = 0; i < c.buckets.size(); ++i) {
     EXPECT_LE(c.buckets[i].min_tokens, c.buckets[i].max_tokens) << "bucket " << i;
-    if (i > 0) EXPECT_EQ(c.buckets[i].min_tokens, c.buckets[i - 1].max_tokens + 1) << "bucket " << i;
+    if (i > 0) {
+      EXPECT_EQ(c.buckets[i].min_tokens, c.buckets[i - 1].max_tokens + 1) << "bucket " << i;
+    }
   }
   EXPECT_EQ(c.buckets.back().max_tokens, d.fleet.max_tokens_per_rank);
 }
@@ -364,9 +366,11 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(nvfp4_wgmma_min_tokens(nv_flash), 938);
   const Sm90Config nv = selected(nv_flash, {});
   expect_contiguous(nv, nv_flash);
-  ASSERT_EQ(nv.buckets.size(), 3u);
+  ASSERT_EQ(nv.buckets.size(), 4u);  // decode with K split in two at T = 1, decode, 64x256, 128x128
   EXPECT_EQ(nv.bucket(1).gemm, G::kNvfp4Decode);
   EXPECT_EQ(nv.bucket(1).block_m, kDecodeBlockM);
+  EXPECT_EQ(nv.bucket(1).decode_split, 2);
+  EXPECT_EQ(nv.bucket(2).decode_split, 1);
   EXPECT_EQ(nv.bucket(937).gemm, G::kNvfp4Decode);
   EXPECT_EQ(nv.bucket(938).gemm, G::kNvfp4Wgmma);
   EXPECT_EQ(nv.bucket(938).min_tokens, 938);
@@ -386,7 +390,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   nv_no_wide.nvfp4_wgmma_wide_blocks_per_sm[0] = 0;
   const Sm90Config nvt = selected(nv_flash, {}, nv_no_wide);
   expect_contiguous(nvt, nv_flash);
-  ASSERT_EQ(nvt.buckets.size(), 2u);
+  ASSERT_EQ(nvt.buckets.size(), 3u);
   EXPECT_EQ(nvt.bucket(938).block_m, kRsBlockM);
   EXPECT_NE(described(nvt).find("auto from T = 938, 128x128 tiles"), std::string::npos) << described(nvt);
   MoeDesc nv_wide_shape = nv_flash;  // 2I = 4224: n tiles of 128, not of 256: 128x128 from T = 938
@@ -399,7 +403,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   nv_mid.fleet.max_tokens_per_rank = 2048;
   const Sm90Config nvmid = selected(nv_mid, {});
   expect_contiguous(nvmid, nv_mid);
-  ASSERT_EQ(nvmid.buckets.size(), 2u);
+  ASSERT_EQ(nvmid.buckets.size(), 3u);
   EXPECT_EQ(nvmid.bucket(2048).block_n, kRsWideBlockN);
   EXPECT_NE(described(nvmid).find("auto from T = 938, 64x256 tiles:"), std::string::npos) << described(nvmid);
   MoeDesc nv_wide_e = nv_flash;  // E = 512, top_k 4: 22 rows per expert at T = 2816, past the decode end
@@ -442,7 +446,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   nv_no_wgmma.nvfp4_wgmma_blocks_per_sm[1] = 0;
   const Sm90Config nvn = selected(nv_flash, {}, nv_no_wgmma);
   expect_contiguous(nvn, nv_flash);
-  ASSERT_EQ(nvn.buckets.size(), 2u);
+  ASSERT_EQ(nvn.buckets.size(), 3u);
   EXPECT_EQ(nvn.bucket(kNvfp4DecodeMaxTokens).gemm, G::kNvfp4Decode);
   EXPECT_EQ(nvn.bucket(kNvfp4DecodeMaxTokens + 1).gemm, G::kNvfp4Mma);
   EXPECT_EQ(nvn.bucket(8192).block_m, kGemmBlockM);
@@ -455,7 +459,7 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_FALSE(selected(nv_exact, {}).uses_16bit_activations());
   MoeDesc nv_small = nv_flash;  // a fleet of at most 512 tokens a rank never reaches the wgmma bucket
   nv_small.fleet.max_tokens_per_rank = 512;
-  ASSERT_EQ(selected(nv_small, {}).buckets.size(), 1u);
+  ASSERT_EQ(selected(nv_small, {}).buckets.size(), 2u);  // decode, with K split in two at T = 1
   expect_contiguous(selected(nv_small, {}), nv_small);
   EXPECT_FALSE(selected(nv_small, {}).uses_16bit_activations());
   KernelOverrides nv_mma;
@@ -465,8 +469,10 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   KernelOverrides nv_decode;
   nv_decode.gemm = GemmKernel::kDecode;
   const Sm90Config nvd = selected(flash_desc(Recipe::kNvfp4), nv_decode);
-  ASSERT_EQ(nvd.buckets.size(), 1u);
+  ASSERT_EQ(nvd.buckets.size(), 2u);  // T = 1 splits K, as for mxfp4
   EXPECT_EQ(nvd.bucket(1).gemm, G::kNvfp4Decode);
+  EXPECT_EQ(nvd.bucket(1).decode_split, 2);
+  EXPECT_EQ(nvd.bucket(2).gemm, G::kNvfp4Decode);
   EXPECT_EQ(nvd.bucket(8192).block_m, kDecodeBlockM);
   EXPECT_STREQ(sm90_gemm_name(G::kNvfp4Decode), "nvfp4-decode");
   // nvfp4's f16 wgmma kernels by override (overrides.gemm = wgmma; fold_fp8 does not concern
@@ -598,7 +604,7 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
 }
 
 // decode_split_k = 2 takes the decode kernels with K split in two per block (mxfp4's auto at T = 1,
-// nvfp4's only when pinned); refused naming it where the decode kernels cannot run or do not fit,
+// nvfp4's too); refused naming it where the decode kernels cannot run or do not fit,
 // for K not whole chunks (mxfp4) or k steps (nvfp4) per half, with the deep form or the fused
 // combine, and for a part count other than 1 or 2.
 TEST(Sm90Config, DecodeSplitKOverride) {
@@ -635,7 +641,24 @@ TEST(Sm90Config, DecodeSplitKOverride) {
   EXPECT_EQ(selected(d, one).bucket(1).decode_split, 1);
   EXPECT_EQ(selected(flash_desc(Recipe::kNvfp4), one).bucket(1).decode_split, 1);
   const MoeDesc nv = flash_desc(Recipe::kNvfp4);
-  EXPECT_EQ(selected(nv, {}).bucket(1).decode_split, 1);  // nvfp4's auto does not split (not measured)
+  const Sm90Config nv_auto = selected(nv, {});  // nvfp4's auto splits at T = 1 too
+  EXPECT_EQ(nv_auto.bucket(1).gemm, Sm90Gemm::kNvfp4Decode);
+  EXPECT_EQ(nv_auto.bucket(1).decode_split, 2);
+  EXPECT_EQ(nv_auto.bucket(2).gemm, Sm90Gemm::kNvfp4Decode);
+  EXPECT_EQ(nv_auto.bucket(2).decode_split, 1);
+  EXPECT_EQ(nv_auto.bucket(937).decode_split, 1);
+  EXPECT_EQ(nv_auto.bucket(938).gemm, Sm90Gemm::kNvfp4Wgmma);
+  const std::string nv_auto_out = described(nv_auto);
+  EXPECT_NE(nv_auto_out.find("; K split in two per block up to T = 1 (auto)"), std::string::npos) << nv_auto_out;
+  MoeDesc nv_exact = nv;  // the split's sums are not the CPU's: not with exact accumulation
+  nv_exact.numerics.exact_accumulation = true;
+  EXPECT_EQ(selected(nv_exact, {}).bucket(1).decode_split, 1);
+  Sm90Facts nv_no_split_fit = all_available();
+  nv_no_split_fit.decode_split_blocks_per_sm[0] = 0;
+  EXPECT_EQ(selected(nv, {}, nv_no_split_fit).bucket(1).decode_split, 1);
+  MoeDesc nv_auto_small = nv;  // I = 384: no split form, auto keeps one part
+  nv_auto_small.intermediate_size = 384;
+  EXPECT_EQ(selected(nv_auto_small, {}).bucket(1).decode_split, 1);
   const Sm90Config nv_split = selected(nv, split);
   EXPECT_EQ(nv_split.bucket(1).gemm, Sm90Gemm::kNvfp4Decode);
   EXPECT_EQ(nv_split.bucket(1).decode_split, 2);
