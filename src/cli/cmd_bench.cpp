@@ -82,6 +82,7 @@ int bench_layer_chain(const BenchOptions& o) {
     r.hash_layers = o.hash_layers;
     r.eplb_redundant = o.eplb_redundant;
     r.shared_expert = o.shared_expert;
+    r.time_without_shared = o.shared_expert;
     MOE_EP_CHECK_CODE(wants_cuda_layers_run(r), ErrorCode::kUnsupported,
                       "bench --layers / --router / --eplb-redundant / --shared-expert runs on one GPU "
                       "(--device cuda, --ranks 1); got --device {} --ranks {}", o.problem.device, o.ranks);

@@ -9,7 +9,9 @@
 //      counters) and the layer, whose shared expert (MoeDesc::shared_intermediate_size) runs on
 //      a second stream beside its routed experts and is added in its combine; back to back on one
 //      stream; layer l + 1 takes layer l's y as x; timed as one CUDA graph of all N layers; the
-//      shared expert alone (cuda/sm90_shared_expert.h) timed as a stage of its own;
+//      shared expert alone (cuda/sm90_shared_expert.h) timed as a stage of its own, and (bench)
+//      the same chain rebuilt without it, so its added cost per layer is measured beside the
+//      routed experts it overlaps;
 //   3. checks: the device ids, weights and load counters bitwise equal to the CPU router and CPU
 //      Eplb; each layer's y against the CPU layer (L logical experts, plus the CPU SharedExpert)
 //      on that layer's device input, by the recipe's threshold; the y after the timed replays bitwise equal to the first.
@@ -87,7 +89,7 @@ int run_cuda_layers(const RunOptions& o) {
   std::vector<std::vector<uint16_t>> y_first(N);
   std::string routing_mismatch;  // the device stage's ids / weights against the reference
   std::vector<int64_t> dev_counters, counters_after_timing;
-  std::vector<double> times_us, routing_times_us, shared_times_us;
+  std::vector<double> times_us, routing_times_us, shared_times_us, routed_only_times_us;
   double copy_bandwidth = NAN;
   int64_t shared_weight_bytes = 0;
   bool shared_tensor_cores = false;
@@ -165,8 +167,19 @@ int run_cuda_layers(const RunOptions& o) {
           },
           warmup, iters, !o.eager);
     }
-    if (routing_stage || o.shared_expert) copy_bandwidth = driver->measure_copy_bandwidth();
     for (auto& layer : layers) layer->check_error_flags();
+    if (o.shared_expert && o.time_without_shared) {
+      // The same layers without the shared expert, one set at a time on the device: the chain's
+      // time without it is what its side stream adds to.
+      layers.clear();
+      MoeDesc routed_desc = desc;
+      routed_desc.shared_intermediate_size = 0;
+      for (int l = 0; l < N; ++l)
+        layers.push_back(Layer::create(runtime, routed_desc, physical_weights.pack(), setup.overrides));
+      routed_only_times_us = driver->time_forward(chain, warmup, iters, !o.eager);
+      for (auto& layer : layers) layer->check_error_flags();
+    }
+    if (routing_stage || o.shared_expert) copy_bandwidth = driver->measure_copy_bandwidth();
     counters_after_timing = routing.counters();
   }  // layers, runtime and device buffers released: the CPU reference acquires its own runtime
 
@@ -201,6 +214,8 @@ int run_cuda_layers(const RunOptions& o) {
   const double total = median(times_us);
   const double routing = routing_times_us.empty() ? NAN : median(routing_times_us);
   const double shared_us = shared_times_us.empty() ? NAN : median(shared_times_us) / N;
+  const double routed_only_us = routed_only_times_us.empty() ? NAN : median(routed_only_times_us) / N;
+  const double shared_added_us = total / N - routed_only_us;
   // Floors: bytes a stage must move once / the measured copy bandwidth.
   const double routing_floor_us = (T * L * 4.0 + T * K * 8.0 + (o.router ? L * 4.0 : 0.0)) / copy_bandwidth * 1e6;
   const double shared_floor_us = shared_weight_bytes / copy_bandwidth * 1e6;
@@ -240,6 +255,8 @@ int run_cuda_layers(const RunOptions& o) {
     j["shared_expert_in_layer"] = o.shared_expert ? Json("second stream beside the routed experts, added in the combine")
                                                   : Json(nullptr);
     j["shared_expert_tflops"] = json_number(shared_tflops);
+    j["routed_only_time_per_layer_us"] = json_number(routed_only_us);
+    j["shared_expert_added_us_per_layer"] = json_number(shared_added_us);
     j["copy_bandwidth_bytes_per_s"] = json_number(copy_bandwidth);
     j["timing"] = fmt::format("{} of the {}-layer chain, median of {}", o.eager ? "eager forwards" : "cuda graph replays", N, times_us.size());
     j["routing_bitwise_equal_cpu"] = routing_equal;
@@ -282,6 +299,9 @@ int run_cuda_layers(const RunOptions& o) {
                  "alone {:.2f} us per layer, weight-byte floor {:.2f} us ({:.2f}x), {:.1f} TFLOP/s\n", I,
                  shared_tensor_cores ? "tensor cores" : "dot products", shared_us, shared_floor_us,
                  shared_us / shared_floor_us, shared_tflops);
+    if (!routed_only_times_us.empty())
+      fmt::print("  shared expert in the chain: +{:.2f} us per layer over the same layers without it ({:.1f} us), "
+                 "{:.2f}x its weight-byte floor\n", shared_added_us, routed_only_us, shared_added_us / shared_floor_us);
     fmt::print("  routing: device ids / weights {} the cpu router{}\n", routing_equal ? "bitwise equal to" : "DIFFER FROM",
                routing_equal ? "" : " (" + routing_mismatch + ")");
     fmt::print("  rerun: y {} the first forward's bitwise\n", rerun_equal ? "equals" : "DIFFERS FROM");

@@ -26,6 +26,7 @@ struct RunOptions {
   int64_t eplb_redundant = 0; // redundant physical experts (EPLB)
   bool router = false;        // DeepSeek V4 router on synthetic logits before the layer
   bool shared_expert = false; // a synthetic bf16 shared expert added to every layer's y (--device cuda)
+  bool time_without_shared = false;  // bench: also time the chain's layers without it (its added cost)
   int64_t hash_layers = 0;    // --router: the first hash_layers layers route by a synthetic [vocab, K] table
   int64_t timeout_ms = 600000; // simulated ranks: bound on every wait for a peer
   // expert parallelism on GPUs (cli/cmd_run_ep_cuda.cpp)
