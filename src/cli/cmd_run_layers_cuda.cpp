@@ -26,6 +26,7 @@
 #include "cli/device_driver.h"
 #include "cli/output_check.h"
 #include "cli/problem.h"
+#include "cli/roofline.h"
 #include "cli/run_ep.h"
 #include "cli/synthetic_routing.h"
 #include "core/check.h"
@@ -218,8 +219,14 @@ int run_cuda_layers(const RunOptions& o) {
   const double shared_added_us = total / N - routed_only_us;
   // Floors: bytes a stage must move once / the measured copy bandwidth.
   const double routing_floor_us = (T * L * 4.0 + T * K * 8.0 + (o.router ? L * 4.0 : 0.0)) / copy_bandwidth * 1e6;
-  const double shared_floor_us = shared_weight_bytes / copy_bandwidth * 1e6;
-  const double shared_tflops = 2.0 * static_cast<double>(T) * H * 3.0 * I / (shared_us * 1e-6) / 1e12;
+  // The shared expert's: its weight bytes, or its FLOPs at the bf16 dense rate where they take longer.
+  const double shared_flops = 2.0 * static_cast<double>(T) * H * 3.0 * I;
+  const double shared_byte_floor_us = shared_weight_bytes / copy_bandwidth * 1e6;
+  const double shared_compute_floor_us = shared_flops / kH200Bf16FlopPerS * 1e6;
+  const bool shared_compute_bound = shared_compute_floor_us > shared_byte_floor_us;
+  const double shared_floor_us = std::max(shared_byte_floor_us, shared_compute_floor_us);
+  const char* shared_floor_kind = shared_compute_bound ? "bf16 FLOPs at 780 TFLOP/s" : "weight bytes";
+  const double shared_tflops = shared_flops / (shared_us * 1e-6) / 1e12;
   const double max_rel = *std::max_element(rel.begin(), rel.end());
 
   if (o.json) {
@@ -250,6 +257,7 @@ int run_cuda_layers(const RunOptions& o) {
     j["shared_expert_us_per_layer"] = json_number(shared_us);
     j["shared_expert_weight_bytes"] = shared_weight_bytes;
     j["shared_expert_floor_us"] = json_number(shared_floor_us);
+    j["shared_expert_floor_kind"] = o.shared_expert ? Json(shared_floor_kind) : Json(nullptr);
     j["shared_expert_kernels"] = o.shared_expert ? Json(shared_tensor_cores ? "tensor cores" : "dot products")
                                                  : Json(nullptr);
     j["shared_expert_in_layer"] = o.shared_expert ? Json("second stream beside the routed experts, added in the combine")
@@ -296,12 +304,12 @@ int run_cuda_layers(const RunOptions& o) {
                  "{:.0f} GB/s)\n", routing / N, N, routing_floor_us, copy_bandwidth / 1e9);
     if (o.shared_expert)
       fmt::print("  shared expert (bf16, Is = {}, {}; inside each layer on a second stream, added in its combine): "
-                 "alone {:.2f} us per layer, weight-byte floor {:.2f} us ({:.2f}x), {:.1f} TFLOP/s\n", I,
+                 "alone {:.2f} us per layer, floor {:.2f} us ({}; {:.2f}x), {:.1f} TFLOP/s\n", I,
                  shared_tensor_cores ? "tensor cores" : "dot products", shared_us, shared_floor_us,
-                 shared_us / shared_floor_us, shared_tflops);
+                 shared_floor_kind, shared_us / shared_floor_us, shared_tflops);
     if (!routed_only_times_us.empty())
       fmt::print("  shared expert in the chain: +{:.2f} us per layer over the same layers without it ({:.1f} us), "
-                 "{:.2f}x its weight-byte floor\n", shared_added_us, routed_only_us, shared_added_us / shared_floor_us);
+                 "{:.2f}x its floor\n", shared_added_us, routed_only_us, shared_added_us / shared_floor_us);
     fmt::print("  routing: device ids / weights {} the cpu router{}\n", routing_equal ? "bitwise equal to" : "DIFFER FROM",
                routing_equal ? "" : " (" + routing_mismatch + ")");
     fmt::print("  rerun: y {} the first forward's bitwise\n", rerun_equal ? "equals" : "DIFFERS FROM");

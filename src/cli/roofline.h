@@ -17,6 +17,10 @@ struct Roofline {
   double memory_floor_us = 0.0, compute_floor_us = 0.0, floor_us = 0.0;
 };
 
+// Dense bf16 tensor-core rate of an H200 (SXM) measured with a GEMM on this project's machines:
+// the floor of the shared expert's FLOPs where they outweigh its bytes (prefill). Not re-measured.
+inline constexpr double kH200Bf16FlopPerS = 780e12;
+
 // The shared expert (shared_intermediate Is > 0) adds its bf16 weights (3 H Is x 2 bytes) and
 // every token's FLOPs, counted at the same rate (a lower bound: bf16 runs at about half the FP8
 // rate on Hopper).
