@@ -285,9 +285,7 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o, 
     add(std::min(decode_end, split_end), {0, 0, Sm90Gemm::kNvfp4Decode, kDecodeBlockM, 2});
     add(decode_end, {0, 0, Sm90Gemm::kNvfp4Decode, kDecodeBlockM, 1});
     add(wgmma_lo - 1, {0, 0, Sm90Gemm::kNvfp4Mma, kGemmBlockM});
-    if (wgmma && c.nvfp4_wgmma_wide_unavailable.empty())
-      add(tokens_at_rows_per_expert(desc, kNvfp4WgmmaWideMaxRowsPerExpert), wide);
-    add(max_tokens, narrow);
+    add(max_tokens, wgmma && c.nvfp4_wgmma_wide_unavailable.empty() ? wide : narrow);
     return;
   }
   const WgmmaTileShape ts = wgmma_tile_shape(c.wgmma_tile);
@@ -490,11 +488,7 @@ void Sm90Config::describe(SelectedConfig& out) const {
         first_wgmma == nullptr ? "by override (overrides.gemm = wgmma, overrides.tile = 128x128 or 64x256)"
         : requested != GemmKernel::kAuto
             ? fmt::format("every T (overrides.gemm), {} tiles", wide_hi >= 0 ? "64x256" : "128x128")
-        : wide_hi == buckets.back().max_tokens  // no 128x128 bucket after the 64x256 one
-            ? fmt::format("auto from T = {}, 64x256 tiles", first_wgmma->min_tokens)
-        : wide_hi >= 0 ? fmt::format("auto from T = {}, 64x256 tiles up to T = {}, 128x128 above",
-                                     first_wgmma->min_tokens, wide_hi)
-                       : fmt::format("auto from T = {}, 128x128 tiles", first_wgmma->min_tokens);
+        : fmt::format("auto from T = {}, {} tiles", first_wgmma->min_tokens, wide_hi >= 0 ? "64x256" : "128x128");
     out.add("wgmma",
             nvfp4_wgmma_unavailable.empty()
                 ? fmt::format("{}: f16 wgmma, the weights decoded in registers; blocks/SM {} / {} (128x128), {}",

@@ -40,12 +40,11 @@ inline constexpr int64_t kNvfp4DecodeMaxTokens = 1536;
 // crossing at ~21-22 rows per expert on both (bench/RESULTS.md, stop 34).
 inline constexpr int64_t kNvfp4WgmmaMinRowsPerExpert = 22;
 int64_t nvfp4_wgmma_min_tokens(const MoeDesc& desc);
-// Auto's nvfp4 wgmma buckets run the four-consumer 64x256 form (64-token tiles) up to this many rows
-// per expert on average, the 128x128 form (128-token tiles) above, where both fit. H200, layer, µs
-// (128x128 -> 64x256): flash T = 938 3196 -> 1789, 2048 3410 -> 1941, 4096 3679 -> 3754, 5461
-// 5236 -> 4693; pro T = 2048 11963 -> 6760, 8192 19079 -> 18345 (bench/RESULTS.md, stop 34); not
-// measured above 128 rows per expert.
-inline constexpr int64_t kNvfp4WgmmaWideMaxRowsPerExpert = 128;
+// Auto's nvfp4 wgmma buckets run the four-consumer 64x256 form (64-token tiles) where it fits, the
+// 128x128 form (128-token tiles) where it does not. Layer, µs (128x128 -> 64x256): H200 flash
+// T = 938 3196 -> 1789, 2048 3410 -> 1941, 4096 3679 -> 3754, 5461 5236 -> 4693, pro T = 2048
+// 11963 -> 6760, 8192 19079 -> 18345 (bench/RESULTS.md, stop 34); H100 flash T = 6144 6613 ->
+// 5339, 8192 7195 -> 6743 (stop 35).
 // Auto: wgmma from this many tokens on (where most experts fill whole 64-row tiles), unless the
 // layer asks for exact accumulation (wgmma's FP8 accumulator is not fp32-exact).
 inline constexpr int64_t kWgmmaMinTokens = 256;

@@ -359,14 +359,14 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   forced.tile = {};
   EXPECT_STREQ(sm90_gemm_name(G::kWgmmaRs), "wgmma-rs");
   // nvfp4 auto: its decode kernels below nvfp4_wgmma_min_tokens (22 rows per expert: flash T =
-  // 938), its f16 wgmma kernels from there (64x256 tiles up to 128 rows per expert, T = 5461, then
-  // 128x128); decode_max_tokens moves the boundary; mma.sync between where decode cannot run, and
-  // above the decode bucket where wgmma cannot.
+  // 938), its f16 wgmma kernels from there (64x256 tiles where they fit, else 128x128);
+  // decode_max_tokens moves the boundary; mma.sync between where decode cannot run, and above the
+  // decode bucket where wgmma cannot.
   const MoeDesc nv_flash = flash_desc(Recipe::kNvfp4);
   EXPECT_EQ(nvfp4_wgmma_min_tokens(nv_flash), 938);
   const Sm90Config nv = selected(nv_flash, {});
   expect_contiguous(nv, nv_flash);
-  ASSERT_EQ(nv.buckets.size(), 4u);  // decode with K split in two at T = 1, decode, 64x256, 128x128
+  ASSERT_EQ(nv.buckets.size(), 3u);  // decode with K split in two at T = 1, decode, 64x256
   EXPECT_EQ(nv.bucket(1).gemm, G::kNvfp4Decode);
   EXPECT_EQ(nv.bucket(1).block_m, kDecodeBlockM);
   EXPECT_EQ(nv.bucket(1).decode_split, 2);
@@ -376,15 +376,14 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(nv.bucket(938).min_tokens, 938);
   EXPECT_EQ(nv.bucket(938).block_m, kRsWideBlockM);
   EXPECT_EQ(nv.bucket(938).block_n, kRsWideBlockN);
-  EXPECT_EQ(nv.bucket(5461).block_n, kRsWideBlockN);
-  EXPECT_EQ(nv.bucket(5462).gemm, G::kNvfp4Wgmma);
-  EXPECT_EQ(nv.bucket(5462).block_n, 0);
-  EXPECT_EQ(nv.bucket(8192).block_m, kRsBlockM);
+  EXPECT_EQ(nv.bucket(8192).gemm, G::kNvfp4Wgmma);
+  EXPECT_EQ(nv.bucket(8192).block_n, kRsWideBlockN);
+  EXPECT_EQ(nv.bucket(8192).block_m, kRsWideBlockM);
   EXPECT_TRUE(nv.uses_16bit_activations());
   EXPECT_EQ(nv.decode_max_tokens, 937);  // the decode bucket's end, as described
   const std::string nv_out = described(nv);
   EXPECT_NE(nv_out.find("16x128 tiles, auto up to T = 937"), std::string::npos) << nv_out;
-  EXPECT_NE(nv_out.find("auto from T = 938, 64x256 tiles up to T = 5461, 128x128 above: f16 wgmma"),
+  EXPECT_NE(nv_out.find("auto from T = 938, 64x256 tiles: f16 wgmma"),
             std::string::npos) << nv_out;
   Sm90Facts nv_no_wide = all_available();  // no 64x256 form: 128x128 from T = 938
   nv_no_wide.nvfp4_wgmma_wide_blocks_per_sm[0] = 0;
@@ -429,16 +428,16 @@ TEST(Sm90Config, KernelsPerTBucketFollowTheThresholdsAndAvailability) {
   EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(1500).gemm, G::kNvfp4Decode);
   EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(1501).gemm, G::kNvfp4Wgmma);
   expect_contiguous(selected(nv_flash, nv_boundary), nv_flash);
-  nv_boundary.decode_max_tokens = 6000;  // past the 64x256 bucket's end: 128x128 from T = 6001
+  nv_boundary.decode_max_tokens = 6000;  // far past 938: 64x256 from T = 6001
   EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(6000).gemm, G::kNvfp4Decode);
   EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(6001).gemm, G::kNvfp4Wgmma);
-  EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(6001).block_n, 0);
+  EXPECT_EQ(selected(nv_flash, nv_boundary).bucket(6001).block_n, kRsWideBlockN);
   expect_contiguous(selected(nv_flash, nv_boundary), nv_flash);
   Sm90Facts nv_no_decode = all_available();
   nv_no_decode.decode_unavailable = "16 rows of A do not fit";
   const Sm90Config nvm = selected(nv_flash, {}, nv_no_decode);
   expect_contiguous(nvm, nv_flash);
-  ASSERT_EQ(nvm.buckets.size(), 3u);
+  ASSERT_EQ(nvm.buckets.size(), 2u);
   EXPECT_EQ(nvm.bucket(1).gemm, G::kNvfp4Mma);
   EXPECT_EQ(nvm.bucket(937).gemm, G::kNvfp4Mma);
   EXPECT_EQ(nvm.bucket(938).gemm, G::kNvfp4Wgmma);
