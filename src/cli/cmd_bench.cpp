@@ -323,7 +323,7 @@ Command add_bench_command(CLI::App& app) {
       ->check(integer_at_least(0));
   cmd->add_option("--eplb-redundant", o->eplb_redundant, "--device cuda: redundant physical experts (EPLB remap on the device)")
       ->check(integer_at_least(0));
-  cmd->add_flag("--shared-expert", o->shared_expert, "--device cuda: a bf16 shared expert added to each layer's y");
+  cmd->add_flag("--shared-expert", o->shared_expert, "--device cuda: a bf16 shared expert added to each layer's y; also times the layers without it (its added cost)");
   cmd->add_option("--ep-rank", o->ep_rank, "rank of a launched NCCL world (internal)")
       ->check(integer_at_least(0))->group("");
   cmd->add_option("--ep-rendezvous", o->ep_rendezvous, "unique-id file prefix (internal)")->group("");
