@@ -38,13 +38,22 @@ HostCopy copy_to_host(const TensorView& t) {
   return c;
 }
 
-// Blocks per SM of a register-operand form's two GEMM kernels: a failed probe leaves that form
-// unavailable (0 / 0), never fails the layer.
-void probe_gemm_pair(cudaError_t (*configure1)(int*), cudaError_t (*configure2)(int*), int (&blocks_per_sm)[2]) {
+// Blocks per SM of a kernel form's two GEMM kernels (configure1 / configure2: int* -> cudaError_t):
+// a failed probe leaves that form unavailable (0 / 0), never fails the layer.
+template <class Configure1, class Configure2>
+void probe_gemm_pair(Configure1 configure1, Configure2 configure2, int (&blocks_per_sm)[2]) {
   if (configure1(&blocks_per_sm[0]) != cudaSuccess || configure2(&blocks_per_sm[1]) != cudaSuccess) {
     (void)cudaGetLastError();
     blocks_per_sm[0] = blocks_per_sm[1] = 0;
   }
+}
+
+// The same for a decode form, whose kernels are configured for their K (hidden in GEMM 1,
+// intermediate in GEMM 2).
+void probe_decode_pair(cudaError_t (*configure1)(int, int*), cudaError_t (*configure2)(int, int*),
+                       const LayerShape& shape, int (&blocks_per_sm)[2]) {
+  probe_gemm_pair([&](int* b) { return configure1(static_cast<int>(shape.hidden), b); },
+                  [&](int* b) { return configure2(static_cast<int>(shape.intermediate), b); }, blocks_per_sm);
 }
 
 // The decode GEMMs (of the layer's recipe) need n a multiple of kDecodeBlockN and 16 rows of A
@@ -68,22 +77,14 @@ void probe_decode(const LayerShape& shape, Sm90Facts& f) {
                                        "shared memory", shape.hidden, shape.intermediate);
     return;
   }
-  // The deep form (overrides.decode_prefetch): a failed probe leaves it unavailable.
-  const auto deep1 = mxfp4 ? &configure_sm90_mxfp4_decode_deep_gemm1 : &configure_sm90_nvfp4_decode_deep_gemm1;
-  const auto deep2 = mxfp4 ? &configure_sm90_mxfp4_decode_deep_gemm2 : &configure_sm90_nvfp4_decode_deep_gemm2;
-  if (deep1(static_cast<int>(shape.hidden), &f.decode_deep_blocks_per_sm[0]) != cudaSuccess ||
-      deep2(static_cast<int>(shape.intermediate), &f.decode_deep_blocks_per_sm[1]) != cudaSuccess) {
-    (void)cudaGetLastError();
-    f.decode_deep_blocks_per_sm[0] = f.decode_deep_blocks_per_sm[1] = 0;
-  }
-  // K split in two (overrides.decode_split_k; mxfp4's auto at T = 1): likewise.
-  const auto split1 = mxfp4 ? &configure_sm90_mxfp4_decode_split_gemm1 : &configure_sm90_nvfp4_decode_split_gemm1;
-  const auto split2 = mxfp4 ? &configure_sm90_mxfp4_decode_split_gemm2 : &configure_sm90_nvfp4_decode_split_gemm2;
-  if (split1(static_cast<int>(shape.hidden), &f.decode_split_blocks_per_sm[0]) != cudaSuccess ||
-      split2(static_cast<int>(shape.intermediate), &f.decode_split_blocks_per_sm[1]) != cudaSuccess) {
-    (void)cudaGetLastError();
-    f.decode_split_blocks_per_sm[0] = f.decode_split_blocks_per_sm[1] = 0;
-  }
+  // The deep form (overrides.decode_prefetch) and K split in two (overrides.decode_split_k; auto
+  // at T = 1): a failed probe leaves the form unavailable.
+  probe_decode_pair(mxfp4 ? &configure_sm90_mxfp4_decode_deep_gemm1 : &configure_sm90_nvfp4_decode_deep_gemm1,
+                    mxfp4 ? &configure_sm90_mxfp4_decode_deep_gemm2 : &configure_sm90_nvfp4_decode_deep_gemm2, shape,
+                    f.decode_deep_blocks_per_sm);
+  probe_decode_pair(mxfp4 ? &configure_sm90_mxfp4_decode_split_gemm1 : &configure_sm90_nvfp4_decode_split_gemm1,
+                    mxfp4 ? &configure_sm90_mxfp4_decode_split_gemm2 : &configure_sm90_nvfp4_decode_split_gemm2, shape,
+                    f.decode_split_blocks_per_sm);
 }
 
 }  // namespace
