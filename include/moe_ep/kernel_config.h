@@ -12,16 +12,17 @@
 
 namespace moe_ep {
 
-// GEMM kernel families of the GPU backends (SM90: see README "The SM90 kernels").
+// GEMM kernel families of the GPU backends; a backend maps each to its kernel forms per recipe
+// (SM90: docs/kernels.md, generated from its form table).
 enum class GemmKernel : uint8_t {
   kAuto,    // the implementation picks per T bucket
   kDecode,  // small batches: weights on the MMA's m side, streamed into registers
   kMma,     // mma.sync tiles; exact fp32 k-block sums
-  kWgmma,   // warpgroup MMA: mxfp4 FP8 (folded weights only); nvfp4 f16, the weights decoded into registers
-  kWgmmaBf16,  // warpgroup MMA on bf16, the weights decoded into registers; folded weights only
-  kWgmmaRs,    // warpgroup MMA (FP8), the weights decoded into registers; folded weights only
+  kWgmma,   // warpgroup MMA: mxfp4 FP8 with both operands in shared memory; nvfp4 f16 with the
+            // weights decoded into registers
+  kWgmmaRs,  // mxfp4 FP8 warpgroup MMA with the weights decoded into registers
 };
-// "auto", "decode", "mma", "wgmma", "wgmma-bf16", "wgmma-rs"
+// "auto", "decode", "mma", "wgmma", "wgmma-rs"
 std::string_view gemm_kernel_name(GemmKernel kernel);
 // Throws kInvalidArgument naming `option` and the allowed names.
 GemmKernel parse_gemm_kernel(std::string_view name, std::string_view option = "gemm");
@@ -42,18 +43,14 @@ TileShape parse_tile_shape(std::string_view text, std::string_view option = "til
 // policy (wgmma with exact_accumulation) is refused, never silently preferred.
 struct KernelOverrides {
   GemmKernel gemm = GemmKernel::kAuto;
-  TileShape tile;                           // wgmma output tile (SM90: 64x256, 128x128; wgmma-rs: 64x128, 96x128,
-                                            // 64x256; wgmma-bf16 and nvfp4's wgmma: 128x128, 64x256)
+  TileShape tile;                           // with gemm = wgmma / wgmma-rs: the output tile of that family
+                                            // (SM90: mxfp4 64x256; nvfp4 wgmma 128x128, 64x256)
   std::optional<int64_t> decode_max_tokens;  // auto: decode kernels up to this many tokens
   std::optional<bool> fold_fp8;             // mxfp4 on GPUs: fold weights into the FP8 window
-  std::optional<int> decode_prefetch;       // decode GEMMs: k steps of weights in flight per warp (2, 4;
-                                            // 4 is refused where the decode GEMMs cannot run)
   std::optional<int> decode_split_k;        // decode GEMMs: K in 1 or 2 parts per block (2: SM90, H and I
-                                            // multiples of 1024 for mxfp4, of 256 and >= 512 for nvfp4; 2 k
-                                            // steps in flight, no fused combine)
+                                            // multiples of 1024 for mxfp4, of 256 and >= 512 for nvfp4)
   std::optional<bool> fuse_quantize_route;  // GPUs: quantization of x and the routing in one launch
                                             // (auto: SM90 mxfp4's decode buckets)
-  std::optional<bool> fuse_combine;         // GPUs: the combine inside the decode GEMM 2 (no shared expert)
   int num_threads = 0;                      // CPU backend workers incl. the caller (0: all cores)
   int64_t cpu_batch_tokens = 0;             // CPU backend tokens per batch (0: 256 MiB budget)
 

@@ -38,13 +38,12 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
   auto* knobs = "Kernel overrides (default: the implementation selects; `moe_ep run --json` prints it)";
   cmd.add_option("--threads", o.threads, "CPU threads of the CPU backend (default: all)")
       ->check(integer_at_least(1))->group(knobs);
-  cmd.add_option("--kernel", o.kernel, "GEMM kernels: auto, decode, mma, wgmma, wgmma-bf16, wgmma-rs")->group(knobs);
-  cmd.add_option("--tile", o.tile, "wgmma output tile MxN (SM90 wgmma: 64x256, 128x128; wgmma-rs: 64x128, 96x128, 64x256; wgmma-bf16 and nvfp4 wgmma: 128x128, 64x256)")->group(knobs);
+  cmd.add_option("--kernel", o.kernel, "GEMM kernel family: auto, decode, mma, wgmma, wgmma-rs (docs/kernels.md: "
+                 "the forms of each family per recipe)")->group(knobs);
+  cmd.add_option("--tile", o.tile, "with --kernel wgmma / wgmma-rs: that family's output tile MxN (SM90: mxfp4 "
+                 "64x256; nvfp4 wgmma 128x128, 64x256)")->group(knobs);
   cmd.add_option("--decode-max-tokens", o.decode_max_tokens, "auto: decode GEMMs up to this T")
       ->check(integer_at_least(0))->group(knobs);
-  cmd.add_option("--decode-prefetch", o.decode_prefetch,
-                 "decode GEMMs: k steps of weights in flight per warp (2: three blocks per SM, 4: two)")
-      ->check(integer_at_least(1))->group(knobs);
   cmd.add_option("--decode-split-k", o.decode_split_k,
                  "decode GEMMs: K in 1 or 2 parts per block (2: two warps walk each row group's K)")
       ->check(integer_at_least(1))->group(knobs);
@@ -57,9 +56,6 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
                "GPU: the quantization of x and the routing in two launches")
       ->group(knobs)
       ->excludes(fuse);
-  cmd.add_flag("--fuse-combine", o.fuse_combine,
-               "GPU: the combine inside the decode GEMM 2 (one launch fewer at small T; no shared expert)")
-      ->group(knobs);
 }
 
 namespace {
@@ -95,11 +91,9 @@ KernelOverrides parse_overrides(const ProblemOptions& o) {
   if (!o.kernel.empty()) k.gemm = parse_gemm_kernel(o.kernel, "--kernel");
   if (!o.tile.empty()) k.tile = parse_tile_shape(o.tile, "--tile");
   if (o.decode_max_tokens >= 0) k.decode_max_tokens = o.decode_max_tokens;
-  if (o.decode_prefetch > 0) k.decode_prefetch = o.decode_prefetch;
   if (o.decode_split_k > 0) k.decode_split_k = o.decode_split_k;
   if (o.no_fold) k.fold_fp8 = false;
   if (o.fuse_quantize_route || o.no_fuse_quantize_route) k.fuse_quantize_route = o.fuse_quantize_route;
-  if (o.fuse_combine) k.fuse_combine = true;
   return k;
 }
 

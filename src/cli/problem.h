@@ -32,16 +32,14 @@ struct ProblemOptions {
   // kernel overrides (KernelOverrides): "" leaves the implementation's choice
   std::string kernel, tile;
   int64_t decode_max_tokens = -1;
-  int decode_prefetch = 0;  // 0: the implementation's
   int decode_split_k = 0;   // 0: the implementation's
   bool no_fold = false;
   bool fuse_quantize_route = false, no_fuse_quantize_route = false;  // neither: the implementation's
-  bool fuse_combine = false;
 };
 
 // Registers --preset --backend --device --weights --seed --max-tokens-per-rank --holes --threads
-// --exact-accumulation --fast-math --activation-clamp --kernel --tile --decode-max-tokens --decode-prefetch
-// --no-fold --fuse-quantize-route --no-fuse-quantize-route --fuse-combine.
+// --exact-accumulation --fast-math --activation-clamp --kernel --tile --decode-max-tokens
+// --decode-split-k --no-fold --fuse-quantize-route --no-fuse-quantize-route.
 void add_problem_options(CLI::App& cmd, ProblemOptions& options, const std::string& default_preset_note);
 
 // Everything a run needs to know before allocating, validated by the library's own checks.

@@ -14,7 +14,6 @@ std::string_view gemm_kernel_name(GemmKernel kernel) {
     case GemmKernel::kDecode: return "decode";
     case GemmKernel::kMma: return "mma";
     case GemmKernel::kWgmma: return "wgmma";
-    case GemmKernel::kWgmmaBf16: return "wgmma-bf16";
     case GemmKernel::kWgmmaRs: return "wgmma-rs";
   }
   return "unknown";
@@ -22,11 +21,10 @@ std::string_view gemm_kernel_name(GemmKernel kernel) {
 
 GemmKernel parse_gemm_kernel(std::string_view name, std::string_view option) {
   for (GemmKernel k : {GemmKernel::kAuto, GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma,
-                       GemmKernel::kWgmmaBf16, GemmKernel::kWgmmaRs})
+                       GemmKernel::kWgmmaRs})
     if (gemm_kernel_name(k) == name) return k;
   MOE_EP_FAIL(ErrorCode::kInvalidArgument,
-              "{} '{}' is not a GEMM kernel; allowed: auto, decode, mma, wgmma, wgmma-bf16, "
-              "wgmma-rs", option, name);
+              "{} '{}' is not a GEMM kernel; allowed: auto, decode, mma, wgmma, wgmma-rs", option, name);
 }
 
 std::string TileShape::str() const { return automatic() ? "auto" : fmt::format("{}x{}", m, n); }
@@ -56,10 +54,8 @@ std::string KernelOverrides::str() const {
   if (!tile.automatic()) add(fmt::format("tile={}", tile.str()));
   if (decode_max_tokens) add(fmt::format("decode_max_tokens={}", *decode_max_tokens));
   if (fold_fp8) add(fmt::format("fold_fp8={}", *fold_fp8));
-  if (decode_prefetch) add(fmt::format("decode_prefetch={}", *decode_prefetch));
   if (decode_split_k) add(fmt::format("decode_split_k={}", *decode_split_k));
   if (fuse_quantize_route) add(fmt::format("fuse_quantize_route={}", *fuse_quantize_route));
-  if (fuse_combine) add(fmt::format("fuse_combine={}", *fuse_combine));
   if (num_threads) add(fmt::format("num_threads={}", num_threads));
   if (cpu_batch_tokens) add(fmt::format("cpu_batch_tokens={}", cpu_batch_tokens));
   return s;

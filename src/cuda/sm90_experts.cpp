@@ -38,53 +38,32 @@ HostCopy copy_to_host(const TensorView& t) {
   return c;
 }
 
-// Blocks per SM of a kernel form's two GEMM kernels (configure1 / configure2: int* -> cudaError_t):
-// a failed probe leaves that form unavailable (0 / 0), never fails the layer.
-template <class Configure1, class Configure2>
-void probe_gemm_pair(Configure1 configure1, Configure2 configure2, int (&blocks_per_sm)[2]) {
-  if (configure1(&blocks_per_sm[0]) != cudaSuccess || configure2(&blocks_per_sm[1]) != cudaSuccess) {
-    (void)cudaGetLastError();
-    blocks_per_sm[0] = blocks_per_sm[1] = 0;
+// Blocks per SM of every form of the layer's recipe that its shape and weights allow (facts'
+// blocks_per_sm): a failed probe leaves the form unavailable (0 / 0), never fails the layer. The
+// decode forms hold a tile's rows of A in shared memory: too much is refused by the attribute
+// call (not sticky), which makes them unavailable with that reason.
+void probe_forms(const LayerShape& shape, Sm90Facts& f) {
+  const bool decode_shape = shape.hidden % kDecodeBlockN == 0 && (2 * shape.intermediate) % kDecodeBlockN == 0;
+  if (!decode_shape)
+    f.decode_unavailable = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of {}", shape.hidden,
+                                       2 * shape.intermediate, kDecodeBlockN);
+  for (const Sm90FormInfo& form : sm90_forms()) {
+    if (form.recipe != shape.recipe || (form.folded_only && !(f.w13_folded && f.w2_folded)) ||
+        (form.family == GemmKernel::kDecode && !decode_shape))
+      continue;
+    const Sm90FormKernels& k = sm90_form_kernels(form.form);
+    int& gemm1 = f.per_sm(form.form, 0);
+    int& gemm2 = f.per_sm(form.form, 1);
+    if (k.configure1(static_cast<int>(shape.hidden), &gemm1) != cudaSuccess ||
+        (k.configure2 != nullptr && k.configure2(static_cast<int>(shape.intermediate), &gemm2) != cudaSuccess)) {
+      (void)cudaGetLastError();
+      gemm1 = gemm2 = 0;
+    }
   }
-}
-
-// The same for a decode form, whose kernels are configured for their K (hidden in GEMM 1,
-// intermediate in GEMM 2).
-void probe_decode_pair(cudaError_t (*configure1)(int, int*), cudaError_t (*configure2)(int, int*),
-                       const LayerShape& shape, int (&blocks_per_sm)[2]) {
-  probe_gemm_pair([&](int* b) { return configure1(static_cast<int>(shape.hidden), b); },
-                  [&](int* b) { return configure2(static_cast<int>(shape.intermediate), b); }, blocks_per_sm);
-}
-
-// The decode GEMMs (of the layer's recipe) need n a multiple of kDecodeBlockN and 16 rows of A
-// in shared memory.
-void probe_decode(const LayerShape& shape, Sm90Facts& f) {
-  if (shape.hidden % kDecodeBlockN != 0 || (2 * shape.intermediate) % kDecodeBlockN != 0) {
-    f.decode_unavailable = fmt::format("hidden = {} and 2 * intermediate = {} must be multiples of {}",
-                                       shape.hidden, 2 * shape.intermediate, kDecodeBlockN);
-    return;
-  }
-  // Too much shared memory (the tile's 16 rows of A) is refused by the attribute call: the decode
-  // kernels are then unavailable, not an error (the failed call is not sticky).
-  const bool mxfp4 = shape.recipe == Recipe::kMxfp4;
-  const auto gemm1 = mxfp4 ? &configure_sm90_mxfp4_decode_gemm1 : &configure_sm90_nvfp4_decode_gemm1;
-  const auto gemm2 = mxfp4 ? &configure_sm90_mxfp4_decode_gemm2 : &configure_sm90_nvfp4_decode_gemm2;
-  const bool ok = gemm1(static_cast<int>(shape.hidden), &f.decode_blocks_per_sm[0]) == cudaSuccess &&
-                  gemm2(static_cast<int>(shape.intermediate), &f.decode_blocks_per_sm[1]) == cudaSuccess;
-  if (!ok) (void)cudaGetLastError();
-  if (!ok || f.decode_blocks_per_sm[0] < 1 || f.decode_blocks_per_sm[1] < 1) {
+  const Sm90Form decode = shape.recipe == Recipe::kMxfp4 ? Sm90Form::kMxfp4Decode : Sm90Form::kNvfp4Decode;
+  if (decode_shape && (f.per_sm(decode, 0) < 1 || f.per_sm(decode, 1) < 1))
     f.decode_unavailable = fmt::format("a tile's 16 rows of A (K = {} in GEMM 1, {} in GEMM 2) do not fit in "
                                        "shared memory", shape.hidden, shape.intermediate);
-    return;
-  }
-  // The deep form (overrides.decode_prefetch) and K split in two (overrides.decode_split_k; auto
-  // at T = 1): a failed probe leaves the form unavailable.
-  probe_decode_pair(mxfp4 ? &configure_sm90_mxfp4_decode_deep_gemm1 : &configure_sm90_nvfp4_decode_deep_gemm1,
-                    mxfp4 ? &configure_sm90_mxfp4_decode_deep_gemm2 : &configure_sm90_nvfp4_decode_deep_gemm2, shape,
-                    f.decode_deep_blocks_per_sm);
-  probe_decode_pair(mxfp4 ? &configure_sm90_mxfp4_decode_split_gemm1 : &configure_sm90_nvfp4_decode_split_gemm1,
-                    mxfp4 ? &configure_sm90_mxfp4_decode_split_gemm2 : &configure_sm90_nvfp4_decode_split_gemm2, shape,
-                    f.decode_split_blocks_per_sm);
 }
 
 }  // namespace
@@ -111,15 +90,6 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
                             : configure_sm90_nvfp4_quantize_route(static_cast<int>(shape.num_experts)));
   Sm90Facts facts;
   facts.sm_count = dev.sm_count;
-  if (mxfp4) {
-    MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_grouped_gemm1(&facts.mma_blocks_per_sm[0]));
-    MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_grouped_gemm2(&facts.mma_blocks_per_sm[1]));
-  } else {
-    MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_grouped_gemm1(&facts.mma_blocks_per_sm[0]));
-    MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_grouped_gemm2(&facts.mma_blocks_per_sm[1]));
-  }
-  MOE_EP_CHECK_CODE(facts.mma_blocks_per_sm[0] > 0 && facts.mma_blocks_per_sm[1] > 0, ErrorCode::kUnsupported,
-                    "the grouped GEMM kernels do not fit on cuda:{} ({})", device_index, dev.name);
 
   // Weights: MXFP4 as given goes to the GPU as it is (validated, analysed and converted there);
   // any other pack becomes canonical on the host first (copied there when it lives on a GPU).
@@ -172,45 +142,11 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
     facts.w13_folded = kw.w13.folded;
     facts.w2_folded = kw.w2.folded;
   }
-  probe_decode(shape, facts);
-  if (mxfp4) {
-    if (facts.w13_folded && facts.w2_folded) {
-      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm1(config_.wgmma_tile, &facts.wgmma_blocks_per_sm[0]));
-      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm2(config_.wgmma_tile, &facts.wgmma_blocks_per_sm[1]));
-      probe_gemm_pair(&configure_sm90_mxfp4_rs_grouped_gemm1, &configure_sm90_mxfp4_rs_grouped_gemm2,
-                      facts.wgmma_bf16_blocks_per_sm);
-      probe_gemm_pair(&configure_sm90_mxfp4_rs_wide_grouped_gemm1, &configure_sm90_mxfp4_rs_wide_grouped_gemm2,
-                      facts.wgmma_bf16_wide_blocks_per_sm);
-      if (configure_sm90_mxfp4_rs_wide128_grouped_gemm1(&facts.gemm1_bf16_128_blocks_per_sm) != cudaSuccess) {
-        (void)cudaGetLastError();
-        facts.gemm1_bf16_128_blocks_per_sm = 0;
-      }
-      // wgmma-rs: blocks per SM of one GEMM's kernel (g = 0: GEMM 1), 0 where it does not fit (a
-      // failed probe leaves the form unavailable, never fails the layer).
-      auto rs_fp8_per_sm = [](int g, int block_m, int block_n, bool narrow_tails) {
-        int per_sm = 0;
-        const cudaError_t err =
-            g == 0 ? configure_sm90_mxfp4_rs_fp8_grouped_gemm1(block_m, &per_sm, block_n, narrow_tails)
-                   : configure_sm90_mxfp4_rs_fp8_grouped_gemm2(block_m, &per_sm, block_n, narrow_tails);
-        if (err == cudaSuccess) return per_sm;
-        (void)cudaGetLastError();
-        return 0;
-      };
-      for (int g = 0; g < 2; ++g) {
-        // Both m tiles of the 128-row n tile, and both forms of the 64x256 tile (with and without
-        // narrow tail tiles): each available where both fit.
-        facts.wgmma_rs_blocks_per_sm[g] =
-            std::min(rs_fp8_per_sm(g, 64, kRsFp8BlockN, false), rs_fp8_per_sm(g, 96, kRsFp8BlockN, false));
-        facts.wgmma_rs_wide_blocks_per_sm[g] = std::min(rs_fp8_per_sm(g, 64, kRsFp8WideBlockN, false),
-                                                        rs_fp8_per_sm(g, 64, kRsFp8WideBlockN, true));
-      }
-    }
-  } else {
-    probe_gemm_pair(&configure_sm90_nvfp4_rs_grouped_gemm1, &configure_sm90_nvfp4_rs_grouped_gemm2,
-                    facts.nvfp4_wgmma_blocks_per_sm);
-    probe_gemm_pair(&configure_sm90_nvfp4_rs_wide_grouped_gemm1, &configure_sm90_nvfp4_rs_wide_grouped_gemm2,
-                    facts.nvfp4_wgmma_wide_blocks_per_sm);
-  }
+  probe_forms(shape, facts);
+  const Sm90Form mma = mxfp4 ? Sm90Form::kMxfp4Mma : Sm90Form::kNvfp4Mma;
+  MOE_EP_CHECK_CODE(facts.per_sm(mma, 0) > 0 && facts.per_sm(mma, 1) > 0, ErrorCode::kUnsupported,
+                    "the grouped GEMM kernels ({}) do not fit on cuda:{} ({})", sm90_form_name(mma), device_index,
+                    dev.name);
   select_sm90_kernels(config_, desc, overrides, facts);
   LayerShape planned = shape;  // 16-bit activation buckets add h as bf16 / f16 to the workspace (plan.h)
   planned.activations_16bit = config_.uses_16bit_activations();
@@ -230,26 +166,11 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
   MOE_EP_ASSERT(workspace_ && workspace_->bytes() >= plan_.workspace.total_bytes);
   error_flags_ = DeviceBuffer(sizeof(uint32_t));
   MOE_EP_CUDA_CHECK(cudaMemset(error_flags_.get(), 0, sizeof(uint32_t)));
-  if (config_.fuse_combine) {  // the decode GEMM 2 with the combine: its kernels and counters
-    const int k = static_cast<int>(shape.intermediate), depth = config_.decode_prefetch;
-    int per_sm = 0;
-    MOE_EP_CUDA_CHECK(mxfp4 ? configure_sm90_mxfp4_decode_gemm2_combine(depth, k, &per_sm)
-                            : configure_sm90_nvfp4_decode_gemm2_combine(depth, k, &per_sm));
-    MOE_EP_CHECK_CODE(per_sm > 0, ErrorCode::kUnsupported,
-                      "overrides.fuse_combine = true: the decode GEMM 2 with the combine does not fit on cuda:{} "
-                      "(K = {})", device_index, k);
-    int64_t decode_tokens = 0;  // the counters cover the tokens of the decode buckets only
-    for (const Sm90Bucket& b : config_.buckets)
-      if (b.gemm == Sm90Gemm::kDecode || b.gemm == Sm90Gemm::kNvfp4Decode)
-        decode_tokens = std::max(decode_tokens, b.max_tokens);
-    combine_counters_ = DeviceBuffer(static_cast<size_t>(decode_tokens * (shape.hidden / kDecodeBlockN)) * 4);
-    MOE_EP_CUDA_CHECK(cudaMemset(combine_counters_.get(), 0, combine_counters_.bytes()));
-  }
   const Sm90GemmWeights w13{w13_tiles_.get(), w13_scales_.get(), w13_global_.get<float>(), w13_col_scale_.get<float>()};
   const Sm90GemmWeights w2{w2_tiles_.get(), w2_scales_.get(), w2_global_.get<float>(), w2_col_scale_.get<float>()};
   pipeline_ = std::make_unique<Sm90Pipeline>(
       config_, plan_, desc.quantize_input, desc.activation_clamp.value_or(std::numeric_limits<float>::infinity()),
-      w13, w2, workspace_->get<std::byte>(), error_flags_.get<uint32_t>(), combine_counters_.get<uint32_t>());
+      w13, w2, workspace_->get<std::byte>(), error_flags_.get<uint32_t>());
   MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

@@ -22,7 +22,7 @@
 
 #include "cuda/device_buffer.h"
 #include "cuda/plan.h"
-#include "cuda/sm90_config.h"
+#include "cuda/policy/sm90_config.h"
 #include "cuda/sm90_pipeline.h"
 #include "cuda/sm90_shared_expert.h"
 #include "cuda/side_stream.h"
@@ -66,7 +66,6 @@ class Sm90ExpertEngine {
   std::shared_ptr<DeviceBuffer> workspace_;  // maybe shared with other layers
   bool shared_scratch_ = false;
   DeviceBuffer error_flags_;
-  DeviceBuffer combine_counters_;  // config_.fuse_combine: [max_tokens, H / kDecodeBlockN], zero between forwards
   std::unique_ptr<Sm90Pipeline> pipeline_;
   std::unique_ptr<Sm90SharedExpert> shared_;  // null without a shared expert
   std::unique_ptr<SideStream> side_;          // the shared expert's stream

@@ -95,15 +95,6 @@ cudaError_t gemm2_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
   return l.gemm2_fn(l.gemm2, launch_grid(l.plan, l.grid2, b.num_tokens), s);
 }
 
-// The decode GEMM 2 with the combine in its epilogue (config.fuse_combine; never with an addend).
-cudaError_t gemm2_combine_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
-  MOE_EP_ASSERT(b.y_add == nullptr);
-  Gemm2Params p = l.gemm2;
-  p.epilogue.y = b.y;
-  p.epilogue.num_tokens = static_cast<int32_t>(b.num_tokens);
-  return l.gemm2_fn(p, launch_grid(l.plan, l.grid2, b.num_tokens), s);
-}
-
 cudaError_t combine_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
   if (b.y_add_ready != nullptr)
     if (const cudaError_t e = cudaStreamWaitEvent(s, b.y_add_ready, 0); e != cudaSuccess) return e;
@@ -112,108 +103,6 @@ cudaError_t combine_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) 
   c.add = b.y_add;
   c.num_tokens = static_cast<int32_t>(b.num_tokens);
   return launch_sm90_combine(c, s);
-}
-
-// ---- the GEMM launchers of each kernel family, with one signature ----
-
-template <WgmmaTile kTile>
-cudaError_t wgmma_gemm1(const Gemm1Params& p, int grid, cudaStream_t s) {
-  return launch_sm90_mxfp4_wgmma_grouped_gemm1(kTile, p, grid, s);
-}
-template <WgmmaTile kTile>
-cudaError_t wgmma_gemm2(const Gemm2Params& p, int grid, cudaStream_t s) {
-  return launch_sm90_mxfp4_wgmma_grouped_gemm2(kTile, p, grid, s);
-}
-
-struct GemmFamily {
-  Sm90Pipeline::Gemm1Fn gemm1;
-  Sm90Pipeline::Gemm2Fn gemm2;
-  int block_n;               // output columns per tile (grid n tiles)
-  bool persistent;           // grid capped at blocks/SM x SMs; else the m-tile bound
-  const int* blocks_per_sm;  // [2] of Sm90Facts
-};
-
-template <bool kNvfp4, int kPrefetch>
-cudaError_t decode_gemm2_combine(const Gemm2Params& p, int grid, cudaStream_t s) {
-  return kNvfp4 ? launch_sm90_nvfp4_decode_gemm2_combine(kPrefetch, p, grid, s)
-                : launch_sm90_mxfp4_decode_gemm2_combine(kPrefetch, p, grid, s);
-}
-
-// The decode GEMM 2 with the combine, of the recipe and weight prefetch depth of the bucket.
-Sm90Pipeline::Gemm2Fn decode_gemm2_combine_fn(bool nvfp4, int prefetch) {
-  const bool deep = prefetch == kDecodeDeepPrefetch;
-  if (nvfp4)
-    return deep ? &decode_gemm2_combine<true, kDecodeDeepPrefetch> : &decode_gemm2_combine<true, kDecodePrefetch>;
-  return deep ? &decode_gemm2_combine<false, kDecodeDeepPrefetch> : &decode_gemm2_combine<false, kDecodePrefetch>;
-}
-
-template <int kBlockM, int kBlockN = kRsFp8BlockN, bool kNarrowTails = false>
-cudaError_t rs_fp8_gemm1(const Gemm1Params& p, int grid, cudaStream_t s) {
-  return launch_sm90_mxfp4_rs_fp8_grouped_gemm1(kBlockM, p, grid, s, kBlockN, kNarrowTails);
-}
-
-template <int kBlockM, int kBlockN = kRsFp8BlockN, bool kNarrowTails = false>
-cudaError_t rs_fp8_gemm2(const Gemm2Params& p, int grid, cudaStream_t s) {
-  return launch_sm90_mxfp4_rs_fp8_grouped_gemm2(kBlockM, p, grid, s, kBlockN, kNarrowTails);
-}
-
-GemmFamily gemm_family(const Sm90Config& c, const Sm90Bucket& bucket) {
-  const Sm90Facts& f = c.facts;
-  switch (bucket.gemm) {
-    case Sm90Gemm::kDecode:
-      if (bucket.decode_split == 2)
-        return {&launch_sm90_mxfp4_decode_split_gemm1, &launch_sm90_mxfp4_decode_split_gemm2, kDecodeBlockN / 2,
-                false, f.decode_split_blocks_per_sm};
-      if (c.decode_prefetch == kDecodeDeepPrefetch)
-        return {&launch_sm90_mxfp4_decode_deep_gemm1, &launch_sm90_mxfp4_decode_deep_gemm2, kDecodeBlockN, false,
-                f.decode_deep_blocks_per_sm};
-      return {&launch_sm90_mxfp4_decode_gemm1, &launch_sm90_mxfp4_decode_gemm2, kDecodeBlockN, false,
-              f.decode_blocks_per_sm};
-    case Sm90Gemm::kMma:
-      return {&launch_sm90_mxfp4_grouped_gemm1, &launch_sm90_mxfp4_grouped_gemm2, kGemmBlockN, true,
-              f.mma_blocks_per_sm};
-    case Sm90Gemm::kNvfp4Decode:
-      if (bucket.decode_split == 2)
-        return {&launch_sm90_nvfp4_decode_split_gemm1, &launch_sm90_nvfp4_decode_split_gemm2, kDecodeBlockN / 2,
-                false, f.decode_split_blocks_per_sm};
-      if (c.decode_prefetch == kDecodeDeepPrefetch)
-        return {&launch_sm90_nvfp4_decode_deep_gemm1, &launch_sm90_nvfp4_decode_deep_gemm2, kDecodeBlockN, false,
-                f.decode_deep_blocks_per_sm};
-      return {&launch_sm90_nvfp4_decode_gemm1, &launch_sm90_nvfp4_decode_gemm2, kDecodeBlockN, false,
-              f.decode_blocks_per_sm};
-    case Sm90Gemm::kNvfp4Mma:
-      return {&launch_sm90_nvfp4_grouped_gemm1, &launch_sm90_nvfp4_grouped_gemm2, kGemmBlockN, true,
-              f.mma_blocks_per_sm};
-    case Sm90Gemm::kNvfp4Wgmma:
-      if (bucket.block_n == kRsWideBlockN)
-        return {&launch_sm90_nvfp4_rs_wide_grouped_gemm1, &launch_sm90_nvfp4_rs_wide_grouped_gemm2, kRsWideBlockN,
-                true, f.nvfp4_wgmma_wide_blocks_per_sm};
-      return {&launch_sm90_nvfp4_rs_grouped_gemm1, &launch_sm90_nvfp4_rs_grouped_gemm2, 128, true,
-              f.nvfp4_wgmma_blocks_per_sm};
-    case Sm90Gemm::kWgmmaBf16:
-      if (bucket.block_n == kRsWideBlockN)
-        return {&launch_sm90_mxfp4_rs_wide_grouped_gemm1, &launch_sm90_mxfp4_rs_wide_grouped_gemm2, kRsWideBlockN,
-                true, f.wgmma_bf16_wide_blocks_per_sm};
-      return {&launch_sm90_mxfp4_rs_grouped_gemm1, &launch_sm90_mxfp4_rs_grouped_gemm2, 128, true,
-              f.wgmma_bf16_blocks_per_sm};
-    case Sm90Gemm::kWgmmaRs:
-      if (bucket.block_n == kRsFp8WideBlockN && bucket.narrow_tails)
-        return {&rs_fp8_gemm1<64, kRsFp8WideBlockN, true>, &rs_fp8_gemm2<64, kRsFp8WideBlockN, true>, kRsFp8WideBlockN,
-                true, f.wgmma_rs_wide_blocks_per_sm};
-      if (bucket.block_n == kRsFp8WideBlockN)
-        return {&rs_fp8_gemm1<64, kRsFp8WideBlockN>, &rs_fp8_gemm2<64, kRsFp8WideBlockN>, kRsFp8WideBlockN, true,
-                f.wgmma_rs_wide_blocks_per_sm};
-      if (bucket.block_m == 96)
-        return {&rs_fp8_gemm1<96>, &rs_fp8_gemm2<96>, kRsFp8BlockN, true, f.wgmma_rs_blocks_per_sm};
-      return {&rs_fp8_gemm1<64>, &rs_fp8_gemm2<64>, kRsFp8BlockN, true, f.wgmma_rs_blocks_per_sm};
-    case Sm90Gemm::kWgmma:
-      if (c.wgmma_tile == WgmmaTile::k64x256)
-        return {&wgmma_gemm1<WgmmaTile::k64x256>, &wgmma_gemm2<WgmmaTile::k64x256>,
-                wgmma_tile_shape(WgmmaTile::k64x256).block_n, true, f.wgmma_blocks_per_sm};
-      return {&wgmma_gemm1<WgmmaTile::k128x128>, &wgmma_gemm2<WgmmaTile::k128x128>,
-              wgmma_tile_shape(WgmmaTile::k128x128).block_n, true, f.wgmma_blocks_per_sm};
-  }
-  MOE_EP_FAIL(ErrorCode::kInternal, "no GEMM family {}", static_cast<int>(bucket.gemm));
 }
 
 // One GEMM's operands: A rows of the recipe's activation format (k wide), n output columns.
@@ -243,7 +132,7 @@ std::string grid_str(const GridRule& g) {
 
 Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quantize_input,
                            float clamp, const Sm90GemmWeights& w13, const Sm90GemmWeights& w2,
-                           std::byte* workspace, uint32_t* error_flags, uint32_t* combine_counters) {
+                           std::byte* workspace, uint32_t* error_flags) {
   const LayerShape& s = plan.shape;
   const WorkspaceLayout& w = plan.workspace;
   const RecipeTraits& recipe = recipe_traits(s.recipe);
@@ -270,7 +159,7 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     PermuteParams& r = l.permute;
     r.top_k = static_cast<int32_t>(s.top_k);
     r.num_experts = static_cast<int32_t>(s.num_experts);
-    r.block_m = bucket.block_m;
+    r.block_m = bucket.block_m();
     r.expert_offsets = ws_i32(w.expert_offsets);
     r.num_m_tiles = ws_i32(w.num_m_tiles);
     r.tile_expert = ws_i32(w.tile_expert);
@@ -308,57 +197,38 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
     g2.op = operands(recipe, H, I, ws(w.h), ws(w.h_scale), ws_f32(w.h_global), w2);
     g2.epilogue.out = reinterpret_cast<uint16_t*>(workspace + w.o);
 
-    const GemmFamily fam = gemm_family(config, bucket);
-    l.gemm1_fn = bucket.gemm1_bf16 ? &launch_sm90_mxfp4_rs_wide128_grouped_gemm1 : fam.gemm1;
-    l.gemm2_fn = fam.gemm2;
-    const bool decode = bucket.gemm == Sm90Gemm::kDecode || bucket.gemm == Sm90Gemm::kNvfp4Decode;
-    // Named from the launcher taken, so the plan says what runs.
-    if (decode) {
-      l.decode_split =
-          fam.gemm1 == &launch_sm90_mxfp4_decode_split_gemm1 || fam.gemm1 == &launch_sm90_nvfp4_decode_split_gemm1;
-      l.decode_prefetch =
-          fam.gemm1 == &launch_sm90_mxfp4_decode_deep_gemm1 || fam.gemm1 == &launch_sm90_nvfp4_decode_deep_gemm1
-              ? kDecodeDeepPrefetch
-              : kDecodePrefetch;
-    }
-    // config.fuse_combine: the decode buckets' GEMM 2 of the same depth also combines (no combine
-    // launch).
-    const bool fused_combine = config.fuse_combine && decode;
-    if (fused_combine) {
-      MOE_EP_ASSERT(combine_counters != nullptr);
-      l.gemm2_fn = decode_gemm2_combine_fn(bucket.gemm == Sm90Gemm::kNvfp4Decode, l.decode_prefetch);
-      g2.epilogue.slot_row = r.slot_row;
-      g2.epilogue.row_token = r.row_token;
-      g2.epilogue.counters = combine_counters;
-      g2.epilogue.top_k = static_cast<int32_t>(s.top_k);
-    }
+    const Sm90FormInfo& f1 = sm90_form(bucket.gemm1);
+    const Sm90FormInfo& f2 = sm90_form(bucket.gemm2);
+    MOE_EP_ASSERT(f1.recipe == s.recipe && f2.recipe == s.recipe && f2.has_gemm2 && f1.list_block_m == f2.list_block_m);
+    l.gemm1_fn = sm90_form_kernels(bucket.gemm1).launch1;
+    l.gemm2_fn = sm90_form_kernels(bucket.gemm2).launch2;
+    // A persistent form's grid is capped at its resident blocks; its m-tile bound uses 64 rows,
+    // which also bounds larger tiles. A decode form's launcher takes the 16-row m-tile bound.
     const int64_t sms = config.facts.sm_count;
-    // The persistent kernels' grids use the 64-row bound: it also bounds larger tiles.
-    const int gemm1_per_sm = bucket.gemm1_bf16 ? config.facts.gemm1_bf16_128_blocks_per_sm : fam.blocks_per_sm[0];
-    l.grid1 = fam.persistent ? GridRule{kGemmBlockM, 2 * I / fam.block_n, sms * gemm1_per_sm}
-                             : GridRule{kDecodeBlockM, 1, 0};
-    l.grid2 = fam.persistent ? GridRule{kGemmBlockM, H / fam.block_n, sms * fam.blocks_per_sm[1]}
-                             : GridRule{kDecodeBlockM, 1, 0};
+    auto grid = [&](const Sm90FormInfo& f, int gemm, int64_t n) {
+      return f.persistent ? GridRule{kGemmBlockM, n / f.block_n, sms * config.facts.per_sm(f.form, gemm)}
+                          : GridRule{kDecodeBlockM, 1, 0};
+    };
+    l.grid1 = grid(f1, 0, 2 * I);
+    l.grid2 = grid(f2, 1, H);
 
-    // wgmma-bf16 / nvfp4-wgmma: GEMM 1 reads x as bf16 / f16 (kept in o until GEMM 2 writes o),
-    // GEMM 2 h likewise, both in the kernels' order along k: converted from their quantized rows,
-    // or (x, mxfp4, the layer quantizing it) written so by the Q8 launch. gemm1_bf16 buckets: x
-    // only (GEMM 2 reads the Q8 h).
-    const bool wide = bucket.gemm == Sm90Gemm::kWgmmaBf16 || bucket.gemm == Sm90Gemm::kNvfp4Wgmma;
-    const bool x16 = wide || bucket.gemm1_bf16;
+    // 16-bit activations, in the kernels' order along k, converted from their quantized rows or
+    // (x, mxfp4, the layer quantizing it) written so by the Q8 launch: x kept in o until GEMM 2
+    // writes o, h in its own region.
+    const bool x16 = f1.x_16bit, h16 = f2.h_16bit;
+    const Sm90Pipeline::ConvertFn convert =
+        recipe.fp4_activations ? &launch_sm90_nvfp4_to_rs_f16 : &launch_sm90_q8_to_rs_bf16;
     if (x16) {
-      MOE_EP_ASSERT(!wide || s.activations_16bit);
-      const Sm90Pipeline::ConvertFn convert =
-          recipe.fp4_activations ? &launch_sm90_nvfp4_to_rs_f16 : &launch_sm90_q8_to_rs_bf16;
       l.x_16bit = {convert, ws(w.a), ws(w.a_scale), static_cast<int>(H), reinterpret_cast<uint16_t*>(workspace + w.o)};
       set_16bit_activations(g1.op, l.x_16bit.out);
       // Q8 of x (the layer quantizing it) writes the bf16 rows itself: no Q8 rows, no conversion.
       if (quantize_input && !recipe.fp4_activations) l.q8.rs_bf16 = l.x_16bit.out;
-      if (wide) {
-        l.h_16bit = {convert, ws(w.h), ws(w.h_scale), static_cast<int>(I),
-                     reinterpret_cast<uint16_t*>(workspace + w.h_16bit), r.expert_offsets + s.num_experts};
-        set_16bit_activations(g2.op, l.h_16bit.out);
-      }
+    }
+    if (h16) {
+      MOE_EP_ASSERT(s.activations_16bit);
+      l.h_16bit = {convert, ws(w.h), ws(w.h_scale), static_cast<int>(I),
+                   reinterpret_cast<uint16_t*>(workspace + w.h_16bit), r.expert_offsets + s.num_experts};
+      set_16bit_activations(g2.op, l.h_16bit.out);
     }
 
     l.combine.o = g2.epilogue.out;
@@ -379,9 +249,9 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
                       : x16          ? &gemm1_step<GemmA::kCallerGlobal>
                                      : &gemm1_step<GemmA::kCaller>);
     if (recipe.global_scales) l.steps.push_back(&h_nvfp4_step);
-    if (wide) l.steps.push_back(&h_to_16bit_step);
-    l.steps.push_back(fused_combine ? &gemm2_combine_step : &gemm2_step);
-    if (!fused_combine) l.steps.push_back(&combine_step);
+    if (h16) l.steps.push_back(&h_to_16bit_step);
+    l.steps.push_back(&gemm2_step);
+    l.steps.push_back(&combine_step);
     launches_.push_back(std::move(l));
   }
 }
@@ -412,23 +282,16 @@ void Sm90Pipeline::describe(SelectedConfig& out) const {
           : step == &h_nvfp4_step                                             ? "nvfp4 of h"
           : step == &h_to_16bit_step                                          ? fmt::format("h to {}", wide)
           : step == &gemm2_step                                               ? "gemm2"
-          : step == &gemm2_combine_step                                       ? "gemm2 + combine (one launch)"
           : step == &combine_step                                             ? "combine"
                                                                               : "gemm1";
       steps += (steps.empty() ? "" : ", ") + name;
     }
+    const std::string forms = l.bucket.gemm1 == l.bucket.gemm2
+                                  ? std::string(sm90_form_name(l.bucket.gemm1))
+                                  : fmt::format("{} + {}", sm90_form_name(l.bucket.gemm1), sm90_form_name(l.bucket.gemm2));
     out.plan.push_back({fmt::format("T={}..{}", std::max<int64_t>(1, l.bucket.min_tokens), l.bucket.max_tokens),
-                        fmt::format("{} GEMMs{}, routing m tiles of {} rows; gemm1 grid {}, gemm2 grid {}; {} steps ({})",
-                                    sm90_gemm_name(l.bucket.gemm),
-                                    l.decode_prefetch ? fmt::format(" ({} k steps of weights in flight{})", l.decode_prefetch,
-                                                                    l.decode_split ? ", K split in two per block" : "")
-                                    : l.bucket.block_n ? fmt::format(" (n tiles of {} weight rows, {} consumer warpgroups{})",
-                                                                     l.bucket.block_n, l.bucket.block_n / 64,
-                                                                     l.bucket.narrow_tails ? ", tiles of <= 48 rows on n48 after the others"
-                                                                     : l.bucket.gemm1_bf16 ? "; gemm1 on bf16 wgmma over 128x256 tiles, odd last 64-row tiles on 64x256"
-                                                                                           : "")
-                                                       : std::string(),
-                                    l.bucket.block_m, grid_str(l.grid1), grid_str(l.grid2), l.steps.size(), steps)});
+                        fmt::format("{}, routing m tiles of {} rows; gemm1 grid {}, gemm2 grid {}; {} steps ({})", forms,
+                                    l.bucket.block_m(), grid_str(l.grid1), grid_str(l.grid2), l.steps.size(), steps)});
   }
 }
 

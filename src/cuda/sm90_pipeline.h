@@ -5,10 +5,10 @@
 //
 //   [quantize x] -> routing (m tiles of the bucket's block_m) -> GEMM 1 (+ SwiGLU, + Q8 of h)
 //   -> [NVFP4 of h] -> GEMM 2 -> combine [+ the binding's y_add]
-// Where config.fuses_quantize_route, the quantization of x and the routing are one launch; with
-// config.fuse_combine, the decode buckets' GEMM 2 also combines.
-// wgmma-bf16 and gemm1_bf16 buckets read x as bf16 (written so by the Q8 launch where the layer
-// quantizes x, else converted from the caller's Q8 rows); wgmma-bf16 also converts Q8 h before GEMM 2.
+// Where config.fuses_quantize_route, the quantization of x and the routing are one launch. A
+// bucket whose GEMM 1 form reads 16-bit x (sm90_forms.h) gets it written so by the Q8 launch where
+// the layer quantizes x, else converted from the caller's rows; one whose GEMM 2 form reads
+// 16-bit h converts h before GEMM 2.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,7 @@
 #include "cuda/kernels/sm90_permute.h"
 #include "cuda/kernels/sm90_q8_quantize.h"
 #include "cuda/plan.h"
-#include "cuda/sm90_config.h"
+#include "cuda/policy/sm90_config.h"
 
 namespace moe_ep::cuda {
 
@@ -54,11 +54,9 @@ struct Sm90GemmWeights {
 
 class Sm90Pipeline {
  public:
-  // combine_counters: config.fuse_combine's [the decode buckets' max T, H / kDecodeBlockN], zeroed
-  // (the layer's own, never shared scratch: the fused combine leaves them zero after a forward).
   Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quantize_input, float clamp,
                const Sm90GemmWeights& w13, const Sm90GemmWeights& w2, std::byte* workspace,
-               uint32_t* error_flags, uint32_t* combine_counters = nullptr);
+               uint32_t* error_flags);
 
   // Launches every step of num_tokens' bucket on `stream`; T = 0 launches nothing.
   void run(const Sm90Binding& binding, cudaStream_t stream) const;
@@ -91,10 +89,8 @@ class Sm90Pipeline {
     PermuteParams permute;
     Gemm1Params gemm1;
     Gemm2Params gemm2;
-    Gemm1Fn gemm1_fn = nullptr;
+    Gemm1Fn gemm1_fn = nullptr;  // the bucket's forms' kernels (sm90_form_kernels)
     Gemm2Fn gemm2_fn = nullptr;
-    int decode_prefetch = 0;  // decode buckets: k steps of weights in flight per warp
-    bool decode_split = false;  // decode buckets: K split in two per block
     GridRule grid1, grid2;
     CombineParams combine;
     std::vector<Step> steps;

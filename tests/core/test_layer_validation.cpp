@@ -60,10 +60,8 @@ TEST_F(CreateValidation, GpuKernelOverridesOnTheCpu) {
       {[](KernelOverrides& o) { o.tile = {64, 256}; }, "tile=64x256"},
       {[](KernelOverrides& o) { o.decode_max_tokens = 16; }, "decode_max_tokens=16"},
       {[](KernelOverrides& o) { o.fold_fp8 = false; }, "fold_fp8=false"},
-      {[](KernelOverrides& o) { o.decode_prefetch = 4; }, "decode_prefetch=4"},
       {[](KernelOverrides& o) { o.decode_split_k = 2; }, "decode_split_k=2"},
       {[](KernelOverrides& o) { o.fuse_quantize_route = true; }, "fuse_quantize_route=true"},
-      {[](KernelOverrides& o) { o.fuse_combine = true; }, "fuse_combine=true"},
   };
   for (const auto& [pin, name] : pins) {
     Problem p = mx_;

@@ -14,7 +14,6 @@
 #include "cuda/kernels/sm90_gemm_epilogues.cuh"
 #include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/sync.cuh"
-#include "cuda/tile/bf16x8_sum.cuh"
 
 namespace moe_ep::cuda {
 
@@ -128,70 +127,5 @@ struct DecodeStoreBf16 {
     });
   }
 };
-
-// GEMM 2 with the combine fused (StoreEpilogueParams' fusion fields): after its o stores, the
-// block counts each of its rows into counters[token][chunk]; the row that completes a token's
-// valid slots hands the token to the block, which then sums that token's slot rows over the
-// chunk's 128 columns in slot order (Bf16x8Sum, as kernels/sm90_combine.cu) and stores y. Rows
-// stored by other blocks are read through L2 after the acquiring count; theirs released them.
-// A token with no valid slot is no block's: zero_unslotted_tokens writes its zeros.
-template <bool kNvfp4>
-struct DecodeStoreBf16Combine {
-  static constexpr bool kFusedCombine = true;
-
-  static __device__ __forceinline__ void apply(const StoreEpilogueParams& ep, const GroupedGemmOperands& op,
-                                               const DecodeTile& t, const DecodeAccumulators& acc, uint8_t* smem) {
-    DecodeStoreBf16<kNvfp4>::apply(ep, op, t, acc, smem);
-    __shared__ int completed[kDecodeBlockM];
-    __shared__ int num_completed;
-    if (threadIdx.x == 0) num_completed = 0;
-    __syncthreads();  // the block's o stores, seen by the counting threads (CTA scope)
-    const int n_chunks = op.n / kDecodeBlockN;
-    if (static_cast<int>(threadIdx.x) < t.num_rows) {
-      const int token = ep.row_token[t.row_begin + threadIdx.x];
-      uint32_t valid = 0;
-      for (int k = 0; k < ep.top_k; ++k) valid += ep.slot_row[token * ep.top_k + k] >= 0;
-      uint32_t* counter = ep.counters + static_cast<int64_t>(token) * n_chunks + t.n_chunk;
-      // Release: the stores the barrier ordered before the count; acquire: the other blocks'
-      // rows of the token, released by their counts, for this block after the barrier below.
-      if (ptx::atom_add_acq_rel_gpu(counter, 1) + 1 == valid) {  // the token's last slot row here
-        *counter = 0;
-        completed[atomicAdd(&num_completed, 1)] = token;
-      }
-    }
-    __syncthreads();
-    if (num_completed == 0) return;
-    // 16 threads per completed token, 8 columns each.
-    const int i = threadIdx.x / 16;
-    if (i >= num_completed) return;
-    const int token = completed[i];
-    const int col = t.n_chunk * kDecodeBlockN + (threadIdx.x % 16) * 8;
-    Bf16x8Sum sum;
-    for (int k = 0; k < ep.top_k; ++k) {
-      const int row = ep.slot_row[token * ep.top_k + k];
-      if (row >= 0)
-        sum.add_bits(__ldcg(reinterpret_cast<const uint4*>(ep.out + static_cast<int64_t>(row) * op.n + col)));
-    }
-    sum.store(ep.y + static_cast<int64_t>(token) * op.n + col);
-  }
-
-  // Blocks of m tile 0 (block b < n / kDecodeBlockN: chunk b), whether or not that tile exists:
-  // the chunk's columns of y are zero for every token without a valid slot.
-  static __device__ __forceinline__ void zero_unslotted_tokens(const StoreEpilogueParams& ep, int n) {
-    const int n_chunks = n / kDecodeBlockN;
-    if (static_cast<int>(blockIdx.x) >= n_chunks) return;
-    for (int token = threadIdx.x; token < ep.num_tokens; token += kDecodeThreads) {
-      bool any = false;
-      for (int k = 0; k < ep.top_k; ++k) any = any || ep.slot_row[token * ep.top_k + k] >= 0;
-      if (any) continue;
-      uint4* y = reinterpret_cast<uint4*>(ep.y + static_cast<int64_t>(token) * n + blockIdx.x * kDecodeBlockN);
-      for (int j = 0; j < kDecodeBlockN / 8; ++j) y[j] = make_uint4(0u, 0u, 0u, 0u);
-    }
-  }
-};
-
-// Whether a decode epilogue carries the fused combine.
-template <class Epilogue>
-concept FusedCombineEpilogue = requires { Epilogue::kFusedCombine; };
 
 }  // namespace moe_ep::cuda

@@ -14,16 +14,9 @@ inline constexpr int kDecodeWarps = kDecodeThreads / 32;
 static_assert(kDecodeBlockN == 16 * kDecodeWarps && kDecodeBlockM == 16, "16 weight rows per warp, two n8 halves");
 
 // Blocks of 8 warps per SM a decode kernel is built for, by its k steps of weights in registers
-// ahead of the MMAs: 3 (<= 80 registers) with 2, 2 (<= 128) with kDecodeDeepPrefetch.
+// ahead of the MMAs: 3 (<= 80 registers) with 2; deeper prefetch needs more registers.
 template <int kPrefetch>
 inline constexpr int kDecodeMinBlocks = kPrefetch == 2 ? 3 : 2;
-
-// f.template operator()<kPrefetch>() for a run-time depth: kDecodeDeepPrefetch, else kDecodePrefetch.
-template <class F>
-cudaError_t with_decode_prefetch(int prefetch, F&& f) {
-  return prefetch == kDecodeDeepPrefetch ? f.template operator()<kDecodeDeepPrefetch>()
-                                         : f.template operator()<kDecodePrefetch>();
-}
 
 struct DecodeTile {
   int expert, row_begin, num_rows, n_chunk;
@@ -93,9 +86,8 @@ __device__ __forceinline__ int64_t decode_micro_tile(const GroupedGemmOperands& 
 // consumes a slot, refills it with fetch(slot) (the next k step in order) and calls advance()
 // after every round of kPrefetch slots, so nothing is copied between registers.
 // kGroups: the block's 16-row groups (warp w streams group w % kGroups); first_step, steps: the
-// k steps this warp streams (all of them, or its part of a split K). kWeights = false: the scale
-// words only (the weights come another way).
-template <class ScaleWord, int kPrefetch, int kGroups = kDecodeWarps, bool kWeights = true>
+// k steps this warp streams (all of them, or its part of a split K).
+template <class ScaleWord, int kPrefetch, int kGroups = kDecodeWarps>
 struct DecodeWeightStream {
   static constexpr int kScaleBytes = sizeof(ScaleWord);
   const uint8_t* w_ptr[2];  // micro-tile j at the round's first k step
@@ -127,7 +119,7 @@ struct DecodeWeightStream {
   __device__ __forceinline__ void fetch(int slot) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      if constexpr (kWeights) w[slot][j] = ptx::ld_stream_v4(w_ptr[j] + slot * kWeightMicroTileBytes);
+      w[slot][j] = ptx::ld_stream_v4(w_ptr[j] + slot * kWeightMicroTileBytes);
       if constexpr (kScaleBytes == 4)
         s[slot][j] = ptx::ld_stream_u32(s_ptr + 8 * kScaleBytes * j);
       else

@@ -1,4 +1,4 @@
-// Grouped (per-expert) GEMMs of the layer: host-visible parameters and launchers.
+// Grouped (per-expert) GEMMs of the layer: their parameters and the kernels of each form.
 //
 // Rows of every GEMM are the permuted (expert-grouped) rows of sm90_permute: expert e owns rows
 // [expert_offsets[e], expert_offsets[e+1]). The routing kernel also lists the m-tiles
@@ -22,13 +22,10 @@
 
 #include <cuda_runtime.h>
 
-namespace moe_ep::cuda {
+#include "cuda/policy/sm90_forms.h"
+#include "cuda/policy/sm90_tiles.h"
 
-inline constexpr int kGemmBlockM = 64;
-inline constexpr int kGemmBlockN = 128;
-inline constexpr int kGemmBlockK = 128;
-inline constexpr int kGemmThreads = 256;
-inline constexpr int kWeightMicroTileBytes = 512;  // 8 rows x 128 k of FP4
+namespace moe_ep::cuda {
 
 struct GroupedGemmSchedule {
   const int32_t* num_m_tiles;     // [1]
@@ -70,16 +67,6 @@ struct SwigluEpilogueParams {
 // GEMM 2 epilogue: o = bf16(acc) [rows, n].
 struct StoreEpilogueParams {
   uint16_t* out = nullptr;
-  // The decode GEMM 2 with the combine fused (launch_sm90_*_decode_gemm2_combine; unused by the
-  // other kernels): y [T, n] as kernels/sm90_combine.h writes it (no addend), each token's 128
-  // columns of a chunk by the block that stores the last of its slot rows there. counters
-  // [T, n / kDecodeBlockN] are zero before the launch, and are again after it (the block that
-  // completes one resets it).
-  uint16_t* y = nullptr;
-  const int32_t* slot_row = nullptr;   // [T, top_k], -1 for a slot without a row
-  const int32_t* row_token = nullptr;  // [rows]
-  uint32_t* counters = nullptr;
-  int32_t num_tokens = 0, top_k = 0;
 };
 
 struct Gemm1Params {
@@ -94,73 +81,36 @@ struct Gemm2Params {
   StoreEpilogueParams epilogue;
 };
 
-// configure_*: raises the kernel's shared-memory limit and reports how many blocks fit on one
-// multiprocessor (the persistent grid is at most that times the SM count). Called at plan time.
-cudaError_t configure_sm90_mxfp4_grouped_gemm1(int* blocks_per_sm);
-cudaError_t configure_sm90_mxfp4_grouped_gemm2(int* blocks_per_sm);
-cudaError_t configure_sm90_nvfp4_grouped_gemm1(int* blocks_per_sm);
-cudaError_t configure_sm90_nvfp4_grouped_gemm2(int* blocks_per_sm);
-
-cudaError_t launch_sm90_mxfp4_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
-cudaError_t launch_sm90_mxfp4_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
-cudaError_t launch_sm90_nvfp4_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
-cudaError_t launch_sm90_nvfp4_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
-
-// wgmma (sm_90a) mxfp4 grouped GEMMs, warp-specialized (sm90_mxfp4_wgmma_mainloop.cuh), for
-// FOLDED weights only (w_scale = shifts 0..14, w_col_scale set). Same params and outputs as
-// the mma.sync kernels above; the routing must list m-tiles of the tile's block_m, and n must
-// be a multiple of its block_n.
-enum class WgmmaTile { k64x256, k128x128 };
-struct WgmmaTileShape {
-  int block_m, block_n;
+// The kernels of one form (policy/sm90_forms.h). configure* raise the kernel's shared-memory limit
+// and report how many blocks fit on one SM for a reduction size k (the decode forms hold a tile's
+// rows of A in shared memory; the others ignore k); called at plan time. launch* run over the
+// routing's m tiles with `grid` blocks: a persistent form's grid is at most blocks per SM x SMs,
+// a decode form's is the m-tile bound (blocks past the routing's tile count return at once).
+// A form's kernels check their operands (whole tiles of n and k, the scales the form reads) and
+// return cudaErrorInvalidValue where they do not hold.
+struct Sm90FormKernels {
+  cudaError_t (*configure1)(int k, int* blocks_per_sm) = nullptr;
+  cudaError_t (*configure2)(int k, int* blocks_per_sm) = nullptr;  // null: a GEMM 1 form
+  cudaError_t (*launch1)(const Gemm1Params& params, int grid, cudaStream_t stream) = nullptr;
+  cudaError_t (*launch2)(const Gemm2Params& params, int grid, cudaStream_t stream) = nullptr;
 };
-constexpr WgmmaTileShape wgmma_tile_shape(WgmmaTile tile) {
-  return tile == WgmmaTile::k64x256 ? WgmmaTileShape{64, 256} : WgmmaTileShape{128, 128};
-}
-inline constexpr WgmmaTile kWgmmaDefaultTile = WgmmaTile::k64x256;
-inline constexpr int kWgmmaBlockM = wgmma_tile_shape(kWgmmaDefaultTile).block_m;
-inline constexpr int kWgmmaThreads = 384;  // 1 producer + 2 consumer warpgroups
+// The row of the CUDA side of the form table (sm90_form_kernels.cpp).
+const Sm90FormKernels& sm90_form_kernels(Sm90Form form);
 
-// Producer decode mapping (sm90_mxfp4_wgmma_mainloop.cuh): kQuad (default) or kLane, kept for A/B.
-enum class WgmmaDecode { kQuad, kLane };
+// Each kernel file defines the kernels of its forms:
+extern const Sm90FormKernels kMxfp4DecodeKernels, kMxfp4DecodeSplitKernels;  // sm90_mxfp4_decode_gemm.cu
+extern const Sm90FormKernels kMxfp4MmaKernels;                                // sm90_mxfp4_grouped_gemm.cu
+extern const Sm90FormKernels kMxfp4WgmmaFp8Kernels;                           // sm90_mxfp4_wgmma_gemm.cu
+extern const Sm90FormKernels kMxfp4RsFp8Kernels, kMxfp4RsFp8TailsKernels;     // sm90_mxfp4_rs_fp8_gemm.cu
+extern const Sm90FormKernels kMxfp4RsBf16PairsKernels;                        // sm90_mxfp4_rs_bf16_gemm.cu
+extern const Sm90FormKernels kNvfp4DecodeKernels, kNvfp4DecodeSplitKernels;  // sm90_nvfp4_decode_gemm.cu
+extern const Sm90FormKernels kNvfp4MmaKernels;                                // sm90_nvfp4_grouped_gemm.cu
+extern const Sm90FormKernels kNvfp4RsF16Kernels, kNvfp4RsF16WideKernels;      // sm90_nvfp4_rs_gemm.cu
 
-cudaError_t configure_sm90_mxfp4_wgmma_grouped_gemm1(WgmmaTile tile, int* blocks_per_sm,
-                                                     WgmmaDecode decode = WgmmaDecode::kQuad);
-cudaError_t configure_sm90_mxfp4_wgmma_grouped_gemm2(WgmmaTile tile, int* blocks_per_sm,
-                                                     WgmmaDecode decode = WgmmaDecode::kQuad);
-cudaError_t launch_sm90_mxfp4_wgmma_grouped_gemm1(WgmmaTile tile, const Gemm1Params& params, int grid,
-                                                  cudaStream_t stream, WgmmaDecode decode = WgmmaDecode::kQuad);
-cudaError_t launch_sm90_mxfp4_wgmma_grouped_gemm2(WgmmaTile tile, const Gemm2Params& params, int grid,
-                                                  cudaStream_t stream, WgmmaDecode decode = WgmmaDecode::kQuad);
+// ---- the 16-bit activations of the register-operand forms that read them (x_16bit, h_16bit) ----
 
-// bf16-wgmma mxfp4 grouped GEMMs with the weights as the register operand
-// (sm90_rs16_mainloop.cuh), FOLDED weights only: A is bf16 [rows, k] in the rs order along k
-// (launch_sm90_q8_to_rs_bf16; a_row_bytes = 2k, no a_scale), m tiles of kRsBlockM rows, n and k
-// multiples of 128. Same epilogue params and outputs as the kernels above.
-inline constexpr int kRsBlockM = 128;
-inline constexpr int kRsThreads = 384;  // 1 producer + 2 consumer warpgroups
-cudaError_t configure_sm90_mxfp4_rs_grouped_gemm1(int* blocks_per_sm);
-cudaError_t configure_sm90_mxfp4_rs_grouped_gemm2(int* blocks_per_sm);
-cudaError_t launch_sm90_mxfp4_rs_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
-cudaError_t launch_sm90_mxfp4_rs_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
-// The same GEMMs on four consumer warpgroups (sm90_rs16_wide_mainloop.cuh): m tiles of
-// kRsWideBlockM rows, n tiles of kRsWideBlockN; the same A, params and outputs, bitwise.
-inline constexpr int kRsWideBlockM = 64;
-inline constexpr int kRsWideBlockN = 256;
-cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm1(int* blocks_per_sm);
-cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm2(int* blocks_per_sm);
-cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
-cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
-// GEMM 1 of those on 128-token tiles (m64n128k16 wgmmas) over the routing's list of
-// kRsWideBlockM-row m tiles: an expert's full pairs of list tiles as 128-token tiles, then (a
-// second launch, 64-token tiles) its odd last list tile, so no tile carries more than 63 empty
-// rows. The same A, params and outputs, bitwise; its GEMM 2 can stay on 64-row tiles (wgmma-rs
-// 64x256) over the same routing. Needs schedule.num_experts.
-inline constexpr int kRsWide128BlockM = 128;
-cudaError_t configure_sm90_mxfp4_rs_wide128_grouped_gemm1(int* blocks_per_sm);
-cudaError_t launch_sm90_mxfp4_rs_wide128_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
-// A of the 16-bit register-operand GEMMs (wgmma-bf16, nvfp4-wgmma): 16-bit rows of op.k
-// elements in their kernel's order, no block scales (an nvfp4 row keeps its a_global factor).
+// A of those forms: 16-bit rows of op.k elements in their kernel's order, no block scales (an
+// nvfp4 row keeps its a_global factor).
 inline void set_16bit_activations(GroupedGemmOperands& op, const uint16_t* a) {
   op.a = reinterpret_cast<const uint8_t*>(a);
   op.a_row_bytes = 2 * static_cast<int64_t>(op.k);
@@ -173,112 +123,11 @@ inline void set_16bit_activations(GroupedGemmOperands& op, const uint16_t* a) {
 // (the routed rows of h: rows past them are neither read nor written).
 cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows,
                                       const int32_t* row_count, int k, uint16_t* out, cudaStream_t stream);
-
-// f16-wgmma nvfp4 grouped GEMMs with the weights as the register operand
-// (sm90_rs16_mainloop.cuh, Nvfp4F16RsWeights): A is f16 [rows, k] in the order of
-// tile/nvfp4_f16_codec.h (launch_sm90_nvfp4_to_rs_f16; a_row_bytes = 2k, no a_scale; a_global
-// and w_global as for the nvfp4 kernels above), m tiles of kRsBlockM rows, n and k multiples of
-// 128. Same params and outputs as the nvfp4 kernels above (GEMM 1: fp32 h; GEMM 2: bf16 o).
-cudaError_t configure_sm90_nvfp4_rs_grouped_gemm1(int* blocks_per_sm);
-cudaError_t configure_sm90_nvfp4_rs_grouped_gemm2(int* blocks_per_sm);
-cudaError_t launch_sm90_nvfp4_rs_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
-cudaError_t launch_sm90_nvfp4_rs_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
-// The same on 64-token x 256-row tiles, four consumer warpgroups (kRsWideBlockM x kRsWideBlockN).
-cudaError_t configure_sm90_nvfp4_rs_wide_grouped_gemm1(int* blocks_per_sm);
-cudaError_t configure_sm90_nvfp4_rs_wide_grouped_gemm2(int* blocks_per_sm);
-cudaError_t launch_sm90_nvfp4_rs_wide_grouped_gemm1(const Gemm1Params& params, int grid, cudaStream_t stream);
-cudaError_t launch_sm90_nvfp4_rs_wide_grouped_gemm2(const Gemm2Params& params, int grid, cudaStream_t stream);
 // NVFP4 rows (packed e2m1 [rows, k / 2] in standard order + e4m3 [rows, k / 16]) -> f16 [rows, k]:
 // element k' of each 128-wide k step at position nvfp4_f16_position_of_k(k') of that step, value
 // e2m1 * e4m3 block scale (exact; the row's global factor stays with the GEMM's epilogue). rows
 // and row_count as for launch_sm90_q8_to_rs_bf16.
 cudaError_t launch_sm90_nvfp4_to_rs_f16(const uint8_t* packed, const uint8_t* scales, int64_t rows,
                                         const int32_t* row_count, int k, uint16_t* out, cudaStream_t stream);
-
-// FP8-wgmma mxfp4 grouped GEMMs with the weights as the register operand
-// (sm90_mxfp4_rs_fp8_mainloop.cuh), FOLDED weights only: A and its scales are the Q8 rows as for
-// the kernels above, m tiles of block_m = 64 or 96 rows (the routing must list tiles of that
-// size), n a multiple of block_n, k of 128. Same params and outputs as the kernels above.
-// block_n = kRsFp8BlockN (two consumer warpgroups), or kRsFp8WideBlockN with block_m = 64 (four:
-// the same outputs, bit for bit). narrow_tails (four consumers only): a tile of at most 48 rows runs
-// n48 wgmmas (the same outputs; faster where experts hold few rows, slower where they hold many).
-inline constexpr int kRsFp8BlockN = 128;
-inline constexpr int kRsFp8WideBlockN = 256;
-cudaError_t configure_sm90_mxfp4_rs_fp8_grouped_gemm1(int block_m, int* blocks_per_sm, int block_n = kRsFp8BlockN,
-                                                      bool narrow_tails = false);
-cudaError_t configure_sm90_mxfp4_rs_fp8_grouped_gemm2(int block_m, int* blocks_per_sm, int block_n = kRsFp8BlockN,
-                                                      bool narrow_tails = false);
-cudaError_t launch_sm90_mxfp4_rs_fp8_grouped_gemm1(int block_m, const Gemm1Params& params, int grid,
-                                                   cudaStream_t stream, int block_n = kRsFp8BlockN,
-                                                   bool narrow_tails = false);
-cudaError_t launch_sm90_mxfp4_rs_fp8_grouped_gemm2(int block_m, const Gemm2Params& params, int grid,
-                                                   cudaStream_t stream, int block_n = kRsFp8BlockN,
-                                                   bool narrow_tails = false);
-
-// Decode (small-batch) mxfp4 grouped GEMMs (sm90_mxfp4_decode_mainloop.cuh): mma.sync with the
-// weights on the m16 side, 16-row m tiles (the routing must list tiles of kDecodeBlockM rows),
-// n a multiple of kDecodeBlockN; E8M0 block scales or folded weights; outputs bitwise those of
-// the kernels above. Not persistent: m_tile_bound x n / kDecodeBlockN blocks, the ones past the
-// routing's tile count return at once. configure_* take the reduction size k (shared memory
-// holds the tile's 16 rows of A).
-inline constexpr int kDecodeBlockM = 16;
-inline constexpr int kDecodeBlockN = 128;
-inline constexpr int kDecodeThreads = 256;
-// k steps of weights each warp keeps in registers ahead of its MMAs (three blocks per SM).
-inline constexpr int kDecodePrefetch = 2;
-cudaError_t configure_sm90_mxfp4_decode_gemm1(int k, int* blocks_per_sm);
-cudaError_t configure_sm90_mxfp4_decode_gemm2(int k, int* blocks_per_sm);
-cudaError_t launch_sm90_mxfp4_decode_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
-cudaError_t launch_sm90_mxfp4_decode_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
-// The same mxfp4 decode GEMMs with kDecodeDeepPrefetch k steps of weights in registers ahead of
-// the MMAs instead of kDecodePrefetch (two blocks per SM instead of three): twice the bytes in
-// flight per warp, for T of a few tokens, where fewer blocks than SMs x 2 run. Outputs bitwise
-// those of the kernels above. The layer runs them by override (KernelOverrides::decode_prefetch);
-// nvfp4's below.
-inline constexpr int kDecodeDeepPrefetch = 4;
-cudaError_t configure_sm90_mxfp4_decode_deep_gemm1(int k, int* blocks_per_sm);
-cudaError_t configure_sm90_mxfp4_decode_deep_gemm2(int k, int* blocks_per_sm);
-cudaError_t launch_sm90_mxfp4_decode_deep_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
-cudaError_t launch_sm90_mxfp4_decode_deep_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
-// The mxfp4 decode GEMMs with K split in two halves inside each block (blocks of 64 weight rows:
-// m_tile_bound x n / 64 of them): two warps walk each row group's K, so a warp's serial walk is
-// half as long, for the one or two tokens a tile where that walk bounds the GEMM. The halves'
-// sums are added in a fixed order (deterministic; not bitwise the kernels above: within the
-// recipe's threshold). k a multiple of 1024 (whole A chunks per half), else cudaErrorInvalidValue.
-cudaError_t configure_sm90_mxfp4_decode_split_gemm1(int k, int* blocks_per_sm);
-cudaError_t configure_sm90_mxfp4_decode_split_gemm2(int k, int* blocks_per_sm);
-cudaError_t launch_sm90_mxfp4_decode_split_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
-cudaError_t launch_sm90_mxfp4_decode_split_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
-// The nvfp4 decode GEMMs (sm90_nvfp4_decode_mainloop.cuh): the same blocks and launch rule, f16
-// mma.sync on NVFP4 operands decoded in registers; outputs those of the nvfp4 kernels above.
-cudaError_t configure_sm90_nvfp4_decode_gemm1(int k, int* blocks_per_sm);
-cudaError_t configure_sm90_nvfp4_decode_gemm2(int k, int* blocks_per_sm);
-cudaError_t launch_sm90_nvfp4_decode_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
-cudaError_t launch_sm90_nvfp4_decode_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
-// Their deep form (kDecodeDeepPrefetch k steps of weights in flight, as the mxfp4 one above).
-cudaError_t configure_sm90_nvfp4_decode_deep_gemm1(int k, int* blocks_per_sm);
-cudaError_t configure_sm90_nvfp4_decode_deep_gemm2(int k, int* blocks_per_sm);
-cudaError_t launch_sm90_nvfp4_decode_deep_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
-cudaError_t launch_sm90_nvfp4_decode_deep_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
-// Their form with K split in two halves inside each block, as the mxfp4 one above (64 weight rows
-// a block; the halves' sums added in a fixed order, within the recipe's threshold of the kernels
-// above). k a multiple of 256 and at least 512 (whole k steps per half; the tile's A region holds
-// the hand-over: Nvfp4DecodeMainloop::splits), else cudaErrorInvalidValue.
-cudaError_t configure_sm90_nvfp4_decode_split_gemm1(int k, int* blocks_per_sm);
-cudaError_t configure_sm90_nvfp4_decode_split_gemm2(int k, int* blocks_per_sm);
-cudaError_t launch_sm90_nvfp4_decode_split_gemm1(const Gemm1Params& params, int m_tile_bound, cudaStream_t stream);
-cudaError_t launch_sm90_nvfp4_decode_split_gemm2(const Gemm2Params& params, int m_tile_bound, cudaStream_t stream);
-// The decode GEMM 2 of either recipe with the combine in its epilogue (StoreEpilogueParams' y,
-// slot_row, row_token, counters, num_tokens, top_k): one kernel boundary fewer at small T. Block
-// m-tile 0 of each chunk also writes the zeros of tokens without a valid slot. Outputs (o and y)
-// bitwise those of GEMM 2 followed by launch_sm90_combine without an addend. `prefetch`:
-// kDecodePrefetch or kDecodeDeepPrefetch; configure_* once per k before the first launch (it
-// reports the blocks that fit on one SM: 0 when the kernel cannot run).
-cudaError_t configure_sm90_mxfp4_decode_gemm2_combine(int prefetch, int k, int* blocks_per_sm);
-cudaError_t configure_sm90_nvfp4_decode_gemm2_combine(int prefetch, int k, int* blocks_per_sm);
-cudaError_t launch_sm90_mxfp4_decode_gemm2_combine(int prefetch, const Gemm2Params& params, int m_tile_bound,
-                                                   cudaStream_t stream);
-cudaError_t launch_sm90_nvfp4_decode_gemm2_combine(int prefetch, const Gemm2Params& params, int m_tile_bound,
-                                                   cudaStream_t stream);
 
 }  // namespace moe_ep::cuda

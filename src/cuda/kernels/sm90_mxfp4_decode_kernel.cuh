@@ -1,5 +1,5 @@
 // The mxfp4 decode kernel (sm90_mxfp4_decode_mainloop.cuh) and its configure / launch helpers,
-// instantiated by sm90_mxfp4_decode_gemm.cu and by the tests' variant probes.
+// instantiated by sm90_mxfp4_decode_gemm.cu.
 #pragma once
 
 #include "cuda/kernels/sm90_decode_epilogues.cuh"
@@ -10,21 +10,19 @@
 namespace moe_ep::cuda {
 
 // Three blocks of 8 warps per SM (<= 80 registers; shared memory is the 24 KB A ring plus 2 * K
-// bytes of fp32 scales) with 2 k steps of weights in flight per warp; two blocks with 4 (deep).
+// bytes of fp32 scales) with 2 k steps of weights in flight per warp.
 // The epilogue gets the shared memory after the activation scales. kSplit = 2: K in two halves
 // (Mxfp4DecodeMainloop), blocks of 64 weight rows, an A ring per half.
-// kBulkSlots > 0: the weights by bulk copies into per-warp rings (Mxfp4DecodeMainloop).
-template <bool kFolded, class Epilogue, class Params, int kPrefetch, int kSplit = 1, int kBulkSlots = 0>
+template <bool kFolded, class Epilogue, class Params, int kPrefetch, int kSplit = 1>
 __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
     sm90_mxfp4_decode_kernel(const __grid_constant__ Params p) {
-  using Mainloop = Mxfp4DecodeMainloop<kFolded, kPrefetch, kSplit, kBulkSlots>;
+  using Mainloop = Mxfp4DecodeMainloop<kFolded, kPrefetch, kSplit>;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ DecodeTables tables;
   // The schedule, A and (GEMM 2) the rows written by GEMM 1. No early launch of the next grid:
   // GEMM 2's blocks would take the slots GEMM 1 leaves free at its start and end up unevenly
   // spread over the SMs (measured: T = 1 +2.5 us).
   ptx::grid_dependency_wait();
-  if constexpr (FusedCombineEpilogue<Epilogue>) Epilogue::zero_unslotted_tokens(p.epilogue, p.op.n);
   DecodeTile t;
   if (!decode_tile<Mainloop::kBlockRows>(p.schedule, p.op.n, t)) return;
   DecodeAccumulators acc;
@@ -38,32 +36,26 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
   }
 }
 
-// The kernel's dynamic shared memory for K = k.
-template <int kSplit, int kBulkSlots>
-constexpr int decode_kernel_shared_bytes(int k) {
-  return kBulkSlots > 0 ? decode_bulk_shared_bytes(k, kBulkSlots) : decode_shared_bytes(k, kSplit);
-}
-
-template <class Epilogue, class Params, int kPrefetch = kDecodePrefetch, int kSplit = 1, int kBulkSlots = 0>
+template <class Epilogue, class Params, int kPrefetch = kDecodePrefetch, int kSplit = 1>
 cudaError_t configure_decode(int k, int* blocks_per_sm) {
-  const int smem = decode_kernel_shared_bytes<kSplit, kBulkSlots>(k);
-  return configure_persistent_kernels(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kPrefetch, kSplit, kBulkSlots>,
+  const int smem = decode_shared_bytes(k, kSplit);
+  return configure_persistent_kernels(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kPrefetch, kSplit>,
                                       smem,
-                                      sm90_mxfp4_decode_kernel<false, Epilogue, Params, kPrefetch, kSplit, kBulkSlots>,
+                                      sm90_mxfp4_decode_kernel<false, Epilogue, Params, kPrefetch, kSplit>,
                                       smem, kDecodeThreads, blocks_per_sm);
 }
 
-template <class Epilogue, int kPrefetch = kDecodePrefetch, int kSplit = 1, int kBulkSlots = 0, class Params>
+template <class Epilogue, int kPrefetch = kDecodePrefetch, int kSplit = 1, class Params>
 cudaError_t launch_decode(const Params& p, int m_tile_bound, cudaStream_t stream) {
   constexpr int kBlockRows = Mxfp4DecodeMainloop<true, kPrefetch, kSplit>::kBlockRows;
   if (kSplit > 1 && (p.op.k / kGemmBlockK) % (kSplit * kAChunkSteps) != 0) return cudaErrorInvalidValue;
   const int blocks = m_tile_bound * (p.op.n / kBlockRows);
   if (blocks <= 0) return cudaSuccess;
-  const int smem = decode_kernel_shared_bytes<kSplit, kBulkSlots>(p.op.k);
+  const int smem = decode_shared_bytes(p.op.k, kSplit);
   if (p.op.w_col_scale)
-    return launch_dependent(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kPrefetch, kSplit, kBulkSlots>, blocks,
+    return launch_dependent(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kPrefetch, kSplit>, blocks,
                             kDecodeThreads, smem, stream, p);
-  return launch_dependent(sm90_mxfp4_decode_kernel<false, Epilogue, Params, kPrefetch, kSplit, kBulkSlots>, blocks,
+  return launch_dependent(sm90_mxfp4_decode_kernel<false, Epilogue, Params, kPrefetch, kSplit>, blocks,
                           kDecodeThreads, smem, stream, p);
 }
 

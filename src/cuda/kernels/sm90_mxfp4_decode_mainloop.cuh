@@ -38,10 +38,8 @@
 #include "cuda/kernels/sm90_grouped_gemm.h"
 #include "cuda/kernels/sm90_mxfp4_mainloop.cuh"
 #include "cuda/ptx/cp_async.cuh"
-#include "cuda/ptx/cp_async_bulk.cuh"
 #include "cuda/ptx/ld_global.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
-#include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/mma.cuh"
 #include "cuda/tile/fp4_codec.h"
 #include "cuda/tile/quant_device.cuh"
@@ -60,15 +58,6 @@ constexpr int decode_epilogue_offset(int k, int split = 1) {
 }
 constexpr int decode_shared_bytes(int k, int split = 1) {
   return decode_epilogue_offset(k, split) + kDecodeWarps * 16 * 4;
-}
-
-// Bulk weights (Mxfp4DecodeMainloop kBulkSlots > 0): after the memory above, each warp's ring of
-// kBulkSlots chunks (its two micro-tiles' kAChunkSteps k steps: micro-tile j's 2 KB at j * 2 KB),
-// then one mbarrier per warp and slot.
-inline constexpr int kDecodeBulkChunkBytes = 2 * kAChunkSteps * kWeightMicroTileBytes;  // 4 KB
-constexpr int decode_bulk_offset(int k) { return (decode_shared_bytes(k) + 127) / 128 * 128; }
-constexpr int decode_bulk_shared_bytes(int k, int slots) {
-  return decode_bulk_offset(k) + kDecodeWarps * slots * (kDecodeBulkChunkBytes + 8);
 }
 
 // The folded decode tables: entry d = the e4m3 magnitude bytes of codes 0..7 for shift d.
@@ -104,20 +93,11 @@ __device__ __forceinline__ void decode_copy_a_chunk(const GroupedGemmOperands& o
 // main loop the second half's warps hand their sums to the first's through shared memory, which
 // add them (acc = first half + second half: the same order every run) and alone run the
 // epilogue on the block's 64 rows. K must be whole chunks per half (k_steps % 8 == 0).
-//
-// kBulkSlots > 0 (K in one part): a warp's weights come by bulk copies instead, a chunk of
-// kAChunkSteps k steps at a time (its two micro-tiles' 2 KB each, contiguous in the layout) into
-// its own ring of kBulkSlots chunks (decode_bulk_offset), completing on one mbarrier per slot;
-// lanes read their 16 bytes of a step with shared loads, and only the scale / shift words stay
-// in the register stream (kPrefetch steps ahead). The same products in the same order: bitwise
-// the register form.
-template <bool kFolded, int kPrefetch_ = 2, int kSplit = 1, int kBulkSlots = 0>
+template <bool kFolded, int kPrefetch_ = 2, int kSplit = 1>
 struct Mxfp4DecodeMainloop {
   static constexpr int kPrefetch = kPrefetch_;  // k steps of weights in registers ahead of the MMAs
   static_assert(kAChunkSteps % kPrefetch == 0, "a chunk holds whole rounds of the weight ring");
   static_assert(kSplit == 1 || kSplit == 2, "K in one or two parts");
-  static_assert(kBulkSlots == 0 || (kSplit == 1 && kBulkSlots >= 2), "bulk weights: K in one part, >= 2 slots");
-  static constexpr bool kBulk = kBulkSlots > 0;
   static constexpr int kGroups = kDecodeWarps / kSplit;  // 16-row groups of a block
   static constexpr int kBlockRows = 16 * kGroups;
 
@@ -175,62 +155,6 @@ struct Mxfp4DecodeMainloop {
     }
   }
 
-  // kBulk: one warp's ring of weight chunks. Lane 0 copies chunk c into slot c % kBulkSlots (both
-  // micro-tiles, on the slot's barrier); a slot is refilled with chunk c + kBulkSlots once every
-  // lane has read chunk c from it (__syncwarp, then the copying lane's proxy fence).
-  struct BulkRing {
-    const uint8_t* ring;       // this warp's slot 0
-    uint64_t* full;            // this warp's barriers, one per slot
-    const uint8_t* src[2];     // micro-tile j of the warp's rows at k step 0
-    int k_steps, chunks;
-    uint64_t l2_policy;
-
-    __device__ __forceinline__ void start(const GroupedGemmOperands& op, const DecodeTile& t, uint8_t* smem,
-                                          int k_steps_, int chunks_) {
-      const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-      uint8_t* base = smem + decode_bulk_offset(op.k);
-      ring = base + warp * kBulkSlots * kDecodeBulkChunkBytes;
-      full = reinterpret_cast<uint64_t*>(base + kDecodeWarps * kBulkSlots * kDecodeBulkChunkBytes) + warp * kBulkSlots;
-      k_steps = k_steps_;
-      chunks = chunks_;
-      const int64_t n8 = decode_micro_tile(op, t, warp);
-#pragma unroll
-      for (int j = 0; j < 2; ++j) src[j] = op.w + (n8 + j) * k_steps * kWeightMicroTileBytes;
-      l2_policy = ptx::l2_evict_first_policy();  // the weights are read once
-      if (lane == 0)
-        for (int s = 0; s < kBulkSlots; ++s) ptx::mbarrier_init(&full[s], 1);
-      ptx::fence_mbarrier_init();
-      __syncwarp();
-#pragma unroll
-      for (int c = 0; c < kBulkSlots; ++c) copy(c);
-    }
-    __device__ __forceinline__ void copy(int c) const {
-      if (threadIdx.x % 32 != 0 || c >= chunks) return;
-      const int slot = c % kBulkSlots;
-      const uint32_t bytes = min(kAChunkSteps, k_steps - c * kAChunkSteps) * kWeightMicroTileBytes;
-      ptx::fence_proxy_async_shared();
-      ptx::mbarrier_expect_tx(&full[slot], 2 * bytes);
-      ptx::mbarrier_arrive(&full[slot]);
-      const uint32_t dst = ptx::smem_addr(ring + slot * kDecodeBulkChunkBytes);
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-        ptx::cp_async_bulk_g2s(dst + j * (kDecodeBulkChunkBytes / 2), src[j] + c * kAChunkSteps * kWeightMicroTileBytes,
-                               bytes, &full[slot], l2_policy);
-    }
-    __device__ __forceinline__ void wait(int c) const {
-      ptx::mbarrier_wait_parity(&full[c % kBulkSlots], static_cast<uint32_t>(c / kBulkSlots) & 1u);
-    }
-    // This lane's 16 bytes of micro-tile 0 at step s of chunk c (micro-tile 1: kDecodeBulkChunkBytes / 2 on).
-    __device__ __forceinline__ const uint4* step_words(int c, int s) const {
-      return reinterpret_cast<const uint4*>(ring + (c % kBulkSlots) * kDecodeBulkChunkBytes + s * kWeightMicroTileBytes +
-                                            (threadIdx.x % 32) * 16);
-    }
-    __device__ __forceinline__ void refill(int c) const {
-      __syncwarp();  // every lane has read chunk c's slot
-      copy(c + kBulkSlots);
-    }
-  };
-
   static __device__ __forceinline__ void run(const GroupedGemmOperands& op, const DecodeTile& t, uint8_t* smem,
                                              DecodeTables& tables, DecodeAccumulators& acc) {
     const int lane = threadIdx.x % 32, tq = lane % 4;
@@ -240,9 +164,8 @@ struct Mxfp4DecodeMainloop {
     const int steps = kSplit == 1 ? k_steps : chunks * kAChunkSteps;  // this warp's k steps
     zero_accumulators(acc);
 
-    // This warp's weights (unless kBulk) and the shift / scale words of its rows, kPrefetch k
-    // steps ahead.
-    DecodeWeightStream<uint32_t, kPrefetch, kGroups, !kBulk> ws(op, t, k_steps, first_step, steps);
+    // This warp's weights and the shift / scale words of its rows, kPrefetch k steps ahead.
+    DecodeWeightStream<uint32_t, kPrefetch, kGroups> ws(op, t, k_steps, first_step, steps);
 
     if constexpr (kFolded)
       if (threadIdx.x < 16)
@@ -251,8 +174,6 @@ struct Mxfp4DecodeMainloop {
                                         : make_uint2(0u, 0u);
     load_a(op, t, smem);
     const int32_t* source = reinterpret_cast<const int32_t*>(smem + decode_epilogue_offset(k, kSplit));
-    BulkRing bulk;
-    if constexpr (kBulk) bulk.start(op, t, smem, k_steps, chunks);
 
     // Per-lane shared addresses in chunk slot 0 of the warp's ring, k step 0: ldmatrix rows of
     // n8 half 0 for k32 pair p (half 1: rows + 8, the same swizzle, 8 * kAChunkRowBytes further)
@@ -274,23 +195,15 @@ struct Mxfp4DecodeMainloop {
       if (c + kAAhead < chunks) copy_chunks(op, source, a_base, c + kAAhead, k_steps, two_halves);
       ptx::cp_async_commit();
       const int slot_off = (c % kARing) * kAChunkBytes;
-      if constexpr (kBulk) bulk.wait(c);
 #pragma unroll
       for (int s = 0; s < kAChunkSteps; ++s) {
         const int ks = c * kAChunkSteps + s;  // of the warp's steps
         if (ks >= steps) break;
-        if constexpr (kBulk) {
-          const uint4* w = bulk.step_words(c, s);
-          step(a_lane, slot_off + s * kGemmBlockK, saf + ks * 4 * kDecodeBlockM, tables, two_halves, w[0],
-               w[kDecodeBulkChunkBytes / 2 / 16], ws.s[s % kPrefetch][0], ws.s[s % kPrefetch][1], acc);
-        } else {
-          step(a_lane, slot_off + s * kGemmBlockK, saf + ks * 4 * kDecodeBlockM, tables, two_halves,
-               ws.w[s % kPrefetch][0], ws.w[s % kPrefetch][1], ws.s[s % kPrefetch][0], ws.s[s % kPrefetch][1], acc);
-        }
+        step(a_lane, slot_off + s * kGemmBlockK, saf + ks * 4 * kDecodeBlockM, tables, two_halves,
+             ws.w[s % kPrefetch][0], ws.w[s % kPrefetch][1], ws.s[s % kPrefetch][0], ws.s[s % kPrefetch][1], acc);
         if (ks + kPrefetch < steps) ws.fetch(s % kPrefetch);
         if (s % kPrefetch == kPrefetch - 1) ws.advance();
       }
-      if constexpr (kBulk) bulk.refill(c);
     }
     if constexpr (kSplit == 2) {  // the halves' hand-over in the (now unused) A rings
       ptx::cp_async_wait<0>();      // no copy into the rings is left in flight

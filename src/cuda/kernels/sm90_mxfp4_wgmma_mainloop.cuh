@@ -83,12 +83,8 @@ struct WgmmaTileConfig {
   static_assert(kSharedBytes <= 232448, "H100/H200 allow 227 KiB of shared memory per block");
 };
 
-// The tile configurations built (sm90_grouped_gemm.h names them): 64 x 256 (two consumers side
-// by side along n, sharing A) and 128 x 128 (stacked along m, sharing B').
-template <bool kQuad>
-using WgmmaTile64x256 = WgmmaTileConfig<64, 256, 4, kQuad>;
-template <bool kQuad>
-using WgmmaTile128x128 = WgmmaTileConfig<128, 128, 5, kQuad>;
+// The tile configuration built: 64 x 256, two consumers side by side along n, sharing A.
+using WgmmaTile64x256 = WgmmaTileConfig<64, 256, 4, true>;
 
 // Position of a consumer thread's accumulator fragment in the tile.
 struct WgmmaFragment {

@@ -1,4 +1,4 @@
-// nvfp4 decode grouped GEMMs (sm90_nvfp4_decode_mainloop.cuh): GEMM 1 with the clamped SwiGLU
+// nvfp4 decode forms (sm90_nvfp4_decode_mainloop.cuh): GEMM 1 with the clamped SwiGLU
 // and fp32 h (quantized to NVFP4 by the pass after it), GEMM 2 with the bf16 store. One block
 // per (16-row m tile, 128 weight rows; 64 with K split in two); blocks past the routing's m-tile
 // count return at once.
@@ -11,8 +11,7 @@ namespace moe_ep::cuda {
 namespace {
 
 // Three blocks of 8 warps per SM (<= 80 registers; shared memory is the tile's A and scales,
-// 16 x (K/2 + K/16) bytes plus padding) with 2 k steps of weights in flight per warp; two with
-// kDecodeDeepPrefetch.
+// 16 x (K/2 + K/16) bytes plus padding) with 2 k steps of weights in flight per warp.
 template <class Epilogue, class Params, int kPrefetch, int kSplit = 1>
 __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
     sm90_nvfp4_decode_kernel(const __grid_constant__ Params p) {
@@ -21,7 +20,6 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
   // The schedule, A and (GEMM 2) the rows written by the pass before. No early launch of the
   // next grid (see sm90_mxfp4_decode_gemm.cu).
   ptx::grid_dependency_wait();
-  if constexpr (FusedCombineEpilogue<Epilogue>) Epilogue::zero_unslotted_tokens(p.epilogue, p.op.n);
   DecodeTile t;
   if (!decode_tile<Mainloop::kBlockRows>(p.schedule, p.op.n, t)) return;
   DecodeAccumulators acc;
@@ -51,66 +49,17 @@ cudaError_t launch_decode(const Params& p, int m_tile_bound, cudaStream_t stream
                           nvfp4_decode_shared_bytes(p.op.k), stream, p);
 }
 
+template <int kSplit>
+constexpr Sm90FormKernels decode_form() {
+  return {&configure_decode<DecodeSwigluF32, Gemm1Params, kDecodePrefetch, kSplit>,
+          &configure_decode<DecodeStoreBf16<true>, Gemm2Params, kDecodePrefetch, kSplit>,
+          &launch_decode<DecodeSwigluF32, kDecodePrefetch, kSplit, Gemm1Params>,
+          &launch_decode<DecodeStoreBf16<true>, kDecodePrefetch, kSplit, Gemm2Params>};
+}
+
 }  // namespace
 
-cudaError_t configure_sm90_nvfp4_decode_gemm1(int k, int* blocks_per_sm) {
-  return configure_decode<DecodeSwigluF32, Gemm1Params>(k, blocks_per_sm);
-}
-
-cudaError_t configure_sm90_nvfp4_decode_gemm2(int k, int* blocks_per_sm) {
-  return configure_decode<DecodeStoreBf16<true>, Gemm2Params>(k, blocks_per_sm);
-}
-
-cudaError_t launch_sm90_nvfp4_decode_gemm1(const Gemm1Params& p, int m_tile_bound, cudaStream_t stream) {
-  return launch_decode<DecodeSwigluF32>(p, m_tile_bound, stream);
-}
-
-cudaError_t launch_sm90_nvfp4_decode_gemm2(const Gemm2Params& p, int m_tile_bound, cudaStream_t stream) {
-  return launch_decode<DecodeStoreBf16<true>>(p, m_tile_bound, stream);
-}
-
-cudaError_t configure_sm90_nvfp4_decode_deep_gemm1(int k, int* blocks_per_sm) {
-  return configure_decode<DecodeSwigluF32, Gemm1Params, kDecodeDeepPrefetch>(k, blocks_per_sm);
-}
-
-cudaError_t configure_sm90_nvfp4_decode_deep_gemm2(int k, int* blocks_per_sm) {
-  return configure_decode<DecodeStoreBf16<true>, Gemm2Params, kDecodeDeepPrefetch>(k, blocks_per_sm);
-}
-
-cudaError_t launch_sm90_nvfp4_decode_deep_gemm1(const Gemm1Params& p, int m_tile_bound, cudaStream_t stream) {
-  return launch_decode<DecodeSwigluF32, kDecodeDeepPrefetch>(p, m_tile_bound, stream);
-}
-
-cudaError_t launch_sm90_nvfp4_decode_deep_gemm2(const Gemm2Params& p, int m_tile_bound, cudaStream_t stream) {
-  return launch_decode<DecodeStoreBf16<true>, kDecodeDeepPrefetch>(p, m_tile_bound, stream);
-}
-
-cudaError_t configure_sm90_nvfp4_decode_split_gemm1(int k, int* blocks_per_sm) {
-  return configure_decode<DecodeSwigluF32, Gemm1Params, kDecodePrefetch, 2>(k, blocks_per_sm);
-}
-
-cudaError_t configure_sm90_nvfp4_decode_split_gemm2(int k, int* blocks_per_sm) {
-  return configure_decode<DecodeStoreBf16<true>, Gemm2Params, kDecodePrefetch, 2>(k, blocks_per_sm);
-}
-
-cudaError_t launch_sm90_nvfp4_decode_split_gemm1(const Gemm1Params& p, int m_tile_bound, cudaStream_t stream) {
-  return launch_decode<DecodeSwigluF32, kDecodePrefetch, 2>(p, m_tile_bound, stream);
-}
-
-cudaError_t launch_sm90_nvfp4_decode_split_gemm2(const Gemm2Params& p, int m_tile_bound, cudaStream_t stream) {
-  return launch_decode<DecodeStoreBf16<true>, kDecodePrefetch, 2>(p, m_tile_bound, stream);
-}
-
-cudaError_t configure_sm90_nvfp4_decode_gemm2_combine(int prefetch, int k, int* blocks_per_sm) {
-  return with_decode_prefetch(prefetch, [&]<int kP>() {
-    return configure_decode<DecodeStoreBf16Combine<true>, Gemm2Params, kP>(k, blocks_per_sm);
-  });
-}
-
-cudaError_t launch_sm90_nvfp4_decode_gemm2_combine(int prefetch, const Gemm2Params& p, int m_tile_bound,
-                                                  cudaStream_t stream) {
-  return with_decode_prefetch(
-      prefetch, [&]<int kP>() { return launch_decode<DecodeStoreBf16Combine<true>, kP>(p, m_tile_bound, stream); });
-}
+const Sm90FormKernels kNvfp4DecodeKernels = decode_form<1>();
+const Sm90FormKernels kNvfp4DecodeSplitKernels = decode_form<2>();
 
 }  // namespace moe_ep::cuda

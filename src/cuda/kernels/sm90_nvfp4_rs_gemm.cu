@@ -1,4 +1,4 @@
-// nvfp4 grouped GEMMs 1 and 2 on f16 wgmma with the weights as the register operand
+// The nvfp4 f16 register-operand forms: f16 wgmma with the weights as the register operand
 // (sm90_rs16_mainloop.cuh, Nvfp4F16RsWeights; four consumers: sm90_rs16_wide_mainloop.cuh), and the NVFP4 -> f16 conversion of their
 // activations into the order of tile/nvfp4_f16_codec.h.
 #include <cuda_fp16.h>
@@ -35,37 +35,10 @@ struct Nvfp4F16Block {
 
 }  // namespace
 
-cudaError_t configure_sm90_nvfp4_rs_grouped_gemm1(int* blocks_per_sm) {
-  return configure_rs_kernel<Nvfp4RsConfig, RsSwigluF32Epilogue, Gemm1Params>(blocks_per_sm);
-}
-
-cudaError_t configure_sm90_nvfp4_rs_grouped_gemm2(int* blocks_per_sm) {
-  return configure_rs_kernel<Nvfp4RsConfig, RsNvfp4StoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
-}
-
-cudaError_t launch_sm90_nvfp4_rs_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
-  return launch_rs_kernel<Nvfp4RsConfig, RsSwigluF32Epilogue>(p, grid, stream);
-}
-
-cudaError_t launch_sm90_nvfp4_rs_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream) {
-  return launch_rs_kernel<Nvfp4RsConfig, RsNvfp4StoreBf16Epilogue>(p, grid, stream);
-}
-
-cudaError_t configure_sm90_nvfp4_rs_wide_grouped_gemm1(int* blocks_per_sm) {
-  return configure_rs_kernel<Nvfp4RsWideConfig, RsSwigluF32Epilogue, Gemm1Params>(blocks_per_sm);
-}
-
-cudaError_t configure_sm90_nvfp4_rs_wide_grouped_gemm2(int* blocks_per_sm) {
-  return configure_rs_kernel<Nvfp4RsWideConfig, RsNvfp4StoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
-}
-
-cudaError_t launch_sm90_nvfp4_rs_wide_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
-  return launch_rs_kernel<Nvfp4RsWideConfig, RsSwigluF32Epilogue>(p, grid, stream);
-}
-
-cudaError_t launch_sm90_nvfp4_rs_wide_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream) {
-  return launch_rs_kernel<Nvfp4RsWideConfig, RsNvfp4StoreBf16Epilogue>(p, grid, stream);
-}
+const Sm90FormKernels kNvfp4RsF16Kernels =
+    rs_form_kernels<Nvfp4RsConfig, RsSwigluF32Epilogue, RsNvfp4StoreBf16Epilogue>();
+const Sm90FormKernels kNvfp4RsF16WideKernels =
+    rs_form_kernels<Nvfp4RsWideConfig, RsSwigluF32Epilogue, RsNvfp4StoreBf16Epilogue>();
 
 cudaError_t launch_sm90_nvfp4_to_rs_f16(const uint8_t* packed, const uint8_t* scales, int64_t rows,
                                         const int32_t* row_count, int k, uint16_t* out, cudaStream_t stream) {

@@ -1,6 +1,9 @@
-// mxfp4 grouped GEMMs 1 and 2 on bf16 wgmma with the weights as the register operand
-// (sm90_rs16_mainloop.cuh, Mxfp4Bf16RsWeights; four consumers: sm90_rs16_wide_mainloop.cuh), and the Q8 -> bf16 conversion of their
-// activations into the rs order along k (tile/fp4_bf16_codec.h).
+// The mxfp4 bf16 pairs form: GEMM 1 on bf16 wgmma with the weights decoded into the register A
+// operand by four consumer warpgroups (sm90_rs16_wide_mainloop.cuh, Mxfp4Bf16RsWeights), over the
+// routing's 64-row list tiles: an expert's full pairs of them as 128-token tiles, then (a second
+// launch on the same grid, 64-token tiles) its odd last one, so no tile carries more than 63 empty
+// rows; GEMM 2 stays on the rs-fp8 form over the same list. Also the Q8 -> bf16 conversion of x
+// into the rs order along k (tile/fp4_bf16_codec.h).
 #include <cuda_bf16.h>
 
 #include "cuda/kernels/sm90_q8_block.cuh"
@@ -10,9 +13,6 @@
 namespace moe_ep::cuda {
 namespace {
 
-using Mxfp4RsConfig = RsTileConfig<Mxfp4Bf16RsWeights>;
-using Mxfp4RsWideConfig = Rs16WideTileConfig<Mxfp4Bf16RsWeights>;
-static_assert(Mxfp4RsWideConfig::kBlockM == kRsWideBlockM && Mxfp4RsWideConfig::kBlockN == kRsWideBlockN);
 // GEMM 1 over 128-token tiles: an expert's full pairs of 64-row list tiles, then its odd last one.
 using Mxfp4RsWidePairsConfig = Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1, 128, kRsWideBlockM, TileWalk::kFullPairs>;
 using Mxfp4RsWideOddLastConfig = Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1, kRsWideBlockM, kRsWideBlockM,
@@ -32,42 +32,8 @@ struct Q8Bf16Block {
   }
 };
 
-}  // namespace
-
-cudaError_t configure_sm90_mxfp4_rs_grouped_gemm1(int* blocks_per_sm) {
-  return configure_rs_kernel<Mxfp4RsConfig, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm);
-}
-
-cudaError_t configure_sm90_mxfp4_rs_grouped_gemm2(int* blocks_per_sm) {
-  return configure_rs_kernel<Mxfp4RsConfig, RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
-}
-
-cudaError_t launch_sm90_mxfp4_rs_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
-  return launch_rs_kernel<Mxfp4RsConfig, RsSwigluQ8Epilogue>(p, grid, stream);
-}
-
-cudaError_t launch_sm90_mxfp4_rs_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream) {
-  return launch_rs_kernel<Mxfp4RsConfig, RsStoreBf16Epilogue>(p, grid, stream);
-}
-
-cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm1(int* blocks_per_sm) {
-  return configure_rs_kernel<Mxfp4RsWideConfig, RsSwigluQ8Epilogue, Gemm1Params>(blocks_per_sm);
-}
-
-cudaError_t configure_sm90_mxfp4_rs_wide_grouped_gemm2(int* blocks_per_sm) {
-  return configure_rs_kernel<Mxfp4RsWideConfig, RsStoreBf16Epilogue, Gemm2Params>(blocks_per_sm);
-}
-
-cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
-  return launch_rs_kernel<Mxfp4RsWideConfig, RsSwigluQ8Epilogue>(p, grid, stream);
-}
-
-cudaError_t launch_sm90_mxfp4_rs_wide_grouped_gemm2(const Gemm2Params& p, int grid, cudaStream_t stream) {
-  return launch_rs_kernel<Mxfp4RsWideConfig, RsStoreBf16Epilogue>(p, grid, stream);
-}
-
 // Both launches share the grid.
-cudaError_t configure_sm90_mxfp4_rs_wide128_grouped_gemm1(int* blocks_per_sm) {
+cudaError_t configure_pairs(int /*k*/, int* blocks_per_sm) {
   static_assert(Mxfp4RsWidePairsConfig::kThreads == Mxfp4RsWideOddLastConfig::kThreads);
   return configure_persistent_kernels(sm90_rs_kernel<Mxfp4RsWidePairsConfig, RsSwigluQ8Epilogue, Gemm1Params>,
                                       Mxfp4RsWidePairsConfig::kSharedBytes,
@@ -76,11 +42,16 @@ cudaError_t configure_sm90_mxfp4_rs_wide128_grouped_gemm1(int* blocks_per_sm) {
                                       blocks_per_sm);
 }
 
-cudaError_t launch_sm90_mxfp4_rs_wide128_grouped_gemm1(const Gemm1Params& p, int grid, cudaStream_t stream) {
+// Needs schedule.num_experts (the odd-last walk goes over the experts).
+cudaError_t launch_pairs(const Gemm1Params& p, int grid, cudaStream_t stream) {
   if (p.schedule.num_experts <= 0) return cudaErrorInvalidValue;
   const cudaError_t e = launch_rs_kernel<Mxfp4RsWidePairsConfig, RsSwigluQ8Epilogue>(p, grid, stream);
   return e != cudaSuccess ? e : launch_rs_kernel<Mxfp4RsWideOddLastConfig, RsSwigluQ8Epilogue>(p, grid, stream);
 }
+
+}  // namespace
+
+const Sm90FormKernels kMxfp4RsBf16PairsKernels = {&configure_pairs, nullptr, &launch_pairs, nullptr};
 
 cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows,
                                       const int32_t* row_count, int k, uint16_t* out, cudaStream_t stream) {
