@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Writes bench/RESULTS.md from the CSV files of record in bench/results/.
+
+    python3 bench/summarize.py            # rewrite bench/RESULTS.md
+    python3 bench/summarize.py --check    # exit 1 when bench/RESULTS.md is not what the CSVs give
+
+Python 3 standard library only; the output depends only on the CSV files (read in name order),
+so it is byte for byte reproducible.
+
+Three kinds of CSV file are read, told apart by their header:
+
+  layer rows  gpu,date,commit,preset,recipe,tokens,variant,time_us,floor_us,fraction_of_floor,
+              tflops,source,note           (the files of record; extra columns are ignored)
+  bench rows  the header of `moe_ep bench --csv` (preset,backend,...,variant) with the columns
+              gpu,date,commit added: dropped into bench/results/ as they are
+  peer rows   the header of `bench/torch_peer.py --csv` (preset,peer,tokens,time_us,tflops,
+              rel_err) with gpu,date,commit added
+  stage rows  gpu,date,commit,preset,stage,tokens,layers,time_us,floor_us,source,note
+
+For each (gpu, preset, recipe, T, variant) the newest row wins: the later date, and on the same
+date the row read last (files in name order, rows in file order).
+"""
+
+import argparse
+import csv
+import io
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# H, I, K of the presets (src/testing/presets.cpp), for TFLOP/s where a row does not record it.
+PRESET_SHAPES = {
+    "deepseek-v4-flash": (4096, 2048, 6),
+    "deepseek-v4-pro": (7168, 3072, 6),
+    "tiny": (256, 128, 4),
+}
+PRESET_ORDER = ["deepseek-v4-flash", "deepseek-v4-pro", "tiny"]
+RECIPE_ORDER = ["mxfp4", "nvfp4"]
+PEER_NAMES = {"bf16": "torch-bf16", "fp8-rowwise": "torch-fp8", "fp8": "torch-fp8"}
+PEER_ORDER = ["torch-bf16", "torch-fp8"]
+RUN_COLUMNS = ("gpu", "date", "commit")
+
+
+class InputError(Exception):
+    pass
+
+
+def gpu_name(text):
+    """'NVIDIA H100 80GB HBM3' -> 'H100'; other names stay as given."""
+    for short in ("H100", "H200", "B200", "GB200"):
+        if short in text:
+            return short
+    return text.strip()
+
+
+def order_key(value, order):
+    return (order.index(value), "") if value in order else (len(order), value)
+
+
+def read_rows(results_dir):
+    layers, stages = [], []
+    files = sorted(results_dir.glob("*.csv"))
+    if not files:
+        raise InputError(f"no CSV files in {results_dir}")
+    seq = 0
+    for path in files:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            header = reader.fieldnames or []
+            missing = [c for c in RUN_COLUMNS if c not in header]
+            if missing:
+                raise InputError(f"{path.name}: missing column(s) {', '.join(missing)}; every row "
+                                 "must name its gpu, date and commit")
+            if "stage" in header:
+                kind = "stage"
+            elif "recipe" in header:
+                kind = "layer"
+            elif "backend" in header:
+                kind = "bench"
+            elif "peer" in header:
+                kind = "peer"
+            else:
+                raise InputError(f"{path.name}: header {header} is none of the known formats")
+            for line, row in enumerate(reader, start=2):
+                seq += 1
+                where = f"{path.name}:{line}"
+                for c in RUN_COLUMNS:
+                    if not (row.get(c) or "").strip():
+                        raise InputError(f"{where}: empty {c}")
+                base = {
+                    "gpu": gpu_name(row["gpu"]),
+                    "date": row["date"].strip(),
+                    "commit": row["commit"].strip(),
+                    "preset": row["preset"].strip(),
+                    "tokens": int(row["tokens"]),
+                    "time_us": row["time_us"].strip(),
+                    "seq": seq,
+                    "where": where,
+                }
+                float(base["time_us"])  # must parse
+                if kind == "stage":
+                    base.update(stage=row["stage"].strip(), layers=int(row.get("layers") or 1),
+                                floor_us=(row.get("floor_us") or "").strip(),
+                                source=(row.get("source") or "").strip(),
+                                note=(row.get("note") or "").strip())
+                    stages.append(base)
+                    continue
+                if kind == "layer":
+                    recipe, variant = row["recipe"].strip(), row["variant"].strip() or "auto"
+                    source = (row.get("source") or "").strip()
+                    note = (row.get("note") or "").strip()
+                    fraction = (row.get("fraction_of_floor") or "").strip()
+                    tflops = (row.get("tflops") or "").strip()
+                    floor = (row.get("floor_us") or "").strip()
+                elif kind == "bench":
+                    recipe, variant = row["backend"].strip(), (row.get("variant") or "").strip() or "auto"
+                    source, note = "moe_ep bench", ""
+                    fraction = row["fraction_of_floor"].strip()
+                    tflops = row["tflops"].strip()
+                    floor = row["floor_us"].strip()
+                else:  # peer
+                    if base["tokens"] <= 0:
+                        continue  # the dense-rate line of torch_peer.py
+                    peer = row["peer"].strip()
+                    recipe, variant = "", PEER_NAMES.get(peer, "torch-" + peer)
+                    source, note, fraction, floor = "bench/torch_peer.py", "", "", ""
+                    tflops = (row.get("tflops") or "").strip()
+                if variant.startswith("torch-"):
+                    recipe = ""
+                base.update(recipe=recipe, variant=variant, source=source, note=note,
+                            fraction=fraction, tflops=tflops, floor_us=floor)
+                layers.append(base)
+    return layers, stages
+
+
+def newest(rows, key):
+    best = {}
+    for r in rows:
+        k = key(r)
+        if k not in best or (r["date"], r["seq"]) >= (best[k]["date"], best[k]["seq"]):
+            best[k] = r
+    return best
+
+
+def derived_tflops(row):
+    if row["tflops"]:
+        return row["tflops"]
+    shape = PRESET_SHAPES.get(row["preset"])
+    t = float(row["time_us"])
+    if shape is None or t <= 0:
+        return ""
+    H, I, K = shape
+    flops = 2.0 * row["tokens"] * K * 3 * H * I
+    return f"{flops / t * 1e-6:.1f}"
+
+
+def fraction_text(row):
+    if row["fraction"]:
+        return f"{float(row['fraction']) * 100:.1f}%"
+    if row["floor_us"]:
+        return f"{float(row['floor_us']) / float(row['time_us']) * 100:.1f}%"
+    return ""
+
+
+def cell(text):
+    return text.replace("|", "\\|")
+
+
+def table(header, lines):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(cell(c) for c in line) + " |" for line in lines]
+    return out
+
+
+def render(layers, stages):
+    out = [
+        "# moe_ep: measured figures",
+        "",
+        "<!-- Generated by bench/summarize.py from bench/results/*.csv; do not edit by hand. -->",
+        "This file is generated by `bench/summarize.py` from the CSV files of record in",
+        "`bench/results/`. To add figures, add rows there (or drop in a `moe_ep bench --csv` file",
+        "with its gpu, date and commit columns) and run `python3 bench/summarize.py`; ctest's",
+        "`bench_results_summary` checks that this file matches the CSVs. How the figures are",
+        "measured: `docs/benchmarks.md`. Earlier figures and their analysis are in the git history",
+        "of this file.",
+        "",
+        "Layer times are CUDA graph replays of one forward at world size 1 on synthetic weights and",
+        "inputs (no `-1` holes), median, µs. *Of floor* is the roofline floor",
+        "`max(unique expert weight bytes / bandwidth, FLOPs / rate)` measured in the same run over the",
+        "time. TFLOP/s counts `2 T K (3 H I)` FLOPs. Each row names the date and commit of its run;",
+        "compare figures only within one GPU, and best within one run.",
+        "",
+    ]
+    gpus = sorted({r["gpu"] for r in layers} | {r["gpu"] for r in stages})
+    for gpu in gpus:
+        out += [f"## {gpu}", ""]
+        g_layers = [r for r in layers if r["gpu"] == gpu]
+        best = newest(g_layers, lambda r: (r["preset"], r["recipe"], r["tokens"], r["variant"]))
+        rows = list(best.values())
+        peers = [r for r in rows if r["variant"].startswith("torch-")]
+        ours = [r for r in rows if not r["variant"].startswith("torch-")]
+        combos = sorted({(r["preset"], r["recipe"]) for r in ours},
+                        key=lambda c: (order_key(c[0], PRESET_ORDER), order_key(c[1], RECIPE_ORDER)))
+        for preset, recipe in combos:
+            out += [f"### {preset}, {recipe}", ""]
+            preset_peers = [p for p in peers if p["preset"] == preset]
+            peer_names = sorted({p["variant"] for p in preset_peers},
+                                key=lambda v: order_key(v, PEER_ORDER))
+            auto = sorted((r for r in ours if (r["preset"], r["recipe"], r["variant"]) ==
+                           (preset, recipe, "auto")), key=lambda r: r["tokens"])
+            other_runs = set()
+            lines = []
+            for r in auto:
+                line = [str(r["tokens"]), r["time_us"], fraction_text(r), derived_tflops(r)]
+                for name in peer_names:
+                    p = next((p for p in preset_peers
+                              if p["variant"] == name and p["tokens"] == r["tokens"]), None)
+                    if p is None:
+                        line.append("")
+                    elif (p["date"], p["commit"]) == (r["date"], r["commit"]):
+                        line.append(p["time_us"])
+                    else:
+                        line.append(p["time_us"] + " *")
+                        other_runs.add((p["date"], p["commit"]))
+                line += [r["date"], r["commit"], r["note"]]
+                lines.append(line)
+            if lines:
+                header = ["T", "µs", "of floor", "TFLOP/s"] + [f"{n} µs" for n in peer_names]
+                out += table(header + ["date", "commit", "note"], lines)
+                out.append("")
+                if other_runs:
+                    runs = ", ".join(f"{d} {c}" for d, c in sorted(other_runs))
+                    out += [f"\\* the peer's figure comes from another run of the same GPU ({runs}).", ""]
+            pinned = sorted((r for r in ours if (r["preset"], r["recipe"]) == (preset, recipe)
+                             and r["variant"] != "auto"), key=lambda r: (r["tokens"], r["variant"]))
+            if pinned:
+                out += ["Kernels pinned by `--kernel` / `--variants`:", ""]
+                out += table(["T", "variant", "µs", "of floor", "date", "commit", "note"],
+                             [[str(r["tokens"]), r["variant"], r["time_us"], fraction_text(r),
+                               r["date"], r["commit"], r["note"]] for r in pinned])
+                out.append("")
+        g_stages = [r for r in stages if r["gpu"] == gpu]
+        if g_stages:
+            best_s = newest(g_stages, lambda r: (r["preset"], r["stage"], r["layers"], r["tokens"]))
+            srows = sorted(best_s.values(), key=lambda r: (order_key(r["preset"], PRESET_ORDER),
+                                                           r["stage"], r["layers"], r["tokens"]))
+            out += ["### Shared expert, routing stage and layer chains", ""]
+            lines = []
+            for r in srows:
+                ratio = (f"{float(r['time_us']) / float(r['floor_us']):.2f}x"
+                         if r["floor_us"] else "")
+                lines.append([r["preset"], r["stage"], str(r["tokens"]), str(r["layers"]),
+                              r["time_us"], r["floor_us"], ratio, r["date"], r["commit"],
+                              f"`{r['source']}`" + (f"; {r['note']}" if r["note"] else "")])
+            out += table(["preset", "what", "T", "layers in graph", "µs", "floor µs", "x floor",
+                          "date", "commit", "command; note"], lines)
+            out.append("")
+    while out and out[-1] == "":
+        out.pop()
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", default=str(HERE / "results"), help="folder of CSV files")
+    ap.add_argument("--output", default=str(HERE / "RESULTS.md"), help="file to write")
+    ap.add_argument("--check", action="store_true",
+                    help="compare with --output instead of writing it; exit 1 when they differ")
+    args = ap.parse_args(argv)
+    try:
+        layers, stages = read_rows(Path(args.results))
+    except (InputError, KeyError, ValueError) as exc:
+        print(f"summarize.py: {exc}", file=sys.stderr)
+        return 2
+    text = render(layers, stages)
+    out = Path(args.output)
+    if args.check:
+        current = out.read_bytes().decode("utf-8") if out.exists() else None
+        if current != text:
+            print(f"summarize.py: {out} is not what {args.results} gives; run "
+                  "python3 bench/summarize.py", file=sys.stderr)
+            return 1
+        return 0
+    with io.open(out, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
