@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "moe_ep/recipe.h"
 
@@ -27,6 +28,10 @@ struct NumericsPolicy {
   // prefill, layer error vs the CPU layer ~3e-3 instead of ~1e-5. No override beats it.
   bool exact_accumulation = false;
 };
+
+// Throws kInvalidArgument (Error::parameter() = `parameter`) unless the clamp is none or a finite
+// value >= 0: the one check of an activation clamp, for the routed and the shared experts.
+void check_activation_clamp(std::optional<float> clamp, std::string_view parameter = "activation_clamp");
 
 struct MoeDesc {
   FleetParams fleet;

@@ -20,8 +20,11 @@ const char* error_code_name(ErrorCode code);
 // Carries the failing source location so that a report from a user names the statement.
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, const std::string& message, const char* file, int line);
+  Error(ErrorCode code, const std::string& message, const char* file, int line, std::string parameter = {});
   ErrorCode code() const noexcept { return code_; }
+  // The parameter the error is about, where one is named ("activation_clamp", "weights.format"),
+  // so a caller can map it to its own option without reading the message; "" otherwise.
+  const std::string& parameter() const noexcept { return parameter_; }
   const char* file() const noexcept { return file_; }
   int line() const noexcept { return line_; }
   // The message without the "file:line" suffix.
@@ -30,6 +33,7 @@ class Error : public std::runtime_error {
  private:
   ErrorCode code_;
   std::string message_;
+  std::string parameter_;
   const char* file_;
   int line_;
 };

@@ -31,6 +31,8 @@ namespace moe_ep {
 enum class WeightFormat { kMXFP4, kNVFP4, kBF16 };
 
 std::string_view weight_format_name(WeightFormat format);  // "mxfp4", "nvfp4", "bf16"
+// The inverse; throws kInvalidArgument naming `parameter` (Error::parameter()) and the allowed names.
+WeightFormat parse_weight_format(std::string_view name, std::string_view parameter = "weights.format");
 
 struct WeightPack {
   WeightFormat format = WeightFormat::kMXFP4;

@@ -60,13 +60,9 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
 
 namespace {
 
-WeightFormat parse_weight_format(const std::string& name, const RecipeTraits& recipe) {
+WeightFormat weight_format_of(const std::string& name, const RecipeTraits& recipe) {
   if (name == "native") return recipe.native_format;
-  if (name == "mxfp4") return WeightFormat::kMXFP4;
-  if (name == "nvfp4") return WeightFormat::kNVFP4;
-  if (name == "bf16") return WeightFormat::kBF16;
-  MOE_EP_FAIL(ErrorCode::kInvalidArgument,
-              "--weights '{}' is not a weight format; allowed: native, mxfp4, nvfp4, bf16", name);
+  return ::moe_ep::parse_weight_format(name, "--weights");
 }
 
 std::optional<float> parse_clamp(const std::string& text, std::optional<float> preset_clamp) {
@@ -110,7 +106,7 @@ ProblemSetup plan_problem(const testing::Preset& preset, const ProblemOptions& o
   const Recipe recipe = parse_recipe(o.backend, "--backend");
   const RecipeTraits& traits = recipe_traits(recipe);
   s.world_size = world_size;
-  s.weight_format = parse_weight_format(o.weights, traits);
+  s.weight_format = weight_format_of(o.weights, traits);
 
   MoeDesc& d = s.desc;
   d.recipe = recipe;
@@ -133,7 +129,7 @@ ProblemSetup plan_problem(const testing::Preset& preset, const ProblemOptions& o
   try {
     validate_desc(d, world_size);
   } catch (const Error& e) {  // name the flag where one drives the field
-    if (e.message().rfind("activation_clamp", 0) == 0)
+    if (e.parameter() == "activation_clamp")
       MOE_EP_FAIL(ErrorCode::kInvalidArgument, "--activation-clamp {}: {}", o.activation_clamp, e.message());
     throw;
   }

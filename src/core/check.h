@@ -14,6 +14,15 @@
     if (!(cond)) MOE_EP_FAIL(::moe_ep::ErrorCode::kInvalidArgument, __VA_ARGS__); \
   } while (0)
 
+// MOE_EP_CHECK_PARAM(cond, "param", "fmt", args...): invalid-argument error naming the parameter
+// (Error::parameter()).
+#define MOE_EP_CHECK_PARAM(cond, param, ...)                                                              \
+  do {                                                                                                   \
+    if (!(cond))                                                                                         \
+      throw ::moe_ep::Error(::moe_ep::ErrorCode::kInvalidArgument, ::fmt::format(__VA_ARGS__), __FILE__, \
+                            __LINE__, (param));                                                          \
+  } while (0)
+
 #define MOE_EP_CHECK_CODE(cond, code, ...)      \
   do {                                          \
     if (!(cond)) MOE_EP_FAIL((code), __VA_ARGS__); \

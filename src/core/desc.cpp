@@ -9,6 +9,12 @@
 
 namespace moe_ep {
 
+void check_activation_clamp(std::optional<float> clamp, std::string_view parameter) {
+  MOE_EP_CHECK_PARAM(!clamp || (std::isfinite(*clamp) && *clamp >= 0.0f), std::string(parameter),
+                     "{} = {} is invalid; expected a finite value >= 0 (or none for +inf)", parameter,
+                     clamp.value_or(0.0f));
+}
+
 std::string MoeDesc::str() const {
   return fmt::format(
       "recipe={} E={} H={} I={} K={} max_tokens_per_rank={} activation_clamp={} "
@@ -47,12 +53,7 @@ void validate_desc(const MoeDesc& d, int world_size) {
                "{}, top_k = {}: E x 2I x H or T x K x H overflows int64; expected sizes that fit",
                fleet.num_experts, d.intermediate_size, fleet.hidden_size,
                fleet.max_tokens_per_rank, d.top_k);
-  if (d.activation_clamp) {
-    const float c = *d.activation_clamp;
-    MOE_EP_CHECK(std::isfinite(c) && c >= 0.0f,
-                 "activation_clamp = {} is invalid; expected a finite value >= 0 (or none for "
-                 "+inf)", c);
-  }
+  check_activation_clamp(d.activation_clamp);
   const int64_t Is = d.shared_intermediate_size;
   MOE_EP_CHECK(Is == 0 || (Is >= 16 && Is % 16 == 0 && Is <= (int64_t{1} << 20)),
                "shared_intermediate_size = {} is invalid; expected 0 (no shared expert) or a "

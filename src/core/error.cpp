@@ -1,5 +1,7 @@
 #include "moe_ep/error.h"
 
+#include <utility>
+
 #include <fmt/format.h>
 
 namespace moe_ep {
@@ -16,10 +18,11 @@ const char* error_code_name(ErrorCode code) {
   return "unknown";
 }
 
-Error::Error(ErrorCode code, const std::string& message, const char* file, int line)
+Error::Error(ErrorCode code, const std::string& message, const char* file, int line, std::string parameter)
     : std::runtime_error(fmt::format("moe_ep: {} ({}:{})", message, file, line)),
       code_(code),
       message_(message),
+      parameter_(std::move(parameter)),
       file_(file),
       line_(line) {}
 

@@ -52,10 +52,7 @@ std::unique_ptr<SharedExpert> SharedExpert::create(int64_t H, int64_t I,
   MOE_EP_CHECK(I >= 16 && I % 16 == 0,
                "shared expert intermediate_size = {} is invalid; expected a positive multiple of "
                "16", I);
-  if (clamp)
-    MOE_EP_CHECK(std::isfinite(*clamp) && *clamp >= 0.0f,
-                 "shared expert activation_clamp = {} is invalid; expected a finite value >= 0 "
-                 "(or none for +inf)", *clamp);
+  check_activation_clamp(clamp, "shared expert activation_clamp");
   check_bf16_matrix(w13, "shared w13", 2 * I, H, "[2I, H]");
   check_bf16_matrix(w2, "shared w2", H, I, "[H, I]");
   std::vector<float> a = widen(w13), b = widen(w2);

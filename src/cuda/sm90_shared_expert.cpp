@@ -38,10 +38,7 @@ Sm90SharedExpert::Sm90SharedExpert(int64_t H, int64_t I, std::optional<float> cl
                "shared expert intermediate_size = {} is invalid; expected a multiple of 16 in [16, 2^20]", I);
   MOE_EP_CHECK(max_tokens >= 1 && max_tokens <= 65535 * 4,
                "shared expert max_tokens = {} is invalid; expected 1..{}", max_tokens, 65535 * 4);
-  if (clamp)
-    MOE_EP_CHECK(std::isfinite(*clamp) && *clamp >= 0.0f,
-                 "shared expert activation_clamp = {} is invalid; expected a finite value >= 0 "
-                 "(or none for +inf)", *clamp);
+  check_activation_clamp(clamp, "shared expert activation_clamp");
   clamp_ = clamp.value_or(std::numeric_limits<float>::infinity());
   check_matrix(w13, "shared w13", 2 * I, H, "[2I, H]", device_index);
   check_matrix(w2, "shared w2", H, I, "[H, I]", device_index);

@@ -28,14 +28,6 @@ struct PyLayer {
   int device_index = 0;
 };
 
-WeightFormat parse_weight_format(const std::string& name) {
-  if (name == "mxfp4") return WeightFormat::kMXFP4;
-  if (name == "nvfp4") return WeightFormat::kNVFP4;
-  if (name == "bf16") return WeightFormat::kBF16;
-  MOE_EP_FAIL(ErrorCode::kInvalidArgument,
-              "weights.format = '{}' is not a weight format; expected mxfp4, nvfp4 or bf16", name);
-}
-
 // The tensors of a moe_ep.WeightPack (attributes format, w13, w13_scale, w13_global, w2,
 // w2_scale, w2_global), imported for one library call.
 struct ImportedWeights {

@@ -23,7 +23,7 @@
 //             issued into the other set and block j is promoted while it runs. (ptxas follows
 //             wgmma registers only through wait_group 0: reading a set retired by wait_group 1
 //             while another wgmma is in flight serializes every wgmma (C7514). Closed groups of
-//             2 or 4 wgmmas in flight, which avoid that, measured 4-8% slower.) While one
+//             2 or 4 wgmmas in flight, which avoid that, are slower.) While one
 //             consumer promotes, the other's wgmma keeps the tensor cores busy. (Four
 //             consumers keep one partial set each: see RsFp8TileConfig.)
 //
@@ -84,7 +84,7 @@ enum class RsFp8Weights { kCpAsync, kBulk, kRegisters };
 //   kNarrowLast  the same, in a second pass after the block's other tiles
 //                (for_each_block_tile), which keeps the 64-row loop free of the narrow form's
 //                registers (with both forms in one loop it spills a few registers per k step):
-//                the library's form (flash GEMMs at T = 2048 -3.3% against kNarrow, H100).
+//                the library's form.
 enum class RsFp8Tails { kFull, kNarrow, kNarrowLast };
 
 template <int kBlockM_, RsFp8Weights kWeights_ = RsFp8Weights::kCpAsync, int kWork_ = kRsFp8AllWork,

@@ -236,8 +236,8 @@ struct WgmmaProducer {
 // Epilogue::apply(ep, op, tile, fragment, acc): writes the valid rows of a 64 x 128 sub-tile.
 template <class Cfg, class Epilogue, class Params>
 __device__ __forceinline__ void run_wgmma_grouped_gemm(const Params& p, uint8_t* smem_raw) {
-  // (align_smem_1024 + init_stage_barriers of sm90_persistent_tiles.cuh, kept inline: this
-  // kernel's binary is the one measured on the device.)
+  // (align_smem_1024 + init_stage_barriers of sm90_persistent_tiles.cuh, kept inline so this
+  // kernel's code stays as it is.)
   const uint32_t raw_addr = ptx::smem_addr(smem_raw);
   const WgmmaSmem<Cfg> sm{smem_raw + ((1024 - (raw_addr & 1023)) & 1023)};
   const int tid = threadIdx.x;

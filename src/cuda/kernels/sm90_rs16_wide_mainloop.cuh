@@ -7,9 +7,8 @@
 //
 // Unlike the FP8 kernel's, a consumer never waits on a wgmma's result inside the tile: every
 // k16 wgmma adds into the one accumulator set, so the decode of block j + 1 overlaps the wgmmas of
-// block j. (Measured on an H100: level with the FP8 kernel at T = 8192, its math 93% of its time,
-// ~3100 cycles per k step against ~1100 issue and 1024 tensor cycles: bench/RESULTS.md, stop 31.
-// On 128-token tiles, GEMM 1 at T = 8192 is 11% faster than the FP8 kernel: stop 32.)
+// block j. The decode costs more issue slots per product than the FP8 kernel's, which the
+// 128-token tiles of the pairs form halve per product.
 //
 // Block of 5 warpgroups (640 threads), one block per SM, persistent over the (m tile, n tile) list
 // of the routing kernel (m tiles of kBlockM = 64 or 128 tokens, the latter as pairs of the list's

@@ -24,8 +24,7 @@ constexpr int kRows = 4;
 constexpr int kStageTerms = 256;
 constexpr int kSteps = kStageTerms / 16;
 // Slots of the ring per kernel: each warp streams its rows at a rate of about (kSlots - 1) stages
-// per load round trip. 4 slots are 11.6 KB a warp at T = 1 (6 or 8 measured no better on flash:
-// bench/RESULTS.md).
+// per load round trip; 4 slots (11.6 KB a warp at T = 1) already cover it, more are no faster.
 constexpr int kGateUpSlots = 4;
 constexpr int kDownSlots = 4;
 // A slot's row stride: 512 + 32 bytes, so the 8 16-byte rows of an ldmatrix (rows r, halves h of

@@ -59,8 +59,8 @@ struct SharedExpertParams {
   int32_t bulk_weights = 0;
 };
 // The layer's shared expert copies its weights with bulk copies up to this many tokens (the
-// one-token kernels): on an H100 with L2 flushed, flash T = 1 32.5 -> 27.9 µs (row-major), pro
-// 62.6 -> 57.9; at T = 4 the bulk form measured 2-12% slower (bench/RESULTS.md, stop 29).
+// one-token kernels, where the copies keep more bytes in flight than the warps' loads; from a
+// few tokens on the loads' overlap with the math wins).
 inline constexpr int kSharedExpertBulkMaxTokens = 1;
 
 // The tiled layout of the weights: the 4 rows one dot-product warp reads (W13: gate rows 2b,
@@ -84,7 +84,7 @@ constexpr bool shared_expert_tiles(int64_t hidden, int64_t intermediate) {
   return hidden % 256 == 0 && intermediate % 256 == 0 && 2 * hidden * intermediate < (int64_t{1} << 31);
 }
 // The layout a layer's shared expert takes when its sizes allow (Sm90SharedExpert::Layout::kAuto):
-// row-major until the tiled one is measured faster on the device (bench/RESULTS.md).
+// row-major, the tiled one not being faster on the device.
 inline constexpr bool kSharedExpertTiledByDefault = false;
 
 // Whether launch_sm90_shared_expert takes the tensor-core way for these parameters.
