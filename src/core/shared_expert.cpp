@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "check.h"
+#include "moe_ep/desc.h"
 #include "moe_ep/formats.h"
 
 namespace moe_ep {

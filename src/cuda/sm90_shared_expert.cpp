@@ -7,6 +7,7 @@
 #include "cuda/device_buffer.h"
 #include "cuda/errors.h"
 #include "cuda/kernels/sm90_shared_expert.h"
+#include "moe_ep/desc.h"
 
 namespace moe_ep::cuda {
 namespace {
