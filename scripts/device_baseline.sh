@@ -19,7 +19,9 @@ if [[ -x "$ROOT/build/moe_ep" ]] && cmp -s .devdeps/baseline.tar.gz "$ROOT/basel
 fi
 rm -rf "$ROOT" && mkdir -p "$ROOT/deps" "$ROOT/src"
 cp .devdeps/baseline.tar.gz "$ROOT/"
-for deb in .devdeps/*.deb; do dpkg -x "$deb" "$ROOT/deps"; done
+for deb in .devdeps/*.deb; do
+  if command -v dpkg >/dev/null; then dpkg -x "$deb" "$ROOT/deps"; else ar p "$deb" data.tar.xz | tar -xJ -C "$ROOT/deps"; fi
+done
 tar -xzf .devdeps/baseline.tar.gz -C "$ROOT/src"
 cmake -S "$ROOT/src" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_CUDA=ON \
       -DMOE_EP_BUILD_TESTS=OFF -DMOE_EP_PYTHON=OFF -DCMAKE_PREFIX_PATH="$ROOT/deps/usr" >"$ROOT/configure.log" 2>&1 ||
