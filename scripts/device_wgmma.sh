@@ -1,33 +1,30 @@
 #!/usr/bin/env bash
-# GPU runner of the wgmma grouped GEMMs (FP8 wgmma and wgmma-bf16 with the weights in registers):
+# GPU runner of the warpgroup GEMM forms (FP8 wgmma; rs-fp8 and the bf16 pairs GEMM 1 with the weights in registers):
 # SASS summary of their kernels (QGMMA / HGMMA present, no local memory), their tests, compute-sanitizer on the small case, kernel times at the full
 # deepseek-v4-flash size, and the layer bench. Prints a short summary last.
 #
 #   scripts/device_pack.sh build-wgmma .device-bin-wgmma   (here, then on the device:)
 #   MOE_EP_DEVICE_BIN=.device-bin-wgmma scripts/device_wgmma.sh
-#   MOE_EP_WGMMA_STEPS="sass tests timing split decode shared bench small wide table cross nvfp4 sanitizer flash ncu
+#   MOE_EP_WGMMA_STEPS="sass tests timing decode shared bench small wide table cross nvfp4 sanitizer flash ncu
 #                       ncu-source ncu-layer ncu-kernels"
-#                              (default: all but split, decode, shared, small, wide, table, cross, nvfp4, ncu,
+#                              (default: all but decode, shared, small, wide, table, cross, nvfp4, ncu,
 #                               ncu-source, ncu-layer and ncu-kernels)
-#   decode: the mxfp4 decode kernels at small T, 2 against 4 k steps of weights in flight, K split in two and
-#     the weights by bulk copies into rings of 2 or 3 chunks per warp
+#   decode: the decode forms at small T (mxfp4, nvfp4), K in one part against K split in two
 #   small: the layer at T <= 128 (flash, tiny; pro T = 1, 8), default against --decode-split-k 1 (no split
-#     at T = 1), --decode-prefetch 4,
-#     --fuse-quantize-route, --fuse-combine and all of them (nvfp4 flash: default and all)
+#     at T = 1) and --fuse-quantize-route (nvfp4 flash: default and fused)
 #   shared: the shared expert's dot-product kernels at T = 1, 4, row-major and tiled weights, cp.async and bulk copies
 #   table: issue 12's table (flash and pro, auto; nvfp4 flash) and the PyTorch peers (flash) in the same call, plotted
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
 #   wide: the layer at T = MOE_EP_WIDE_TOKENS (512, 2048, 8192; flash, pro), auto against FP8 wgmma and the plain
 #     wgmma-rs 64x256, or the runs of MOE_EP_WIDE_RUNS ("kernel:options" words, options joined by commas;
 #     "base/kernel:..." runs .../moe_ep_base)
-#   split: the rs fp8 kernels' time split by work (Sm90WgmmaTiming.RsFp8WorkSplit)
 #   cross: the decode GEMMs against wgmma-rs 64x256 at T = MOE_EP_CROSS_TOKENS (384 .. 1024), flash and pro
 #   ncu-layer: stall samples and issue rates of the layer's own GEMM launches (moe_ep bench, eager, one
 #     forward at T = MOE_EP_NCU_TOKENS, options MOE_EP_NCU_LAYER_ARGS, kernels MOE_EP_NCU_KERNEL)
 #   ncu-source: per-instruction stall samples (scripts/ncu_stall_ledger.py) of the kernels matching
 #     MOE_EP_NCU_KERNEL (default RsFp8TileConfig: the wgmma-rs kernels), MOE_EP_NCU_SKIP launches skipped, 2 profiled
 #   MOE_EP_WGMMA_TIMING_VARIANTS  '|'-separated substrings of the kernel-time tests' variant names to run
-#                                 (steps timing, split, ncu-source; default: every variant)
+#                                 (steps timing, ncu-source; default: every variant)
 #   MOE_EP_WGMMA_BUDGET=280    seconds for all steps
 #
 # Outputs ($OUT, default ./device-out): wgmma_summary.txt, wgmma_logs.tar.gz, bench.csv.
@@ -62,7 +59,7 @@ FAILED=0
 
 # 1. SASS of the wgmma kernels: QGMMA count, local memory (LDL/STL), instructions per function.
 if has sass; then
-  for o in "$BIN"/sm90_mxfp4_*grouped_gemm*.cu.o "$BIN"/sm90_*_rs*_gemm.cu.o; do
+  for o in "$BIN"/sm90_*_gemm.cu.o; do
     [[ -f "$o" ]] || continue
     cuobjdump -sass "$o" > "$WORK/$(basename "$o" .cu.o).sass" 2>&1
     python3 - "$WORK/$(basename "$o" .cu.o).sass" >> "$SUMMARY" <<'PY'
@@ -79,7 +76,8 @@ for line in open(sys.argv[1]):
 for fn, c in stats.items():
     tile = re.search(r"ILi(\d+)ELi(\d+)ELi(\d+)ELb([01])", fn)
     family = ("wgmma-rs " if "RsFp8TileConfig" in fn else "nvfp4-wgmma " if "Nvfp4F16RsWeights" in fn
-              else "wgmma-bf16 " if "Mxfp4Bf16RsWeights" in fn else "wgmma " if "wgmma" in fn else "mma.sync ")
+              else "rs-bf16 " if "Mxfp4Bf16RsWeights" in fn else "decode " if "decode" in fn
+              else "wgmma " if "wgmma" in fn else "mma.sync ")
     if "Rs16WideTileConfig" in fn: family += "x256 "
     if "q8_to_rs" in fn: family = "q8->bf16 "
     name = family + ("gemm1" if "gemm1" in fn or "Gemm1" in fn else "gemm2") + \
@@ -98,7 +96,7 @@ fi
 if has tests; then
   group=0
   for filter in 'Sm90Kernels.Permute*:Sm90SharedExpert.Tiled*:Sm90Fp4Codec*:Sm90RsCodec*:Sm90Config*' \
-                'Sm90WgmmaKernels.*:Sm90Nvfp4Kernels.*' 'Sm90WgmmaLayer.*:*Sm90Decode.DeepPrefetch*:Sm90DecodeSplit*'; do
+                'Sm90WgmmaKernels.*:Sm90Nvfp4Kernels.*' 'Sm90WgmmaLayer.*:*Sm90Decode.FusedQuantizeRoute*:Sm90DecodeSplit*'; do
     group=$((group + 1))
     run_limited 150 "$TESTS" --gtest_filter="$filter" > "$WORK/tests$group.log" 2>&1
     rc=$?
@@ -119,17 +117,9 @@ if has timing; then
   grep -E "^\[ wgmma|Failure|Expected|Which is" "$WORK/timing.log" | head -30 | sed 's/^/  /' >> "$SUMMARY"
 fi
 
-# 3b. Where the rs fp8 kernels' time goes: whole, without some of their work, bulk weight copies.
-if has split; then
-  MOE_EP_WGMMA_TIMING=1 MOE_EP_WGMMA_TIMING_TOKENS=${MOE_EP_SPLIT_TOKENS:-2048,8192} \
-    run_limited 120 "$TESTS" --gtest_filter='Sm90WgmmaTiming.RsFp8WorkSplit' > "$WORK/split.log" 2>&1
-  note "split: rc=$? $(gtest_counts "$WORK/split.log")  ($(elapsed) s)"
-  grep -E "^\[ rs-split|Failure|Expected|Which is" "$WORK/split.log" | head -40 | sed 's/^/  /' >> "$SUMMARY"
-fi
-
-# 3c. The decode kernels at small T: weight prefetch depth 2 against kDecodeDeepPrefetch.
+# 3c. The decode forms at small T: K in one part against K split in two.
 if has decode; then
-  MOE_EP_WGMMA_TIMING=1 run_limited 60 "$TESTS" --gtest_filter='Sm90WgmmaTiming.DecodePrefetchDepthAtSmallT' \
+  MOE_EP_WGMMA_TIMING=1 run_limited 60 "$TESTS" --gtest_filter='Sm90WgmmaTiming.DecodeFormsAtSmallT' \
     > "$WORK/decode.log" 2>&1
   note "decode: rc=$? $(gtest_counts "$WORK/decode.log")  ($(elapsed) s)"
   grep -E "^\[ decode|Failure|Expected|Which is" "$WORK/decode.log" | head -20 | sed 's/^/  /' >> "$SUMMARY"
@@ -151,15 +141,13 @@ if has bench && (( FAILED == 0 )); then
   grep -vE "^#|^$" "$WORK/bench.log" | tail -8 | sed 's/^/  /' >> "$SUMMARY"
 fi
 
-# 4a. Small T in the layer: the default plan against the deep decode kernels
-# (--decode-prefetch 4), the fused quantize + routing launch (--fuse-quantize-route), the combine
-# inside the decode GEMM 2 (--fuse-combine) and all of them.
+# 4a. Small T in the layer: the default plan against no K split at T = 1 (--decode-split-k 1) and the
+# fused quantize + routing launch (--fuse-quantize-route).
 if has small; then  # timings only: the tests above check these plans' bits
-  fused="--fuse-quantize-route --fuse-combine" all="--decode-prefetch 4 --fuse-quantize-route --fuse-combine"
+  fused="--fuse-quantize-route"
   nv="--backend nvfp4"
-  for run in "flash:" "flash:--decode-split-k 1" "flash:--decode-prefetch 4" "flash:--fuse-quantize-route" \
-             "flash:--fuse-combine" "flash:$all" \
-             "flash:$nv" "flash:$nv $all" "pro:" "pro:$all" "tiny:" "tiny:$fused" "tiny:$all"; do
+  for run in "flash:" "flash:--decode-split-k 1" "flash:$fused" \
+             "flash:$nv" "flash:$nv $fused" "pro:" "pro:$fused" "tiny:" "tiny:$fused"; do
     preset=${run%%:*} pin=${run#*:}
     [[ $preset != tiny ]] && preset=deepseek-v4-$preset
     tokens=${MOE_EP_SMALL_TOKENS:-1,8,32,128}
@@ -255,7 +243,7 @@ fi
 # 7. ncu of the wgmma kernels at T = 8192 (speed of light, warp states).
 if has ncu; then
   MOE_EP_WGMMA_TIMING=1 MOE_EP_WGMMA_TIMING_TOKENS=${MOE_EP_NCU_TOKENS:-8192} MOE_EP_WGMMA_TIMING_ITERS=1 \
-    run_limited 150 ncu --clock-control none --kernel-name regex:'sm90_mxfp4_(wgmma_)?grouped' --launch-count 6 \
+    run_limited 150 ncu --clock-control none --kernel-name regex:'sm90_(mma|mxfp4_wgmma|rs)_kernel' --launch-count 6 \
     --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
     "$TESTS" --gtest_filter='Sm90WgmmaTiming.*' > "$WORK/ncu.log" 2>&1
   note "ncu: rc=$?  ($(elapsed) s)"

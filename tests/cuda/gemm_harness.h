@@ -1,8 +1,9 @@
 // The kernel-level harness of the grouped-GEMM device tests (test_sm90_wgmma.cpp: the mxfp4
-// warpgroup kernels against mma.sync; test_sm90_nvfp4_kernels.cpp: the nvfp4 kernels against
-// each other; test_sm90_gemm_timing.cpp: opt-in kernel times): shapes, device weights and
-// routed problems, a run of routing + GEMM 1 + GEMM 2 with one kernel choice (outputs
-// NaN-poisoned at creation), the error metrics, and random-byte problems at the flash size.
+// forms against mma.sync; test_sm90_nvfp4_kernels.cpp: the nvfp4 forms against each other;
+// test_sm90_gemm_timing.cpp: opt-in kernel times): shapes, device weights and routed problems, a
+// run of routing + GEMM 1 + GEMM 2 on the forms of one choice (cuda/policy/sm90_forms.h, launched
+// through sm90_form_kernels; outputs NaN-poisoned at creation), the error metrics, and
+// random-byte problems at the flash size.
 #pragma once
 
 #include <algorithm>
@@ -26,12 +27,11 @@
 #include "cuda/kernels/sm90_grouped_gemm.h"
 #include "cuda/kernels/sm90_nvfp4_quantize.h"
 #include "cuda/kernels/sm90_permute.h"
+#include "cuda/policy/sm90_forms.h"
 #include "cuda/weight_layout.h"
 #include "cuda_test_util.h"
 #include "moe_ep/formats.h"
 #include "moe_ep/quant.h"
-#include "decode_variant_probe.h"
-#include "rs_fp8_variant_probe.h"
 #include "testing/synthetic.h"
 
 namespace moe_ep::cuda::gemmtest {
@@ -42,8 +42,6 @@ std::vector<T> download(const DeviceBuffer& b, size_t n) {
   if (n) MOE_EP_CUDA_CHECK(cudaMemcpy(out.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
   return out;
 }
-
-inline const char* tile_name(WgmmaTile t) { return t == WgmmaTile::k64x256 ? "64x256" : "128x128"; }
 
 struct Shape {
   std::string name;
@@ -171,108 +169,59 @@ struct GemmOutputs {
   std::vector<uint16_t> o;          // [rows, H]
 };
 
-inline constexpr int kRsFp8All = 7;  // RsFp8Work: activation copies 1, weight copies 2, math 4
-
-inline std::string work_name(int work) {
-  static const char* const kNames[8] = {"sync+epilogue only", "copy-a only",      "copy-w only",      "copies only",
-                                        "math only",          "copy-a+math only", "copy-w+math only", "all"};
-  return kNames[work & 7];
-}
-
-// Kernel choice of one run: mma.sync (plain weights), wgmma with a tile, the bf16 wgmma with
-// the weights in registers (rs; activations converted to bf16 first), or the FP8 wgmma with the
-// weights in registers on m tiles of rs_fp8_block_m rows; all but the first fold.
+// The forms of one run (cuda/policy/sm90_forms.h): GEMM 1's and GEMM 2's (the same form unless
+// GEMM 1's is a GEMM 1 form only), routed in m tiles of GEMM 1's list_block_m rows (both forms
+// share it). folded: the weights as folded shifts + column factors (every form but mma.sync, which
+// runs on the E8M0 block scales as the unfolded reference).
 struct Kernels {
-  std::optional<WgmmaTile> wgmma;
-  WgmmaDecode decode = WgmmaDecode::kQuad;
-  bool rs = false;
-  int rs_fp8_block_m = 0;  // > 0: rs fp8
-  // rs fp8 variants the library does not launch (rs_fp8_variant_probe.h): weights by bulk copies
-  // or into registers, parts of the mainloop's work left out (timing only: the outputs are not
-  // the GEMM's).
-  test::RsFp8WeightPath rs_fp8_weights = test::RsFp8WeightPath::kCpAsync;
-  int rs_fp8_work = kRsFp8All;  // also rs bf16 64x256 (copies only 3, math only 4)
-  int decode_prefetch = 0;  // > 0: the mxfp4 decode kernels (folded) with 2 or kDecodeDeepPrefetch k steps in flight
-  int rs_fp8_consumers = 2;  // rs fp8: consumer warpgroups (4: n tiles of 256 weight rows, a probe)
-  int decode_split = 1;      // decode kernels: K in 1 or 2 parts per block (2: kDecodePrefetch only)
-  // rs fp8, four consumers: tiles of <= 48 rows on n48 wgmmas: 0 never, 1 in a second pass (the
-  // library's form), 2 in tile order (a probe)
-  int rs_fp8_tails = 0;
-  int decode_bulk_slots = 0;  // decode kernels (kDecodePrefetch): > 0, the weights by bulk copies into a
-                              // ring of 2 or 3 chunks per warp (decode_variant_probe.h)
-  bool rs_wide = false;  // rs: four consumer warpgroups on 64x256 tiles (sm90_rs16_wide_mainloop.cuh)
-  int rs_group_blocks = 1;  // rs_wide: k32 blocks per wgmma group (2: a probe; the library's: 1)
-  int rs_wide_block_m = kRsWideBlockM;  // rs_wide: token rows of a tile (128: GEMM 1 the library's
-                                        // 128-token form, GEMM 2 a probe; both over 64-row tiles)
-  bool rs_wide_merged = false;  // rs_wide, block_m 128: GEMM 1 takes an expert's odd last list tile
-                                // inside the 128-token kernel too (one launch; a probe)
-  bool rs_wide_probe() const {
-    return rs && rs_wide && (rs_fp8_work != kRsFp8All || rs_group_blocks != 1 || rs_wide_block_m != kRsWideBlockM);
-  }
-  bool folded() const { return wgmma || rs || rs_fp8_block_m > 0 || decode_prefetch > 0; }
-  bool rs_fp8_probe() const {
-    return rs_fp8_block_m > 0 && rs_fp8_tails != 1 &&
-           (rs_fp8_weights != test::RsFp8WeightPath::kCpAsync || rs_fp8_work != kRsFp8All || rs_fp8_consumers != 2 ||
-            rs_fp8_tails == 2);
-  }
-  int rs_fp8_block_n() const { return rs_fp8_consumers == 4 ? kRsFp8WideBlockN : kRsFp8BlockN; }
-  test::RsFp8Variant rs_fp8_variant() const {
-    return {rs_fp8_block_m, rs_fp8_weights, rs_fp8_work, rs_fp8_consumers, rs_fp8_tails == 2};
-  }
+  Sm90Form gemm1 = Sm90Form::kMxfp4Mma, gemm2 = Sm90Form::kMxfp4Mma;
+  bool folded = false;
+
+  Kernels() = default;
+  explicit Kernels(Sm90Form form) : Kernels(form, form) {}
+  Kernels(Sm90Form g1, Sm90Form g2)
+      : gemm1(g1), gemm2(g2), folded(g1 != Sm90Form::kMxfp4Mma || g2 != Sm90Form::kMxfp4Mma) {}
+
   std::string name() const {
-    if (decode_prefetch > 0 && decode_split > 1) return fmt::format("decode, K split in {}", decode_split);
-    if (decode_prefetch > 0 && decode_bulk_slots > 0) return fmt::format("decode, bulk ring of {}", decode_bulk_slots);
-    if (decode_prefetch > 0) return fmt::format("decode, {} steps ahead", decode_prefetch);
-    if (rs)
-      return rs_wide ? fmt::format("rs bf16 {}x256{}{}{}{}", rs_wide_block_m, rs_wide_merged ? " merged" : "",
-                                   rs_group_blocks == 1 ? "" : " k64 groups",
-                                   rs_fp8_work == kRsFp8All ? "" : " ",
-                                   rs_fp8_work == kRsFp8All ? "" : work_name(rs_fp8_work))
-                     : "rs bf16";
-    if (rs_fp8_block_m > 0)
-      return fmt::format("rs fp8 {}{}{}{}{}{}", rs_fp8_block_m, rs_fp8_consumers == 2 ? "" : "x256",
-                         rs_fp8_tails == 1 ? " narrow last" : rs_fp8_tails == 2 ? " narrow in order" : "",
-                         rs_fp8_weights == test::RsFp8WeightPath::kBulk        ? " bulk"
-                         : rs_fp8_weights == test::RsFp8WeightPath::kRegisters ? " registers"
-                                                                               : "",
-                         rs_fp8_work == kRsFp8All ? "" : " ", rs_fp8_work == kRsFp8All ? "" : work_name(rs_fp8_work));
-    if (!wgmma) return "mma.sync";
-    return fmt::format("{} {}", tile_name(*wgmma), decode == WgmmaDecode::kQuad ? "quad" : "lane");
+    return gemm1 == gemm2 ? std::string(sm90_form_name(gemm1))
+                          : fmt::format("{} + {}", sm90_form_name(gemm1), sm90_form_name(gemm2));
   }
 };
 
-// The bf16 register-operand kernels on four consumer warpgroups.
-inline Kernels rs_bf16_wide(int group_blocks = 1, int block_m = kRsWideBlockM, bool merged = false) {
-  Kernels k;
-  k.rs = true;
-  k.rs_wide = true;
-  k.rs_group_blocks = group_blocks;
-  k.rs_wide_block_m = block_m;
-  k.rs_wide_merged = merged;
-  return k;
+// The mxfp4 forms on folded weights that every comparison runs against mma.sync: FP8 wgmma,
+// rs-fp8 (weights in registers, four consumers), rs-fp8 with narrow tail tiles, and GEMM 1 on the
+// bf16 pairs form (128-token tiles over 64-row list tiles) with GEMM 2 on rs-fp8.
+inline const std::vector<Kernels>& wgmma_variants() {
+  static const std::vector<Kernels> v = {Kernels(Sm90Form::kMxfp4WgmmaFp8), Kernels(Sm90Form::kMxfp4RsFp8),
+                                         Kernels(Sm90Form::kMxfp4RsFp8Tails),
+                                         Kernels(Sm90Form::kMxfp4RsBf16Pairs, Sm90Form::kMxfp4RsFp8)};
+  return v;
 }
 
-// The wgmma variants every comparison runs.
-inline const std::vector<Kernels>& wgmma_variants() {
-  static const std::vector<Kernels> v = {{WgmmaTile::k64x256, WgmmaDecode::kQuad},
-                                         {WgmmaTile::k128x128, WgmmaDecode::kQuad},
-                                         {WgmmaTile::k64x256, WgmmaDecode::kLane},
-                                         {WgmmaTile::k128x128, WgmmaDecode::kLane},
-                                         {std::nullopt, WgmmaDecode::kQuad, true},
-                                         {std::nullopt, WgmmaDecode::kQuad, false, 64},
-                                         {std::nullopt, WgmmaDecode::kQuad, false, 96},
-                                         {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kBulk},
-                                         {std::nullopt, WgmmaDecode::kQuad, false, 96, test::RsFp8WeightPath::kBulk},
-                                         {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kRegisters},
-                                         {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
-                                          kRsFp8All, 0, 4},
-                                         {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
-                                          kRsFp8All, 0, 4, 1, 1},
-                                         {std::nullopt, WgmmaDecode::kQuad, false, 64, test::RsFp8WeightPath::kCpAsync,
-                                          kRsFp8All, 0, 4, 1, 2},
-                                         rs_bf16_wide(), rs_bf16_wide(2), rs_bf16_wide(1, 128),
-                                         rs_bf16_wide(1, 128, true)};
-  return v;
+// Blocks per SM of a run's two kernels (configure1 of GEMM 1's form at k = H, configure2 of GEMM
+// 2's at k = I) and their grids: a persistent form's is blocks per SM x SMs, a decode form's the
+// routing's m-tile bound.
+struct FormGrids {
+  int grid1 = 0, grid2 = 0;
+};
+
+inline FormGrids configure_forms(Sm90Form gemm1, Sm90Form gemm2, int64_t H, int64_t I, int64_t max_tiles) {
+  const Sm90FormKernels& k1 = sm90_form_kernels(gemm1);
+  const Sm90FormKernels& k2 = sm90_form_kernels(gemm2);
+  EXPECT_TRUE(k1.configure1 && k1.launch1) << sm90_form_name(gemm1);
+  EXPECT_TRUE(k2.configure2 && k2.launch2) << sm90_form_name(gemm2) << " has no GEMM 2";
+  EXPECT_EQ(sm90_form(gemm1).list_block_m, sm90_form(gemm2).list_block_m) << "the two forms walk one routing list";
+  int sms = 0, per_sm1 = 0, per_sm2 = 0;
+  MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  if (k1.configure1) MOE_EP_CUDA_CHECK(k1.configure1(static_cast<int>(H), &per_sm1));
+  if (k2.configure2) MOE_EP_CUDA_CHECK(k2.configure2(static_cast<int>(I), &per_sm2));
+  EXPECT_GE(per_sm1, 1) << sm90_form_name(gemm1);
+  EXPECT_GE(per_sm2, 1) << sm90_form_name(gemm2);
+  // Every block count works (persistent walk); this is the layer's choice.
+  auto grid = [&](Sm90Form f, int per_sm) {
+    return sm90_form(f).persistent ? sms * std::max(per_sm, 1) : static_cast<int>(max_tiles);
+  };
+  return {grid(gemm1, per_sm1), grid(gemm2, per_sm2)};
 }
 
 // Routing + GEMM 1 + GEMM 2 of one problem with one kernel choice; outputs NaN-poisoned at
@@ -281,71 +230,26 @@ class GemmRun {
  public:
   GemmRun(const Shape& s, const DeviceProblem& p, const DeviceWeights& w, const Kernels& k)
       : s_(s), p_(p), w_(w), k_(k) {
-    const int block_m = k.decode_prefetch > 0 ? kDecodeBlockM
-                        : k.rs                ? (k.rs_wide ? kRsWideBlockM : kRsBlockM)
-                        : k.rs_fp8_block_m > 0 ? k.rs_fp8_block_m
-                        : k.wgmma             ? wgmma_tile_shape(*k.wgmma).block_m
-                                              : kGemmBlockM;
-    r_ = route(s, p.T, p.ids, p.topk_weights, block_m);
+    EXPECT_EQ(sm90_form(k.gemm1).recipe, Recipe::kMxfp4) << k.name();
+    EXPECT_EQ(sm90_form(k.gemm2).recipe, Recipe::kMxfp4) << k.name();
+    r_ = route(s, p.T, p.ids, p.topk_weights, sm90_form(k.gemm1).list_block_m);
     const int64_t max_rows = std::max<int64_t>(p.T * s.K, 1);
     h_ = DeviceBuffer(max_rows * s.I);
     h_scale_ = DeviceBuffer(max_rows * s.I / 32);
     o_ = DeviceBuffer(max_rows * s.H * 2);
-    if (k.rs) {
-      x_rs_ = DeviceBuffer(std::max<int64_t>(p.T, 1) * s.H * 2);
-      h_rs_ = DeviceBuffer(max_rows * s.I * 2);
-    }
+    if (sm90_form(k.gemm1).x_16bit) x_16bit_ = DeviceBuffer(std::max<int64_t>(p.T, 1) * s.H * 2);
+    if (sm90_form(k.gemm2).h_16bit) h_16bit_ = DeviceBuffer(max_rows * s.I * 2);
     poison();
-    int sms = 0, per_sm1 = 0, per_sm2 = 0;
-    MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    if (k.decode_prefetch > 0 && k.decode_split > 1) {
-      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_decode_split_gemm1(static_cast<int>(s.H), &per_sm1));
-      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_decode_split_gemm2(static_cast<int>(s.I), &per_sm2));
-    } else if (k.decode_prefetch > 0 && k.decode_bulk_slots > 0) {
-      MOE_EP_CUDA_CHECK(test::configure_decode_bulk(k.decode_bulk_slots, static_cast<int>(s.H), static_cast<int>(s.I),
-                                                    &per_sm1, &per_sm2));
-    } else if (k.decode_prefetch > 0) {
-      const bool deep = k.decode_prefetch == kDecodeDeepPrefetch;
-      MOE_EP_CUDA_CHECK((deep ? configure_sm90_mxfp4_decode_deep_gemm1 : configure_sm90_mxfp4_decode_gemm1)(
-          static_cast<int>(s.H), &per_sm1));
-      MOE_EP_CUDA_CHECK((deep ? configure_sm90_mxfp4_decode_deep_gemm2 : configure_sm90_mxfp4_decode_gemm2)(
-          static_cast<int>(s.I), &per_sm2));
-    } else if (k.rs_wide_probe()) {
-      MOE_EP_CUDA_CHECK(
-          test::configure_rs16_wide_work(k.rs_fp8_work, k.rs_group_blocks, k.rs_wide_block_m, &per_sm1, &per_sm2));
-      if (k.rs_wide_block_m == kRsWide128BlockM && !k.rs_wide_merged)
-        MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_rs_wide128_grouped_gemm1(&per_sm1));
-    } else if (k.rs) {
-      MOE_EP_CUDA_CHECK((k.rs_wide ? configure_sm90_mxfp4_rs_wide_grouped_gemm1 : configure_sm90_mxfp4_rs_grouped_gemm1)(
-          &per_sm1));
-      MOE_EP_CUDA_CHECK((k.rs_wide ? configure_sm90_mxfp4_rs_wide_grouped_gemm2 : configure_sm90_mxfp4_rs_grouped_gemm2)(
-          &per_sm2));
-    } else if (k.rs_fp8_probe()) {
-      MOE_EP_CUDA_CHECK(test::configure_rs_fp8_variant(k.rs_fp8_variant(), &per_sm1, &per_sm2));
-    } else if (k.rs_fp8_block_m > 0) {
-      MOE_EP_CUDA_CHECK(
-          configure_sm90_mxfp4_rs_fp8_grouped_gemm1(k.rs_fp8_block_m, &per_sm1, k.rs_fp8_block_n(), k.rs_fp8_tails == 1));
-      MOE_EP_CUDA_CHECK(
-          configure_sm90_mxfp4_rs_fp8_grouped_gemm2(k.rs_fp8_block_m, &per_sm2, k.rs_fp8_block_n(), k.rs_fp8_tails == 1));
-    } else if (k.wgmma) {
-      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm1(*k.wgmma, &per_sm1, k.decode));
-      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_wgmma_grouped_gemm2(*k.wgmma, &per_sm2, k.decode));
-    } else {
-      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_grouped_gemm1(&per_sm1));
-      MOE_EP_CUDA_CHECK(configure_sm90_mxfp4_grouped_gemm2(&per_sm2));
-    }
-    EXPECT_GE(per_sm1, 1);
-    EXPECT_GE(per_sm2, 1);
-    // Every block count works (persistent walk); this is the layer's choice.
-    grid1_ = sms * std::max(per_sm1, 1);
-    grid2_ = sms * std::max(per_sm2, 1);
+    const FormGrids g = configure_forms(k.gemm1, k.gemm2, s.H, s.I, r_.max_tiles);
+    grid1_ = g.grid1;
+    grid2_ = g.grid2;
   }
 
   void poison() {
     MOE_EP_CUDA_CHECK(cudaMemset(h_.get(), 0xFF, h_.bytes()));              // e4m3 NaN
     MOE_EP_CUDA_CHECK(cudaMemset(h_scale_.get(), 0xFF, h_scale_.bytes()));  // E8M0 NaN
     MOE_EP_CUDA_CHECK(cudaMemset(o_.get(), 0xFF, o_.bytes()));              // bf16 NaN
-    for (DeviceBuffer* b : {&x_rs_, &h_rs_})
+    for (DeviceBuffer* b : {&x_16bit_, &h_16bit_})
       if (b->bytes()) MOE_EP_CUDA_CHECK(cudaMemset(b->get(), 0xFF, b->bytes()));
   }
 
@@ -360,40 +264,15 @@ class GemmRun {
     g1.op.a_scale_row_bytes = s_.H / 32;
     g1.op.a_row_index = r_.row_token.get<int32_t>();
     g1.op.w = w_.w13.tiles.get();
-    g1.op.w_scale = k_.folded() ? w_.w13.shifts.get() : w_.w13.e8m0_scales.get();
-    g1.op.w_col_scale = k_.folded() ? w_.w13.col_scale.get<float>() : nullptr;
+    g1.op.w_scale = k_.folded ? w_.w13.shifts.get() : w_.w13.e8m0_scales.get();
+    g1.op.w_col_scale = k_.folded ? w_.w13.col_scale.get<float>() : nullptr;
     g1.epilogue.row_weight = r_.row_weight.get<float>();
     g1.epilogue.clamp = 10.0f;
     g1.epilogue.intermediate = static_cast<int32_t>(s_.I);
     g1.epilogue.h_q = h_.get();
     g1.epilogue.h_scale = h_scale_.get();
-    if (k_.decode_prefetch > 0 && k_.decode_split > 1) {
-      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_decode_split_gemm1(g1, static_cast<int>(r_.max_tiles), nullptr));
-    } else if (k_.decode_prefetch > 0 && k_.decode_bulk_slots > 0) {
-      MOE_EP_CUDA_CHECK(test::launch_decode_bulk_gemm1(k_.decode_bulk_slots, g1, static_cast<int>(r_.max_tiles), nullptr));
-    } else if (k_.decode_prefetch > 0) {
-      const bool deep = k_.decode_prefetch == kDecodeDeepPrefetch;
-      MOE_EP_CUDA_CHECK((deep ? launch_sm90_mxfp4_decode_deep_gemm1 : launch_sm90_mxfp4_decode_gemm1)(
-          g1, static_cast<int>(r_.max_tiles), nullptr));
-    } else if (k_.rs) {
-      use_bf16_activations(g1.op, p_.a, p_.a_scale, p_.T, x_rs_);
-      if (k_.rs_wide && k_.rs_wide_block_m == kRsWide128BlockM && !k_.rs_wide_merged)
-        MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_wide128_grouped_gemm1(g1, grid1_, nullptr));
-      else if (k_.rs_wide_probe())
-        MOE_EP_CUDA_CHECK(
-            test::launch_rs16_wide_work_gemm1(k_.rs_fp8_work, k_.rs_group_blocks, k_.rs_wide_block_m, g1, grid1_, nullptr));
-      else
-        MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm1 : launch_sm90_mxfp4_rs_grouped_gemm1)(
-          g1, grid1_, nullptr));
-    } else if (k_.rs_fp8_probe()) {
-      MOE_EP_CUDA_CHECK(test::launch_rs_fp8_variant_gemm1(k_.rs_fp8_variant(), g1, grid1_, nullptr));
-    } else if (k_.rs_fp8_block_m > 0) {
-      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_fp8_grouped_gemm1(k_.rs_fp8_block_m, g1, grid1_, nullptr, k_.rs_fp8_block_n(),
-                                                               k_.rs_fp8_tails == 1));
-    } else if (k_.wgmma)
-      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm1(*k_.wgmma, g1, grid1_, nullptr, k_.decode));
-    else
-      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_grouped_gemm1(g1, grid1_, nullptr));
+    if (sm90_form(k_.gemm1).x_16bit) use_bf16_activations(g1.op, p_.a, p_.a_scale, p_.T, x_16bit_);
+    MOE_EP_CUDA_CHECK(sm90_form_kernels(k_.gemm1).launch1(g1, grid1_, nullptr));
   }
 
   void gemm2(const GemmRun* input = nullptr) {
@@ -407,34 +286,11 @@ class GemmRun {
     g2.op.a_scale = in.h_scale_.get();
     g2.op.a_scale_row_bytes = s_.I / 32;
     g2.op.w = w_.w2.tiles.get();
-    g2.op.w_scale = k_.folded() ? w_.w2.shifts.get() : w_.w2.e8m0_scales.get();
-    g2.op.w_col_scale = k_.folded() ? w_.w2.col_scale.get<float>() : nullptr;
+    g2.op.w_scale = k_.folded ? w_.w2.shifts.get() : w_.w2.e8m0_scales.get();
+    g2.op.w_col_scale = k_.folded ? w_.w2.col_scale.get<float>() : nullptr;
     g2.epilogue.out = o_.get<uint16_t>();
-    if (k_.decode_prefetch > 0 && k_.decode_split > 1) {
-      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_decode_split_gemm2(g2, static_cast<int>(r_.max_tiles), nullptr));
-    } else if (k_.decode_prefetch > 0 && k_.decode_bulk_slots > 0) {
-      MOE_EP_CUDA_CHECK(test::launch_decode_bulk_gemm2(k_.decode_bulk_slots, g2, static_cast<int>(r_.max_tiles), nullptr));
-    } else if (k_.decode_prefetch > 0) {
-      const bool deep = k_.decode_prefetch == kDecodeDeepPrefetch;
-      MOE_EP_CUDA_CHECK((deep ? launch_sm90_mxfp4_decode_deep_gemm2 : launch_sm90_mxfp4_decode_gemm2)(
-          g2, static_cast<int>(r_.max_tiles), nullptr));
-    } else if (k_.rs) {
-      use_bf16_activations(g2.op, in.h_, in.h_scale_, r_.rows, h_rs_);
-      if (k_.rs_wide_probe())
-        MOE_EP_CUDA_CHECK(
-            test::launch_rs16_wide_work_gemm2(k_.rs_fp8_work, k_.rs_group_blocks, k_.rs_wide_block_m, g2, grid2_, nullptr));
-      else
-        MOE_EP_CUDA_CHECK((k_.rs_wide ? launch_sm90_mxfp4_rs_wide_grouped_gemm2 : launch_sm90_mxfp4_rs_grouped_gemm2)(
-          g2, grid2_, nullptr));
-    } else if (k_.rs_fp8_probe()) {
-      MOE_EP_CUDA_CHECK(test::launch_rs_fp8_variant_gemm2(k_.rs_fp8_variant(), g2, grid2_, nullptr));
-    } else if (k_.rs_fp8_block_m > 0) {
-      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_rs_fp8_grouped_gemm2(k_.rs_fp8_block_m, g2, grid2_, nullptr, k_.rs_fp8_block_n(),
-                                                               k_.rs_fp8_tails == 1));
-    } else if (k_.wgmma)
-      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_wgmma_grouped_gemm2(*k_.wgmma, g2, grid2_, nullptr, k_.decode));
-    else
-      MOE_EP_CUDA_CHECK(launch_sm90_mxfp4_grouped_gemm2(g2, grid2_, nullptr));
+    if (sm90_form(k_.gemm2).h_16bit) use_bf16_activations(g2.op, in.h_, in.h_scale_, r_.rows, h_16bit_);
+    MOE_EP_CUDA_CHECK(sm90_form_kernels(k_.gemm2).launch2(g2, grid2_, nullptr));
   }
 
   GemmOutputs outputs() const {
@@ -459,8 +315,8 @@ class GemmRun {
   }
 
  private:
-  // rs: `rows` Q8 rows of op.k values (q, scales) converted to bf16 in the rs order into `out`,
-  // which becomes the GEMM's A.
+  // `rows` Q8 rows of op.k values (q, scales) converted to bf16 in the register-operand order into
+  // `out`, which becomes the GEMM's A.
   static void use_bf16_activations(GroupedGemmOperands& op, const DeviceBuffer& q, const DeviceBuffer& scales,
                                    int64_t rows, DeviceBuffer& out) {
     MOE_EP_CUDA_CHECK(launch_sm90_q8_to_rs_bf16(q.get(), scales.get(), rows, nullptr, op.k, out.get<uint16_t>(), nullptr));
@@ -473,7 +329,7 @@ class GemmRun {
   Kernels k_;
   DeviceRouting r_;
   DeviceBuffer h_, h_scale_, o_;
-  DeviceBuffer x_rs_, h_rs_;  // rs: the bf16 activations of GEMM 1 and GEMM 2
+  DeviceBuffer x_16bit_, h_16bit_;  // the bf16 activations of forms that read them
   int grid1_ = 0, grid2_ = 0;
 };
 
@@ -581,23 +437,15 @@ inline Nvfp4DeviceProblem make_nvfp4_problem(const Shape& s, const testing::Host
           DeviceBuffer::upload(in.topk_ids), DeviceBuffer::upload(in.topk_weights)};
 }
 
-// nvfp4 GEMM kernels: f16 mma.sync (64-row m tiles), f16 wgmma with the weights in registers
-// (128-row m tiles, activations converted to f16 first; kWgmmaWide: 64-row m tiles x 256 weight
-// rows, four consumers), the decode kernels (16-row m tiles), their deep form and their form
-// with K split in two per block.
-enum class Nvfp4Kernels { kMma, kWgmma, kWgmmaWide, kDecode, kDecodeDeep, kDecodeSplit };
-
-// The nvfp4 GEMMs of one problem with one kernel family; outputs NaN-poisoned at creation.
+// The nvfp4 GEMMs of one problem with one form for both GEMMs (nvfp4.mma, .rs-f16 128x128 or
+// 64x256 with the activations converted to f16 first, .decode, .decode-split); outputs
+// NaN-poisoned at creation.
 class Nvfp4GemmRun {
  public:
-  Nvfp4GemmRun(const Shape& s, const Nvfp4DeviceProblem& p, const Nvfp4DeviceWeights& w, Nvfp4Kernels k)
-      : s_(s), p_(p), w_(w), k_(k) {
-    const bool decode = k == Nvfp4Kernels::kDecode || k == Nvfp4Kernels::kDecodeDeep || k == Nvfp4Kernels::kDecodeSplit;
-    r_ = route(s, p.T, p.ids, p.topk_weights,
-               k == Nvfp4Kernels::kWgmma       ? kRsBlockM
-               : k == Nvfp4Kernels::kWgmmaWide ? kRsWideBlockM
-               : decode                        ? kDecodeBlockM
-                                               : kGemmBlockM);
+  Nvfp4GemmRun(const Shape& s, const Nvfp4DeviceProblem& p, const Nvfp4DeviceWeights& w, Sm90Form form)
+      : s_(s), p_(p), w_(w), form_(form) {
+    EXPECT_EQ(sm90_form(form).recipe, Recipe::kNvfp4) << sm90_form_name(form);
+    r_ = route(s, p.T, p.ids, p.topk_weights, sm90_form(form).list_block_m);
     const int64_t rows = std::max<int64_t>(p.T * s.K, 1);
     h_f32_ = DeviceBuffer(rows * s.I * 4);
     h_ = DeviceBuffer(rows * s.I / 2);
@@ -606,38 +454,10 @@ class Nvfp4GemmRun {
     o_ = DeviceBuffer(rows * s.H * 2);
     x16_ = DeviceBuffer(std::max<int64_t>(p.T, 1) * s.H * 2);
     h16_ = DeviceBuffer(rows * s.I * 2);
-    for (DeviceBuffer* b : {&h_f32_, &o_}) MOE_EP_CUDA_CHECK(cudaMemset(b->get(), 0xFF, b->bytes()));  // NaN
-    int sms = 0, per_sm1 = 0, per_sm2 = 0;
-    MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    switch (k) {
-      case Nvfp4Kernels::kMma:
-        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_grouped_gemm1(&per_sm1));
-        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_grouped_gemm2(&per_sm2));
-        break;
-      case Nvfp4Kernels::kWgmma:
-        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_rs_grouped_gemm1(&per_sm1));
-        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_rs_grouped_gemm2(&per_sm2));
-        break;
-      case Nvfp4Kernels::kWgmmaWide:
-        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_rs_wide_grouped_gemm1(&per_sm1));
-        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_rs_wide_grouped_gemm2(&per_sm2));
-        break;
-      case Nvfp4Kernels::kDecode:
-        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_gemm1(static_cast<int>(s.H), &per_sm1));
-        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_gemm2(static_cast<int>(s.I), &per_sm2));
-        break;
-      case Nvfp4Kernels::kDecodeDeep:
-        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_deep_gemm1(static_cast<int>(s.H), &per_sm1));
-        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_deep_gemm2(static_cast<int>(s.I), &per_sm2));
-        break;
-      case Nvfp4Kernels::kDecodeSplit:
-        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_split_gemm1(static_cast<int>(s.H), &per_sm1));
-        MOE_EP_CUDA_CHECK(configure_sm90_nvfp4_decode_split_gemm2(static_cast<int>(s.I), &per_sm2));
-        break;
-    }
-    // Persistent kernels: blocks per SM x SMs; decode kernels: the routing's m-tile bound.
-    grid1_ = decode ? static_cast<int>(r_.max_tiles) : sms * std::max(per_sm1, 1);
-    grid2_ = decode ? static_cast<int>(r_.max_tiles) : sms * std::max(per_sm2, 1);
+    for (DeviceBuffer* b : {&h_f32_, &o_, &x16_, &h16_}) MOE_EP_CUDA_CHECK(cudaMemset(b->get(), 0xFF, b->bytes()));  // NaN
+    const FormGrids g = configure_forms(form, form, s.H, s.I, r_.max_tiles);
+    grid1_ = g.grid1;
+    grid2_ = g.grid2;
   }
 
   void gemm1() {
@@ -658,20 +478,12 @@ class Nvfp4GemmRun {
     g.epilogue.clamp = 10.0f;
     g.epilogue.intermediate = static_cast<int32_t>(s_.I);
     g.epilogue.h_f32 = h_f32_.get<float>();
-    switch (k_) {
-      case Nvfp4Kernels::kMma: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_grouped_gemm1(g, grid1_, nullptr)); break;
-      case Nvfp4Kernels::kWgmma:
-      case Nvfp4Kernels::kWgmmaWide:
-        MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(p_.a.get(), p_.a_scale.get(), p_.T, nullptr, g.op.k,
-                                                      x16_.get<uint16_t>(), nullptr));
-        set_16bit_activations(g.op, x16_.get<uint16_t>());
-        MOE_EP_CUDA_CHECK(k_ == Nvfp4Kernels::kWgmma ? launch_sm90_nvfp4_rs_grouped_gemm1(g, grid1_, nullptr)
-                                                     : launch_sm90_nvfp4_rs_wide_grouped_gemm1(g, grid1_, nullptr));
-        break;
-      case Nvfp4Kernels::kDecode: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_gemm1(g, grid1_, nullptr)); break;
-      case Nvfp4Kernels::kDecodeDeep: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_deep_gemm1(g, grid1_, nullptr)); break;
-      case Nvfp4Kernels::kDecodeSplit: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_split_gemm1(g, grid1_, nullptr)); break;
+    if (sm90_form(form_).x_16bit) {
+      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(p_.a.get(), p_.a_scale.get(), p_.T, nullptr, g.op.k,
+                                                    x16_.get<uint16_t>(), nullptr));
+      set_16bit_activations(g.op, x16_.get<uint16_t>());
     }
+    MOE_EP_CUDA_CHECK(sm90_form_kernels(form_).launch1(g, grid1_, nullptr));
     Nvfp4QuantizeParams q;  // h's NVFP4 rows, as the layer's pass writes them
     q.in = h_f32_.get();
     q.cols = s_.I;
@@ -699,21 +511,13 @@ class Nvfp4GemmRun {
     g.op.w_scale = w_.w2_scales.get();
     g.op.w_global = w_.w2_global.get<float>();
     g.epilogue.out = o_.get<uint16_t>();
-    switch (k_) {
-      case Nvfp4Kernels::kMma: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_grouped_gemm2(g, grid2_, nullptr)); break;
-      case Nvfp4Kernels::kWgmma:
-      case Nvfp4Kernels::kWgmmaWide:
-        MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(in.h_.get(), in.h_scale_.get(), p_.T * s_.K,
-                                                      r_.offsets.get<int32_t>() + s_.E, g.op.k, h16_.get<uint16_t>(),
-                                                      nullptr));
-        set_16bit_activations(g.op, h16_.get<uint16_t>());
-        MOE_EP_CUDA_CHECK(k_ == Nvfp4Kernels::kWgmma ? launch_sm90_nvfp4_rs_grouped_gemm2(g, grid2_, nullptr)
-                                                     : launch_sm90_nvfp4_rs_wide_grouped_gemm2(g, grid2_, nullptr));
-        break;
-      case Nvfp4Kernels::kDecode: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_gemm2(g, grid2_, nullptr)); break;
-      case Nvfp4Kernels::kDecodeDeep: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_deep_gemm2(g, grid2_, nullptr)); break;
-      case Nvfp4Kernels::kDecodeSplit: MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_decode_split_gemm2(g, grid2_, nullptr)); break;
+    if (sm90_form(form_).h_16bit) {
+      MOE_EP_CUDA_CHECK(launch_sm90_nvfp4_to_rs_f16(in.h_.get(), in.h_scale_.get(), p_.T * s_.K,
+                                                    r_.offsets.get<int32_t>() + s_.E, g.op.k, h16_.get<uint16_t>(),
+                                                    nullptr));
+      set_16bit_activations(g.op, h16_.get<uint16_t>());
     }
+    MOE_EP_CUDA_CHECK(sm90_form_kernels(form_).launch2(g, grid2_, nullptr));
   }
 
   std::vector<float> h() const { return sync_download<float>(h_f32_, r_.rows * s_.I); }
@@ -737,7 +541,7 @@ class Nvfp4GemmRun {
   const Shape& s_;
   const Nvfp4DeviceProblem& p_;
   const Nvfp4DeviceWeights& w_;
-  Nvfp4Kernels k_;
+  Sm90Form form_;
   DeviceRouting r_;
   DeviceBuffer h_f32_, h_, h_scale_, h_global_, o_, x16_, h16_;
   int grid1_ = 0, grid2_ = 0;

@@ -1,10 +1,11 @@
-// The decode (small-batch) GEMMs of both families, forced with KernelOverrides::gemm = decode:
-// against the CPU layer and bit for bit against the 64 x 128 mma.sync kernels of the recipe (the
-// same products, the same k order, and for mxfp4 the same per-k32 fp32 promotion), on routings
-// that exercise the 16-row tiles: one row per expert, experts with 16, 17 and hundreds of rows
-// (many tiles of one expert), holes, tokens without slots; mxfp4 with folded weights and with
-// E8M0 block scales, nvfp4 with its e4m3 block and global scales; then the flash shape at
-// decode sizes.
+// The decode (small-batch) forms of both recipes in the layer, forced with KernelOverrides::gemm =
+// decode: against the CPU layer and bit for bit against the 64 x 128 mma.sync form of the recipe
+// (the same products, the same k order, and for mxfp4 the same per-k32 fp32 promotion), on
+// routings that exercise the 16-row tiles: one row per expert, experts with 16, 17 and hundreds
+// of rows (many tiles of one expert), holes, tokens without slots; mxfp4 with folded weights and
+// with E8M0 block scales, nvfp4 with its e4m3 block and global scales; then the flash shape at
+// decode sizes. The fused quantize + routing launch gives the two-launch plan's bits; the split
+// decode form (decode_split_k = 2) stays within the CPU threshold, reruns and graph replays equal.
 #include <utility>
 
 #include <fmt/format.h>
@@ -34,7 +35,8 @@ Outputs run_both(const Problem& p, const WeightPack& w, const Inputs& in) {
     decode.overrides.gemm = GemmKernel::kDecode;
     auto layer = make_gpu_layer(decode, w);
     const std::string config = layer->info().config.str();
-    EXPECT_NE(config.find("decode GEMMs (2 k steps of weights in flight), routing m tiles of 16 rows"), std::string::npos)
+    EXPECT_NE(config.find(fmt::format("{}.decode.16x128, routing m tiles of 16 rows", recipe_name(p.recipe))),
+              std::string::npos)
         << config;
     o.decode = run_on_gpu(*layer, to_device(p, in));
     EXPECT_EQ(layer->read_error_flags(), 0u);
@@ -135,15 +137,13 @@ TEST_P(Sm90Decode, OddStepCountsLargeKAndCallerQuantizedActivations) {
   check(caller, cw, in, std::string(dc.name) + " quantize_input = false");
 }
 
-// KernelOverrides::decode_prefetch = 4 (the deep decode kernels), fuse_quantize_route (Q8 or
-// NVFP4 of x and the routing in one launch) and fuse_combine (the combine inside the decode GEMM 2), one
-// at a time and all together, change how the layer runs, not what it computes: outputs bitwise
-// those of the default plan on random and structured routings (tokens without slots, a repeated
-// expert), for the decode and the mma.sync buckets (the fused launch feeds both), and within the
-// recipe's threshold of the CPU. Every case runs after the others on the same layer, so fused
-// combine counters left nonzero by one forward would show in the next.
-// Shapes: the tiny preset (2 and 1 k steps: fewer than the deep ring's 4 slots), H = I = 640 and
-// 896 (5 and 7 k steps: the ring refilled, then a partial last round).
+// KernelOverrides::fuse_quantize_route (Q8 or NVFP4 of x and the routing in one launch) changes
+// how the layer runs, not what it computes: outputs bitwise those of the two-launch plan on random
+// and structured routings (tokens without slots, a repeated expert), for the decode and the
+// mma.sync buckets (the fused launch feeds both), and within the recipe's threshold of the CPU;
+// graph replays equal the eager forward. Every case runs after the others on the same layer.
+// Shapes: the tiny preset (2 and 1 k steps), H = I = 640 and 896 (5 and 7 k steps: the decode
+// form's weight ring refilled, then a partial last round).
 struct PlanCase {
   std::string what;
   Inputs in;
@@ -165,7 +165,7 @@ std::vector<PlanCase> plan_cases(const Problem& p, const WeightSet& w, bool stru
       for (int64_t k = 0; k < p.top_k; ++k) all.set_id(t, k, 9);
     cases.push_back({"one expert in every slot", all, {}});
     // Tokens without a valid slot (zeros in y), and one expert twice in a token's slots (two rows
-    // of one token in one m tile: the fused combine counts both).
+    // of one token in one m tile).
     Inputs odd = testsupport::random_inputs(p, 37, 679, {.skip_fraction = 0.3});
     for (int64_t t = 0; t < odd.tokens; ++t) {
       if (t % 5 == 0)
@@ -196,9 +196,8 @@ void expect_replays_equal_eager(L& layer, const DeviceInputs& d, const std::stri
   MOE_EP_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
-TEST_P(Sm90Decode, DeepPrefetchAndFusedQuantizeRouteGiveTheDefaultBits) {
+TEST_P(Sm90Decode, FusedQuantizeRouteGivesTheDefaultBits) {
   const DecodeCase& dc = GetParam();
-  const bool mxfp4 = std::string(dc.family) == "mxfp4";
   for (const int64_t size : {0, 640, 896}) {  // 0: the tiny preset's H = 256, I = 128
     Problem p = testsupport::tiny_problem(dc.family);
     if (!dc.folded) p.overrides.fold_fp8 = false;
@@ -210,34 +209,20 @@ TEST_P(Sm90Decode, DeepPrefetchAndFusedQuantizeRouteGiveTheDefaultBits) {
       Problem base = p;
       base.overrides.gemm = gemm;
       base.overrides.fuse_quantize_route = false;  // the reference: two launches (auto fuses mxfp4's decode)
-      std::vector<std::pair<Problem, std::string>> variants;  // (problem, what its plan must say)
-      if (gemm == GemmKernel::kDecode) {
-        Problem deep = base;
-        deep.overrides.decode_prefetch = 4;  // the deep form
-        variants.emplace_back(deep, "decode GEMMs (4 k steps of weights in flight)");  // the plan: what runs
-      }
       Problem fused = base;
       fused.overrides.fuse_quantize_route = true;
-      variants.emplace_back(fused, "quantize x + routing (one launch), gemm1");
-      if (gemm == GemmKernel::kDecode) {
-        Problem combined = base;
-        combined.overrides.fuse_combine = true;
-        variants.emplace_back(combined, "gemm2 + combine (one launch))");
-        Problem all = combined;
-        all.overrides.decode_prefetch = 4;
-        all.overrides.fuse_quantize_route = true;
-        variants.emplace_back(all, mxfp4 ? "decode GEMMs (4 k steps of weights in flight), routing m tiles of 16 rows; "
-                                           "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 3 steps (quantize "
-                                           "x + routing (one launch), gemm1, gemm2 + combine (one launch))"
-                                         : "decode GEMMs (4 k steps of weights in flight), routing m tiles of 16 rows; "
-                                           "gemm1 grid m_tiles16(T) x 1, gemm2 grid m_tiles16(T) x 1; 4 steps (quantize "
-                                           "x + routing (one launch), gemm1, nvfp4 of h, gemm2 + combine (one launch))");
-      }
+      // What the fused plan must say: the pinned family's form, and the one launch.
+      const std::string form = fmt::format("{}.{}", recipe_name(p.recipe),
+                                           gemm == GemmKernel::kDecode ? "decode.16x128" : "mma.64x128");
+      const std::vector<std::string> markers = {
+          fmt::format("{}, routing m tiles of {} rows; ", form, gemm == GemmKernel::kDecode ? 16 : 64),
+          "(quantize x + routing (one launch), gemm1"};
+      const std::vector<std::pair<Problem, std::vector<std::string>>> variants = {{fused, markers}};
       auto ref_layer = make_gpu_layer(base, w.pack());
-      for (const auto& [v, marker] : variants) {
+      for (const auto& [v, plan_markers] : variants) {
         auto layer = make_gpu_layer(v, w.pack());
         const std::string config = layer->info().config.str();
-        EXPECT_NE(config.find(marker), std::string::npos) << config;
+        for (const std::string& marker : plan_markers) EXPECT_NE(config.find(marker), std::string::npos) << config;
         for (const PlanCase& c : cases) {
           const DeviceInputs d = to_device(p, c.in);
           const std::vector<uint16_t> ref = run_on_gpu(*ref_layer, d), got = run_on_gpu(*layer, d);
@@ -252,7 +237,7 @@ TEST_P(Sm90Decode, DeepPrefetchAndFusedQuantizeRouteGiveTheDefaultBits) {
                      got.empty() ? 1.0 : same / static_cast<double>(got.size()));
         }
         EXPECT_EQ(layer->read_error_flags(), 0u);
-        // Graph replays equal the eager forward (the fused combine's counters reset inside the graph).
+        // Graph replays equal the eager forward.
         expect_replays_equal_eager(*layer, to_device(p, cases[1].in),  // random, T = 7
                                    std::string(dc.name) + " " + v.overrides.str());
       }
@@ -281,8 +266,8 @@ TEST(Sm90DecodeSplit, LayerWithinThresholdOfTheCpuRerunsAndReplaysEqual) {
     split.overrides.decode_split_k = 2;
     auto layer = make_gpu_layer(split, w.pack());
     const std::string config = layer->info().config.str();
-    EXPECT_NE(config.find("decode GEMMs (2 k steps of weights in flight, K split in two per block)"),
-              std::string::npos) << config;
+    EXPECT_NE(config.find(fmt::format("{}.decode-split.16x64, routing m tiles of 16 rows", recipe)), std::string::npos)
+        << config;
     for (const PlanCase& c : cases) {
       const DeviceInputs d = to_device(p, c.in);
       const std::vector<uint16_t> got = run_on_gpu(*layer, d), again = run_on_gpu(*layer, d);

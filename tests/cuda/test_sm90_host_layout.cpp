@@ -298,7 +298,8 @@ TEST(Sm90Plan, WorkspaceRegionsAreAlignedDisjointAndSizedByTheFormula) {
   }
 }
 
-// wgmma-bf16 layers add h as bf16 (M x I x 2 B), disjoint from the rest; their bf16 x lives in o.
+// Layers whose forms read 16-bit h add it (M x I x 2 B), disjoint from the rest; a bf16 x (the
+// mxfp4 pairs GEMM 1) lives in o.
 TEST(Sm90Plan, Bf16ActivationsAddTheirHRegionAndFitXIntoO) {
   LayerShape s{256, 4096, 2048, 6, 8192, Recipe::kMxfp4};
   const WorkspaceLayout plain = workspace_layout(s);

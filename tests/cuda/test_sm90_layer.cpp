@@ -1,8 +1,8 @@
 // The SM90 layer against the CPU layer on the tiny preset (H=256, I=128, E=16, K=4): both
 // recipes, T = 0, 1, 7, 128, 4096, structured routings (an idle expert, one expert taking every
 // row, -1 holes, tokens with no valid slot, repeated experts), caller-quantized activations,
-// int32/int64 ids, bf16 and device-resident weights, fast math; then determinism, graph replay
-// and the device error flag.
+// int32/int64 ids, bf16 and device-resident weights, fast math; then determinism, graph replay,
+// the device error flag, and a small case for compute-sanitizer on every GEMM family pinned in turn.
 #include <cmath>
 #include <random>
 
@@ -305,14 +305,15 @@ TEST_P(Sm90LayerTiny, SmallCaseForSanitizers) {
 INSTANTIATE_TEST_SUITE_P(Recipes, Sm90LayerTiny, ::testing::Values("mxfp4", "nvfp4"));
 
 // The sanitizer case on each GEMM family pinned in turn (the auto choice at T = 70 is decode only),
-// so compute-sanitizer covers decode, mma.sync, wgmma and wgmma-rs kernels of mxfp4 and the three
-// nvfp4 families (decode, mma.sync, nvfp4-wgmma on both tiles).
+// so compute-sanitizer covers the decode (also with K split in two, and with x's quantization and
+// the routing in one launch), mma.sync, wgmma and wgmma-rs forms of mxfp4 and the nvfp4 families
+// (decode, mma.sync, the f16 wgmma forms on both tiles).
 TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
   MOE_EP_REQUIRE_CUDA();
   struct Case {
     const char* family;
     GemmKernel kernel;
-    bool fused = false;  // decode: the deep kernels, the combine inside GEMM 2, quantize + routing as one
+    bool fused = false;  // decode: x's quantization and the routing in one launch
     bool wide = false;   // wgmma: the 64x256 tile (four consumers)
     bool split = false;  // decode: K split in two per block (H = I = 1024, whole halves for both recipes)
   };
@@ -330,37 +331,32 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
       p.hidden = p.intermediate = 1024;
       p.overrides.decode_split_k = 2;
     }
-    if (c.fused) {
-      p.overrides.decode_prefetch = 4;
-      p.overrides.fuse_combine = true;
-      p.overrides.fuse_quantize_route = true;
-    }
+    if (c.fused) p.overrides.fuse_quantize_route = true;
     // The warpgroup kernels and the split decode kernels are refused with exact accumulation.
     const bool warpgroup = c.kernel == GemmKernel::kWgmma || c.kernel == GemmKernel::kWgmmaRs;
     p.exact_accumulation = !warpgroup && !c.split;
     const WeightSet w = testsupport::random_weights(p, native_format(p), 10);
     if (c.fused) {  // the plan runs what the case names
       const std::string plan = make_gpu_layer(p, w.pack())->info().config.str();
-      EXPECT_NE(plan.find("(4 k steps of weights in flight)"), std::string::npos) << plan;
-      EXPECT_NE(plan.find("gemm2 + combine (one launch)"), std::string::npos) << plan;
+      EXPECT_NE(plan.find(fmt::format("{}.decode.16x128, routing m tiles of 16 rows", c.family)), std::string::npos)
+          << plan;
+      EXPECT_NE(plan.find("(quantize x + routing (one launch), gemm1"), std::string::npos) << plan;
     }
     if (c.split) {
       const std::string plan = make_gpu_layer(p, w.pack())->info().config.str();
-      EXPECT_NE(plan.find("decode GEMMs (2 k steps of weights in flight, K split in two per block)"),
+      EXPECT_NE(plan.find(fmt::format("{}.decode-split.16x64, routing m tiles of 16 rows", c.family)),
                 std::string::npos) << plan;
     }
     if (c.wide) {
       const std::string plan = make_gpu_layer(p, w.pack())->info().config.str();
-      EXPECT_NE(plan.find("nvfp4-wgmma GEMMs (n tiles of 256 weight rows, 4 consumer warpgroups), routing m tiles "
-                          "of 64 rows"),
-                std::string::npos) << plan;
+      EXPECT_NE(plan.find("nvfp4.rs-f16.64x256, routing m tiles of 64 rows"), std::string::npos) << plan;
     }
     const Inputs in = testsupport::random_inputs(p, 70, 15, {.skip_fraction = 0.2});
     // nvfp4's wgmma products are exact f16 ones: its own threshold.
     const bool fp8_warpgroup = warpgroup && p.recipe == Recipe::kMxfp4;
     expect_matches_cpu(p, w, in,
                        fmt::format("{} sanitizer case, {} GEMMs{}{}", c.family, gemm_kernel_name(c.kernel),
-                                   c.fused ? " (deep, fused)" : "", c.wide ? " (64x256)" : ""),
+                                   c.fused ? " (fused quantize + routing)" : "", c.wide ? " (64x256)" : ""),
                        fp8_warpgroup ? wgmma_recipe_tolerance() : -1.0);
   }
 }

@@ -1,7 +1,8 @@
-// The nvfp4 grouped-GEMM kernels against each other on the device (gemm_harness.h): the f16
-// wgmma kernels with the weights in registers (nvfp4-wgmma, both tiles) and the decode kernels, regular and
-// deep, against the 64 x 128 f16 mma.sync kernels on the same routed rows: GEMM 1's fp32 h and
-// GEMM 2's o on the same NVFP4 h, outputs NaN-poisoned before each run.
+// The nvfp4 grouped-GEMM forms against each other on the device (gemm_harness.h): the f16 wgmma
+// forms with the weights in registers (nvfp4.rs-f16, 128x128 and 64x256) and the decode forms
+// (nvfp4.decode, and nvfp4.decode-split with K in two halves) against the 64 x 128 f16 mma.sync
+// form on the same routed rows: GEMM 1's fp32 h and GEMM 2's o on the same NVFP4 h, outputs
+// NaN-poisoned before each run.
 #include <cstdint>
 #include <vector>
 
@@ -29,7 +30,7 @@ struct MmaReference {
   std::vector<float> h;
   std::vector<uint16_t> o;
   MmaReference(const Shape& s, const Nvfp4DeviceProblem& p, const Nvfp4DeviceWeights& w)
-      : run(s, p, w, Nvfp4Kernels::kMma) {
+      : run(s, p, w, Sm90Form::kNvfp4Mma) {
     run.gemm1();
     run.gemm2(run);
     h = run.h();
@@ -64,8 +65,8 @@ TEST_F(Sm90Nvfp4Kernels, WgmmaMatchesTheMmaKernels) {
       ASSERT_FALSE(h_ref.empty());
       std::vector<float> h_narrow;
       std::vector<uint16_t> o_narrow;
-      for (const Nvfp4Kernels k : {Nvfp4Kernels::kWgmma, Nvfp4Kernels::kWgmmaWide}) {
-        const bool wide = k == Nvfp4Kernels::kWgmmaWide;
+      for (const Sm90Form k : {Sm90Form::kNvfp4RsF16, Sm90Form::kNvfp4RsF16Wide}) {
+        const bool wide = k == Sm90Form::kNvfp4RsF16Wide;
         Nvfp4GemmRun wg(s, p, w, k);
         wg.gemm1();
         wg.gemm2(mma);  // GEMM 2 on mma.sync's NVFP4 h
@@ -91,7 +92,7 @@ TEST_F(Sm90Nvfp4Kernels, WgmmaMatchesTheMmaKernels) {
   }
 }
 
-// One shape and routing of DecodeAndDeepDecodeAreBitwiseTheMmaKernels.
+// One shape and routing of DecodeIsBitwiseTheMmaKernels.
 void check_decode_forms(const Shape& s, const RoutingCase& c, const Nvfp4DeviceWeights& w) {
   const Nvfp4DeviceProblem p = make_nvfp4_problem(s, make_inputs(s, c, 83 + static_cast<uint64_t>(c.T)));
   const MmaReference ref(s, p, w);
@@ -99,16 +100,16 @@ void check_decode_forms(const Shape& s, const RoutingCase& c, const Nvfp4DeviceW
   const std::vector<float>& h_ref = ref.h;
   const std::vector<uint16_t>& o_ref = ref.o;
   ASSERT_FALSE(h_ref.empty());
-  for (const Nvfp4Kernels k : {Nvfp4Kernels::kDecode, Nvfp4Kernels::kDecodeDeep}) {
-    Nvfp4GemmRun run(s, p, w, k);
+  {
+    Nvfp4GemmRun run(s, p, w, Sm90Form::kNvfp4Decode);
     run.gemm1();
     run.gemm2(mma);
-    EXPECT_EQ(run.h(), h_ref) << (k == Nvfp4Kernels::kDecode ? "decode" : "deep decode") << ": GEMM 1 fp32 h";
-    EXPECT_EQ(run.o(), o_ref) << (k == Nvfp4Kernels::kDecode ? "decode" : "deep decode") << ": GEMM 2 on the same h";
+    EXPECT_EQ(run.h(), h_ref) << "decode: GEMM 1 fp32 h";
+    EXPECT_EQ(run.o(), o_ref) << "decode: GEMM 2 on the same h";
   }
   // K split in two per block: the halves' fp32 sums added, so within a threshold, and the
   // same bits on a rerun.
-  Nvfp4GemmRun split(s, p, w, Nvfp4Kernels::kDecodeSplit), again(s, p, w, Nvfp4Kernels::kDecodeSplit);
+  Nvfp4GemmRun split(s, p, w, Sm90Form::kNvfp4DecodeSplit), again(s, p, w, Sm90Form::kNvfp4DecodeSplit);
   for (Nvfp4GemmRun* r : {&split, &again}) {
     r->gemm1();
     r->gemm2(mma);
@@ -124,12 +125,12 @@ void check_decode_forms(const Shape& s, const RoutingCase& c, const Nvfp4DeviceW
              "{:.4f})\n", s.name, c.name, c.T, err_h, equal_share(h_got, h_ref), err_o, equal_share(o_got, o_ref));
 }
 
-// nvfp4's decode kernels and their deep form run mma.sync's products in its k order: fp32 h and
-// o bitwise those of the 64 x 128 mma.sync kernels (o on the same NVFP4 h). Their split form adds
+// nvfp4's decode form runs mma.sync's products in its k order: fp32 h and o bitwise those of the
+// 64 x 128 mma.sync form (o on the same NVFP4 h). The split decode form adds
 // two halves' sums: within threshold, bitwise on a rerun. The second shape gives the split GEMM 1
 // an odd count of k steps per half (H = 1280: 5) and GEMM 2 the smallest K it takes (512: the A
 // rows' region just holds the hand-over).
-TEST_F(Sm90Nvfp4Kernels, DecodeAndDeepDecodeAreBitwiseTheMmaKernels) {
+TEST_F(Sm90Nvfp4Kernels, DecodeIsBitwiseTheMmaKernels) {
   for (const Shape& s : {Shape{"flash/E32", 32, 4096, 2048, 6}, Shape{"H1280/I512", 32, 1280, 512, 6}}) {
     const Nvfp4DeviceWeights w = make_nvfp4_device_weights(s, 59);
     for (const RoutingCase& c : std::vector<RoutingCase>{{"random", 1, 0.0},

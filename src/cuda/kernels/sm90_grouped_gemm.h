@@ -2,8 +2,9 @@
 //
 // Rows of every GEMM are the permuted (expert-grouped) rows of sm90_permute: expert e owns rows
 // [expert_offsets[e], expert_offsets[e+1]). The routing kernel also lists the m-tiles
-// (tile_expert, tile_row_begin; kGemmBlockM rows each, the last one of an expert partial), so
-// the persistent GEMM grid walks tiles = m_tile * (n / kGemmBlockN) + n_tile without a host sync.
+// (tile_expert, tile_row_begin; the bucket's list_block_m rows each, the last one of an expert
+// partial), so a persistent GEMM grid walks tiles = m_tile * (n / block_n) + n_tile without a host
+// sync.
 //
 // Weight layouts (written by weight_layout.cpp; N = output features, K = reduction):
 //   w        [E][N/8][K/128][512 B]  micro-tiles of 8 rows x 128 k; lane l = 4*g + t of a warp
@@ -99,12 +100,12 @@ const Sm90FormKernels& sm90_form_kernels(Sm90Form form);
 
 // Each kernel file defines the kernels of its forms:
 extern const Sm90FormKernels kMxfp4DecodeKernels, kMxfp4DecodeSplitKernels;  // sm90_mxfp4_decode_gemm.cu
-extern const Sm90FormKernels kMxfp4MmaKernels;                                // sm90_mxfp4_grouped_gemm.cu
+extern const Sm90FormKernels kMxfp4MmaKernels;                                // sm90_mxfp4_mma_gemm.cu
 extern const Sm90FormKernels kMxfp4WgmmaFp8Kernels;                           // sm90_mxfp4_wgmma_gemm.cu
 extern const Sm90FormKernels kMxfp4RsFp8Kernels, kMxfp4RsFp8TailsKernels;     // sm90_mxfp4_rs_fp8_gemm.cu
 extern const Sm90FormKernels kMxfp4RsBf16PairsKernels;                        // sm90_mxfp4_rs_bf16_gemm.cu
 extern const Sm90FormKernels kNvfp4DecodeKernels, kNvfp4DecodeSplitKernels;  // sm90_nvfp4_decode_gemm.cu
-extern const Sm90FormKernels kNvfp4MmaKernels;                                // sm90_nvfp4_grouped_gemm.cu
+extern const Sm90FormKernels kNvfp4MmaKernels;                                // sm90_nvfp4_mma_gemm.cu
 extern const Sm90FormKernels kNvfp4RsF16Kernels, kNvfp4RsF16WideKernels;      // sm90_nvfp4_rs_gemm.cu
 
 // ---- the 16-bit activations of the register-operand forms that read them (x_16bit, h_16bit) ----

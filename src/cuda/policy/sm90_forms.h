@@ -78,7 +78,7 @@ struct Sm90Facts {
 // reason of unfolded weights differs).
 std::string sm90_form_unavailable(Sm90Form form, const MoeDesc& desc, const Sm90Facts& facts, bool fold = true);
 
-// The tiles a family can pin for a recipe ("64x256, 128x128"; "" when it has no tile choice).
+// The tiles a family can pin for a recipe ("128x128, 64x256"; "" when it has no tile choice).
 std::string sm90_family_tiles(Recipe recipe, GemmKernel family);
 
 // The form table as a Markdown table (docs/kernels.md carries it between its kernel-table markers).
