@@ -43,7 +43,9 @@ bool sanity_check(std::span<const uint16_t> y, const testing::HostInputs& inputs
                   const SanityRule& rule);
 inline bool sanity_check(std::span<const uint16_t> y, const testing::HostInputs& inputs,
                          std::string* detail, bool shared_expert = false) {
-  return sanity_check(y, inputs, detail, SanityRule{.shared_expert = shared_expert});
+  SanityRule rule;
+  rule.shared_expert = shared_expert;
+  return sanity_check(y, inputs, detail, rule);
 }
 
 // Scales each bf16 row of x [rows, H] by a power of two so that its largest magnitude lies in
