@@ -18,11 +18,19 @@ inline constexpr int64_t kNvBlock = 16;  // elements per e4m3 scale (NVFP4)
 inline constexpr float kE4M3Max = 448.0f;
 inline constexpr float kE2M1Max = 6.0f;
 inline constexpr float kQ8AmaxFloor = 1e-4f;
+// The largest magnitude Q8 holds: 1.875 * 2^127 (e4m3's 1.875 times the largest E8M0 scale
+// that keeps the product finite). A finite bf16 or fp32 value above it would round to 2^128,
+// fp32 Inf, and the Infs of opposite signs in one dot product give NaN.
+inline constexpr float kQ8MaxFinite = 0x1.ep+127f;
 
 // ---- Q8: FP8 e4m3 with one UE8M0 scale per 32 elements (activations) ----
 // amax floored at 1e-4; s = 2^ceil(log2(amax / 448)), byte clamped to [1, 254]. With the floor
 // a finite amax gives a byte in [105, 247]; +Inf gives 254.
 uint8_t q8_scale_byte(float amax);
+// A finite v beyond +-kQ8MaxFinite saturates to +-kQ8MaxFinite; Inf and NaN pass unchanged.
+// quantize_q8 applies it to every element (after the scale is chosen from the raw amax), so a
+// finite input never quantizes to Inf.
+float q8_saturate(float v);
 // n % 32 == 0. q gets n e4m3 bytes, scales n / 32 E8M0 bytes.
 void quantize_q8(const float* v, int64_t n, uint8_t* q, uint8_t* scales);
 void dequantize_q8(const uint8_t* q, const uint8_t* scales, int64_t n, float* out);

@@ -97,6 +97,13 @@ class Runtime {
   // bounded by timeout_ms (kTimeout naming the rank and the phase). A world of one returns at once.
   void barrier(std::string_view phase);
 
+  // For a rank that failed outside a collective call (its own allocation, its own code between
+  // forwards) and will not make the collective calls its peers wait in: breaks the world at
+  // once, so every rank's pending or next collective call throws naming this rank and `reason`
+  // instead of waiting out timeout_ms. Not collective; a world of one: nothing. Never throws.
+  // Release the runtime on every rank afterwards.
+  void abort(std::string_view reason) noexcept;
+
   // Internal: the transport and the workspace memory (src/core/runtime_state.h).
   detail::RuntimeState& state() const { return *state_; }
 

@@ -93,7 +93,14 @@ int64_t load_shared_projection(const Checkpoint& ck, const std::string& name, st
       const float scale = element(s, (r / bn) * sc + c / bk);
       MOE_EP_CHECK(std::isfinite(scale), "{}: element [{}, {}] = {}; expected a finite scale",
                    where(s, srole), r / bn, c / bk, scale);
-      dst[r * k + c] = float_to_bf16(e4m3_to_float(q) * scale);
+      // A finite code times a finite scale can still overflow fp32 or bf16: name the tensor here,
+      // not as a bf16 Inf that Layer::create would find later without a file to point at.
+      const uint16_t v = float_to_bf16(e4m3_to_float(q) * scale);
+      MOE_EP_CHECK(std::isfinite(bf16_to_float(v)), "{}: element [{}, {}] = {} times its scale "
+                   "{} ({}, element [{}, {}]) is {} in bf16; expected finite values",
+                   where(w, role), r, c, e4m3_to_float(q), scale, sname, r / bn, c / bk,
+                   bf16_to_float(v));
+      dst[r * k + c] = v;
     }
   });
   return w.nbytes + s.nbytes;

@@ -12,6 +12,7 @@
 #include "checkpoint/aux_weights.h"
 #include "checkpoint/tensor_pattern.h"
 #include "core/check.h"
+#include "core/host_memory.h"
 #include "core/thread_pool.h"
 #include "moe_ep/checkpoint.h"
 #include "moe_ep/quant.h"
@@ -424,6 +425,23 @@ std::unique_ptr<CheckpointLayer> CheckpointLayerBuilder::build() {
   MOE_EP_CHECK(first_ >= 0 && count_ > 0 && first_ + count_ <= shapes_.E,
                "experts [{}, {}) of layer {} are outside [0, E = {}) ({})", first_, first_ + count_,
                layer_idx_, shapes_.E, shapes_.source);
+  // Before anything is sized by E, H, I: the packed FP4 weights, their scales (NVFP4's one
+  // per 16 is the larger) and the per-expert tensor table, of every expert loaded.
+  {
+    using detail::saturating_bytes;
+    const int64_t per_expert_bytes = std::max<int64_t>(
+        saturating_bytes({3, shapes_.I, shapes_.H}) / 2 + saturating_bytes({3, shapes_.I, shapes_.H}) / kNvBlock,
+        1) + 256;
+    const bool from_config = ck_->config() && shapes_.source == ck_->config()->source;
+    detail::require_host_bytes(
+        saturating_bytes({count_, per_expert_bytes}),
+        fmt::format("loading experts [{}, {}) of layer {} ({} bytes per expert)", first_,
+                    first_ + count_, layer_idx_, per_expert_bytes),
+        from_config ? fmt::format("n_routed_experts = {}, hidden_size = {}, moe_intermediate_size = "
+                                  "{} of {}", shapes_.E, shapes_.H, shapes_.I, shapes_.source)
+                    : fmt::format("E = {}, H = {}, I = {} from {}", shapes_.E, shapes_.H, shapes_.I,
+                                  shapes_.source));
+  }
 
   auto out = std::make_unique<CheckpointLayer>();
   out->checkpoint_ = ck_;

@@ -1,7 +1,9 @@
 #include <cmath>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/json_excerpt.h"
 #include "core/check.h"
 #include "moe_ep/checkpoint.h"
 
@@ -18,7 +20,7 @@ const Json* find_key(const Json& j, const char* key) {
 int64_t int_value(const Json& v, const std::string& source, const char* key, int64_t min) {
   if (!v.is_number_integer() || v.get<int64_t>() < min)
     MOE_EP_FAIL(ErrorCode::kInvalidArgument, "{}: key '{}' is {}; expected an integer >= {}",
-                source, key, v.dump(), min);
+                source, key, checkpoint::json_excerpt(v), min);
   return v.get<int64_t>();
 }
 
@@ -36,21 +38,29 @@ std::optional<int64_t> int_key(const Json& j, const std::string& source,
   return std::nullopt;
 }
 
-std::optional<float> positive_float_key(const Json& j, const std::string& source, const char* key) {
+// A number in (0, max]; `max` at most FLT_MAX, so the float the library keeps is finite too.
+std::optional<float> positive_float_key(const Json& j, const std::string& source, const char* key,
+                                        double max = std::numeric_limits<float>::max()) {
   const Json* v = find_key(j, key);
   if (!v) return std::nullopt;
-  if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() <= 0)
-    MOE_EP_FAIL(ErrorCode::kInvalidArgument, "{}: key '{}' is {}; expected a finite number > 0",
-                source, key, v->dump());
+  if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() <= 0 ||
+      v->get<double>() > max)
+    MOE_EP_FAIL(ErrorCode::kInvalidArgument, "{}: key '{}' is {}; expected a number in (0, {:g}]",
+                source, key, checkpoint::json_excerpt(*v), max);
   return static_cast<float>(v->get<double>());
 }
+
+// The router's weights sum to routed_scaling_factor per token and multiply the experts' bf16
+// outputs: models use 1 to 2.5, and a factor far above that overflows y (NaN, a failed check)
+// rather than meaning anything.
+constexpr double kMaxRoutedScalingFactor = 1024.0;
 
 std::string string_key(const Json& j, const std::string& source, const char* key) {
   const Json* v = find_key(j, key);
   if (!v) return "";
   if (!v->is_string())
     MOE_EP_FAIL(ErrorCode::kInvalidArgument, "{}: key '{}' is {}; expected a string", source, key,
-                v->dump());
+                checkpoint::json_excerpt(*v));
   return v->get<std::string>();
 }
 
@@ -81,18 +91,18 @@ ModelConfig parse_model_config(std::string_view text, const std::string& source)
   c.num_hidden_layers = int_key(j, source, {"num_hidden_layers"}, 1, false).value_or(0);
   c.first_k_dense_replace = int_key(j, source, {"first_k_dense_replace"}, 0, false).value_or(0);
   c.n_shared_experts = int_key(j, source, {"n_shared_experts"}, 0, false).value_or(0);
-  c.routed_scaling_factor = positive_float_key(j, source, "routed_scaling_factor").value_or(1.0f);
+  c.routed_scaling_factor = positive_float_key(j, source, "routed_scaling_factor", kMaxRoutedScalingFactor).value_or(1.0f);
   c.swiglu_limit = positive_float_key(j, source, "swiglu_limit");
 
   if (const Json* q = find_key(j, "quantization_config")) {
     const std::string qsource = source + ": quantization_config";
-    MOE_EP_CHECK(q->is_object(), "{} is {}; expected an object", qsource, q->dump());
+    MOE_EP_CHECK(q->is_object(), "{} is {}; expected an object", qsource, checkpoint::json_excerpt(*q));
     c.quant_method = string_key(*q, qsource, "quant_method");
     c.quant_algo = string_key(*q, qsource, "quant_algo");
     if (const Json* block = find_key(*q, "weight_block_size")) {
       MOE_EP_CHECK(block->is_array() && block->size() == 2,
                    "{}: key 'weight_block_size' is {}; expected [block_n, block_k]", qsource,
-                   block->dump());
+                   checkpoint::json_excerpt(*block));
       c.fp8_block_n = int_value((*block)[0], qsource, "weight_block_size", 1);
       c.fp8_block_k = int_value((*block)[1], qsource, "weight_block_size", 1);
     }

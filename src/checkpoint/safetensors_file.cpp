@@ -12,6 +12,7 @@
 
 #include "checkpoint/checked_math.h"
 #include "checkpoint/dtypes.h"
+#include "checkpoint/json_excerpt.h"
 #include "core/check.h"
 #include "moe_ep/checkpoint.h"
 
@@ -19,6 +20,7 @@ namespace moe_ep {
 
 using checkpoint::checked_add;
 using checkpoint::checked_mul;
+using checkpoint::json_excerpt;
 
 namespace {
 
@@ -30,11 +32,6 @@ constexpr size_t kMaxDims = 8;
 using Json = nlohmann::json;
 
 #define ST_FAIL(...) MOE_EP_FAIL(ErrorCode::kInvalidArgument, __VA_ARGS__)
-
-std::string json_excerpt(const Json& j) {
-  std::string s = j.dump();
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
 
 // A non-negative integer that fits int64 (JSON floats, negatives and huge values rejected).
 std::optional<int64_t> as_index(const Json& j) {
@@ -51,25 +48,49 @@ std::optional<int64_t> as_index(const Json& j) {
   return std::nullopt;
 }
 
+// The first top-level name given twice, "" when none: a SAX pass that only looks at depth-1
+// keys. (nlohmann's parse callback would do it too, but its end_object walks the whole parent
+// object each time, which makes a header of n tensors cost O(n^2).)
+class DuplicateKeyFinder : public nlohmann::json_sax<Json> {
+ public:
+  std::string duplicate;
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth_, true; }
+  bool end_object() override { return --depth_, true; }
+  bool start_array(std::size_t) override { return ++depth_, true; }
+  bool end_array() override { return --depth_, true; }
+  bool key(string_t& k) override {
+    if (depth_ == 1 && !seen_.insert(k).second && duplicate.empty()) duplicate = k;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;  // the DOM parse that follows reports it
+  }
+
+ private:
+  int64_t depth_ = 0;
+  std::set<std::string> seen_;
+};
+
 // Parses the header text, refusing duplicate top-level names (the JSON library would keep the
 // last one silently).
 Json parse_header(const std::string& path, const char* text, size_t n) {
-  std::set<std::string> seen;
-  std::string duplicate;
-  auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    if (depth == 1 && event == Json::parse_event_t::key && parsed.is_string()) {
-      if (!seen.insert(parsed.get<std::string>()).second && duplicate.empty())
-        duplicate = parsed.get<std::string>();
-    }
-    return true;
-  };
   Json header;
   try {
-    header = Json::parse(text, text + n, callback);
+    header = Json::parse(text, text + n);
   } catch (const Json::exception& e) {
     ST_FAIL("{}: header is not valid JSON ({})", path, e.what());
   }
-  if (!duplicate.empty()) ST_FAIL("{}: header names tensor '{}' twice", path, duplicate);
+  DuplicateKeyFinder finder;
+  Json::sax_parse(text, text + n, &finder);
+  if (!finder.duplicate.empty()) ST_FAIL("{}: header names tensor '{}' twice", path, finder.duplicate);
   if (!header.is_object())
     ST_FAIL("{}: header is {} ({}); expected a JSON object", path, header.type_name(),
             json_excerpt(header));

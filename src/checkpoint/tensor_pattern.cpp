@@ -1,5 +1,7 @@
 #include "checkpoint/tensor_pattern.h"
 
+#include <array>
+
 #include "core/check.h"
 
 namespace moe_ep::checkpoint {
@@ -49,6 +51,15 @@ TensorPattern TensorPattern::parse(const std::string& text, const std::vector<st
                "{} '{}' is a {} pattern: expected {} projection names ({}), got {}", option, text,
                p.per_expert ? "per-expert" : "fused", expected,
                p.per_expert ? "gate, up, down" : "w13, w2", p.proj_names.size());
+  // A repeated name would load one projection's tensors in place of another's and run.
+  for (size_t i = 0; i < p.proj_names.size(); ++i) {
+    MOE_EP_CHECK(!p.proj_names[i].empty(), "{} '{}': projection name {} is empty", option, text, i);
+    for (size_t j = 0; j < i; ++j)
+      MOE_EP_CHECK(p.proj_names[i] != p.proj_names[j], "{} '{}': projection names must differ; "
+                   "'{}' is given twice (as {} and {})", option, text, p.proj_names[i],
+                   p.proj_names.size() == 3 ? std::array{"gate", "up", "down"}[j] : std::array{"w13", "w2", ""}[j],
+                   p.proj_names.size() == 3 ? std::array{"gate", "up", "down"}[i] : std::array{"w13", "w2", ""}[i]);
+  }
   return p;
 }
 

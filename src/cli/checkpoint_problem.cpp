@@ -68,6 +68,18 @@ void add_checkpoint_run_options(CLI::App& cmd, CheckpointRunOptions& o) {
       ->check(integer_at_least(1))->group(group);
 }
 
+void check_checkpoint_flags(const CheckpointRunOptions& o) {
+  if (!o.command) return;
+  if (o.given()) {
+    MOE_EP_CHECK(o.command->count("--preset") == 0, "--preset with --checkpoint {}: the "
+                 "checkpoint gives the shapes; drop --preset", o.path);
+    return;
+  }
+  for (const char* flag : {"--layer", "--layout", "--tensor-pattern", "--proj-names", "--top-k"})
+    MOE_EP_CHECK(o.command->count(flag) == 0, "{} is a checkpoint flag; it needs --checkpoint DIR",
+                 flag);
+}
+
 void refuse_checkpoint_expert_parallel(const CheckpointRunOptions& o, bool expert_parallel) {
   MOE_EP_CHECK_CODE(!o.given() || !expert_parallel, ErrorCode::kUnsupported,
                     "--checkpoint runs one layer on one rank; it cannot be combined with --ranks, "

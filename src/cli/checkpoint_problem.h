@@ -38,6 +38,11 @@ void add_checkpoint_run_options(CLI::App& cmd, CheckpointRunOptions& options);
 // --layers, --router, EPLB, GPU ranks): those runs generate their own weights.
 void refuse_checkpoint_expert_parallel(const CheckpointRunOptions& options, bool expert_parallel);
 
+// Throws kInvalidArgument when a checkpoint-only flag (--layer, --layout, --tensor-pattern,
+// --proj-names, --top-k) is given without --checkpoint, or --preset with it (the checkpoint's
+// config and tensors give the shapes).
+void check_checkpoint_flags(const CheckpointRunOptions& options);
+
 // Loads the layer (timed: checkpoint bytes per second) and plans the problem for its shapes,
 // with the library's checks of plan_problem. Without --backend the checkpoint's own format
 // picks the family (mxfp4 or nvfp4); --weights must be native or the checkpoint's format.

@@ -1,6 +1,7 @@
 #include "cli/cli_common.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
@@ -23,7 +24,12 @@ int run_guarded(const std::string& command, const std::function<int()>& body) {
     if (!usage) fmt::print(stderr, "  ({} at {}:{})\n", error_code_name(e.code()), e.file(), e.line());
     return usage ? kExitUsage : kExitFailed;
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "moe_ep {}: error: out of host memory\n", command);
+    // The budget checks (cli/host_budget.h, the checkpoint loader) refuse known sizes first;
+    // this is an allocation they did not foresee, so name what drives the sizes.
+    fmt::print(stderr, "moe_ep {}: error: out of host memory (an allocation failed; the sizes are "
+               "driven by --tokens, --ranks, --layers, --eplb-redundant and --preset, or by the "
+               "checkpoint's config.json: n_routed_experts, hidden_size, moe_intermediate_size)\n",
+               command);
     return kExitFailed;
   } catch (const std::exception& e) {
     fmt::print(stderr, "moe_ep {}: error: {}\n", command, e.what());
@@ -113,6 +119,96 @@ CLI::Validator integer_at_least(int64_t min) {
         return "";
       },
       fmt::format("INT >= {}", min));
+}
+
+CLI::Validator integer_in_range(int64_t min, int64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& value) -> std::string {
+        size_t used = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(value, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != value.size() || v < min || v > max)
+          return fmt::format("'{}' is not an integer in [{}, {}]", value, min, max);
+        return "";
+      },
+      fmt::format("INT in [{}, {}]", min, max));
+}
+
+CLI::Validator non_empty() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        return value.empty() ? std::string("the value is empty; expected a value") : std::string();
+      },
+      "");
+}
+
+CLI::Validator decimal_number_or(std::vector<std::string> words) {
+  return CLI::Validator(
+      [words](std::string& value) -> std::string {
+        if (std::find(words.begin(), words.end(), value) != words.end()) return "";
+        // [+-] digits [. digits] [e [+-] digits], at least one digit before the exponent.
+        size_t i = 0, digits = 0;
+        if (i < value.size() && (value[i] == '+' || value[i] == '-')) ++i;
+        while (i < value.size() && std::isdigit(static_cast<unsigned char>(value[i]))) ++i, ++digits;
+        if (i < value.size() && value[i] == '.') {
+          ++i;
+          while (i < value.size() && std::isdigit(static_cast<unsigned char>(value[i]))) ++i, ++digits;
+        }
+        bool ok = digits > 0;
+        if (ok && i < value.size() && (value[i] == 'e' || value[i] == 'E')) {
+          ++i;
+          if (i < value.size() && (value[i] == '+' || value[i] == '-')) ++i;
+          size_t exp_digits = 0;
+          while (i < value.size() && std::isdigit(static_cast<unsigned char>(value[i]))) ++i, ++exp_digits;
+          ok = exp_digits > 0;
+        }
+        if (ok && i == value.size()) return "";
+        std::string allowed;
+        for (const std::string& w : words) allowed += " or " + w;
+        return fmt::format("'{}' is not a decimal number; expected a decimal number{}", value, allowed);
+      },
+      "NUMBER");
+}
+
+void add_on_off_flag(CLI::App& cmd, const std::string& on, const std::string& off, bool& value,
+                     const std::string& description) {
+  CLI::Option* on_flag = cmd.add_flag_callback(on, [&value] { value = true; }, description);
+  cmd.add_flag_callback(off, [&value] { value = false; }, fmt::format("the opposite of {}", on))
+      ->excludes(on_flag);
+}
+
+std::vector<std::string> split_list(const std::string& text, const std::string& flag) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (true) {
+    const size_t end = text.find(',', begin);
+    out.push_back(text.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    MOE_EP_CHECK(!out.back().empty(), "{} '{}' has an empty element; expected a comma-separated "
+                 "list such as a,b,c", flag, text);
+    if (end == std::string::npos) return out;
+    begin = end + 1;
+  }
+}
+
+std::vector<int64_t> parse_int_list(const std::string& text, const std::string& flag, int64_t min) {
+  std::vector<int64_t> out;
+  for (const std::string& item : split_list(text, flag)) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MOE_EP_CHECK(used != 0 && used == item.size() && v >= min, "{} '{}': element '{}' is not an "
+                 "integer >= {}", flag, text, item, min);
+    out.push_back(v);
+  }
+  return out;
 }
 
 CLI::Validator number_at_least(double min, bool strictly_greater) {

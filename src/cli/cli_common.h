@@ -45,8 +45,25 @@ std::string indent(const std::string& text, const std::string& prefix);
 // The status line of a registered transport ("nccl 2.28.9 (...)"), or why it is not in this build.
 std::string transport_status(const std::string& name);
 
+// Upper bound of --iters, --warmup and --load-repeats: each run keeps one time per iteration,
+// and a larger count is a typo, not a measurement.
+inline constexpr int64_t kMaxIterations = 1000000;
+
 // Flag validators with short messages ("'abc' is not an integer; expected an integer >= 1").
 CLI::Validator integer_at_least(int64_t min);
+CLI::Validator integer_in_range(int64_t min, int64_t max);
+// Refuses an empty value ("--kernel ''"), which would otherwise read as "not given".
+CLI::Validator non_empty();
+// A decimal number (no hex, inf or nan forms) or one of `words`.
+CLI::Validator decimal_number_or(std::vector<std::string> words);
+// "--on" and "--off" as two flags that exclude each other (typing both is a mistake); `value`
+// keeps its default when neither is given.
+void add_on_off_flag(CLI::App& cmd, const std::string& on, const std::string& off, bool& value,
+                     const std::string& description);
+// A comma-separated list with no empty element ("1,,2" is refused): its elements.
+std::vector<std::string> split_list(const std::string& text, const std::string& flag);
+// The same list as integers >= min.
+std::vector<int64_t> parse_int_list(const std::string& text, const std::string& flag, int64_t min);
 CLI::Validator number_at_least(double min, bool strictly_greater = false);
 CLI::Validator number_in_range(double min, double max);
 

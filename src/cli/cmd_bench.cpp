@@ -5,6 +5,8 @@
 // layer run from the device test runner (scripts/device_*.sh) in the same device session, and
 // their times are merged into bench/RESULTS.md there. This binary only marks the columns.
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -36,6 +38,7 @@ struct BenchOptions {
   ProblemOptions problem;
   bool preset_given = false;
   std::vector<int64_t> tokens = {1, 8, 32, 128, 512, 2048, 8192};
+  std::string tokens_text = "1,8,32,128,512,2048,8192";  // --tokens as typed, parsed into tokens
   std::string csv;
   std::string compare;  // "" or "torch"
   bool json = false;
@@ -112,9 +115,14 @@ std::string csv_field(const std::string& text) {
 }
 
 int bench_command(BenchOptions o, const CheckpointRunOptions& ck) {
-  MOE_EP_CHECK(!o.tokens.empty(), "--tokens is empty; expected a list such as 1,8,32");
-  for (int64_t t : o.tokens)
-    MOE_EP_CHECK(t >= 0, "--tokens contains {}; expected values >= 0", t);
+  o.tokens = parse_int_list(o.tokens_text, "--tokens", 0);
+  check_checkpoint_flags(ck);
+  MOE_EP_CHECK(o.plot_with.empty() || !o.plot.empty(), "--plot-with needs --plot FILE.svg (the "
+               "series are added to that plot)");
+  MOE_EP_CHECK(o.hash_layers == 0 || o.router, "--hash-layers {} needs --router", o.hash_layers);
+  MOE_EP_CHECK(o.hash_layers <= o.layers, "--hash-layers {} is above --layers {}; expected at most "
+               "the number of layers", o.hash_layers, o.layers);
+  o.problem.budget = {o.ranks, o.layers, o.eplb_redundant};
   // Without --preset: the model-sized layer on a GPU, the demo layer on the CPU.
   if (!o.preset_given)
     o.problem.preset = resolve_device(o.problem.device).device.type == DeviceType::kCUDA
@@ -241,6 +249,9 @@ int bench_command(BenchOptions o, const CheckpointRunOptions& ck) {
                          r.floor.floor_us / r.time_us, r.floor.flops / r.time_us * 1e-6,
                          rates.bandwidth_bytes_per_s / 1e9, rates.compute_flop_per_s / 1e12,
                          csv_field(rate_kind), r.variant);
+    csv.close();  // flushes: a full disk shows here, not at open
+    MOE_EP_CHECK_CODE(!csv.fail(), ErrorCode::kRuntime, "--csv '{}': writing failed ({})", o.csv,
+                      std::strerror(errno));
   }
   if (o.json) {
     Json j;
@@ -279,18 +290,16 @@ Command add_bench_command(CLI::App& app) {
       "bench", "Sweep T for one preset on one device: median forward time, roofline floor, "
                "fraction of the floor, TFLOP/s.");
   add_problem_options(*cmd, o->problem, "default deepseek-v4-flash on CUDA, tiny on the CPU");
-  cmd->add_option("--tokens,-T", o->tokens, "comma-separated list of T")->delimiter(',')
-      ->check(integer_at_least(0))
-      ->capture_default_str();
+  cmd->add_option("--tokens,-T", o->tokens_text, "comma-separated list of T")->capture_default_str();
   cmd->add_option("--csv", o->csv, "write the table as CSV to this file");
   cmd->add_option("--compare", o->compare,
                   "torch: PyTorch pipelines of the same layer (run by the device test runner)")
       ->check(CLI::IsMember({"torch"}));
   cmd->add_flag("--json", o->json, "print exactly one JSON object on stdout");
   cmd->add_option("--iters", o->iters, "timed forwards per T (default: 50 on CUDA, 5 on the CPU)")
-      ->check(integer_at_least(1));
+      ->check(integer_in_range(1, kMaxIterations));
   cmd->add_option("--warmup", o->warmup, "untimed forwards per T (default: 5 on CUDA, 1 on the CPU)")
-      ->check(integer_at_least(0));
+      ->check(integer_in_range(0, kMaxIterations));
   cmd->add_option("--variants", o->variants,
                   "GEMM kernels to bench one after another (auto,decode,mma,wgmma,wgmma-rs; default: "
                   "--kernel or auto)")
@@ -303,7 +312,7 @@ Command add_bench_command(CLI::App& app) {
                 "time loading instead: Layer::create from host weights, or with --checkpoint the "
                 "file read + Layer::create, in GB/s of expert weight bytes");
   cmd->add_option("--load-repeats", o->load_repeats, "repeats of --load (the best is reported)")
-      ->check(integer_at_least(1))->capture_default_str();
+      ->check(integer_in_range(1, kMaxIterations))->capture_default_str();
   cmd->add_flag("--eager", o->eager, "CUDA: time eager forwards instead of CUDA graph replays");
   cmd->add_option("--bandwidth-gbps", o->bandwidth_gbps, "memory bandwidth for the floor (default: measured)")
       ->check(number_at_least(0, true));

@@ -9,7 +9,9 @@
 // o_k row (2H bytes). GB/s = bytes / kernel time (CUDA events around the launch; on one GPU all
 // ranks' traffic is HBM traffic of that GPU, not NVLink).
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -221,6 +223,9 @@ int bench_expert_parallel(const BenchEpOptions& o) {
                          r.valid_slots, r.time_us, r.quantize_us, r.dispatch_us, r.dispatch_bytes,
                          r.gbps(r.dispatch_bytes, r.dispatch_us), r.local_us, r.combine_us,
                          r.combine_bytes, r.gbps(r.combine_bytes, r.combine_us), r.reduce_us);
+    csv.close();  // flushes: a full disk shows here, not at open
+    MOE_EP_CHECK_CODE(!csv.fail(), ErrorCode::kRuntime, "--csv '{}': writing failed ({})", o.csv,
+                      std::strerror(errno));
   }
   if (o.json) {
     Json j;

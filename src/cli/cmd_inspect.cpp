@@ -215,7 +215,7 @@ Command add_inspect_command(CLI::App& app) {
   cmd->add_option("--proj-names", o->proj_names, "the {proj} names: gate,up,down or w13,w2")
       ->delimiter(',');
   cmd->add_option("--threads", o->threads, "loader threads (default: all)")->check(integer_at_least(1));
-  cmd->add_flag("--stats,!--no-stats", o->stats, "FP8-window statistics (default on)");
+  add_on_off_flag(*cmd, "--stats", "--no-stats", o->stats, "FP8-window statistics (default on)");
   return {cmd, [o] { return run_guarded("inspect", [o] { return inspect_command(*o); }); }};
 }
 

@@ -125,7 +125,12 @@ CheckResult check_output(const ProblemSetup& s, const RunOptions& o, const testi
                               rows.size(), inputs.num_tokens, c.threshold);
     c.reference_ok = c.rel_err <= c.threshold;  // false for NaN
   }
-  c.sanity_ok = sanity_check(fwd.y, inputs, &c.sanity, s.desc.shared_intermediate_size > 0);
+  SanityRule rule;
+  rule.shared_expert = s.desc.shared_intermediate_size > 0;
+  rule.outputs_zero = s.desc.activation_clamp == 0.0f;
+  rule.reference = ref;
+  rule.reference_rows = rows;
+  c.sanity_ok = sanity_check(fwd.y, inputs, &c.sanity, rule);
   c.passed = c.reference_ok && c.sanity_ok && fwd.rerun_bitwise_equal;
   return c;
 }
@@ -197,7 +202,18 @@ Json result_json(const ProblemSetup& s, const RunOptions& o, const testing::Host
   return j;
 }
 
-int run_command(const RunOptions& o, const CheckpointRunOptions& ck) {
+// Flag combinations that parse but mean a mistake; refused before anything is planned.
+void check_run_flags(const RunOptions& o, const CheckpointRunOptions& ck) {
+  check_checkpoint_flags(ck);
+  MOE_EP_CHECK(o.hash_layers == 0 || o.router, "--hash-layers {} needs --router", o.hash_layers);
+  MOE_EP_CHECK(o.hash_layers <= o.layers, "--hash-layers {} is above --layers {}; expected at most "
+               "the number of layers", o.hash_layers, o.layers);
+}
+
+int run_command(const RunOptions& options, const CheckpointRunOptions& ck) {
+  check_run_flags(options, ck);
+  RunOptions o = options;
+  o.problem.budget = {o.ranks, o.layers, o.eplb_redundant};
   refuse_checkpoint_expert_parallel(ck, wants_cuda_expert_parallel_run(o) || wants_expert_parallel_run(o));
   if (wants_cuda_expert_parallel_run(o)) return run_cuda_expert_parallel(o);  // cmd_run_ep_cuda.cpp
   if (wants_cuda_layers_run(o)) return run_cuda_layers(o);  // cli/cmd_run_layers_cuda.cpp
@@ -251,12 +267,12 @@ Command add_run_command(CLI::App& app) {
   add_problem_options(*cmd, o->problem, "default tiny");
   cmd->add_option("--tokens,-T", o->tokens, "tokens T per rank")->check(integer_at_least(0))
       ->capture_default_str();
-  cmd->add_flag("--check,!--no-check", o->check, "compare with the CPU reference (default on)");
+  add_on_off_flag(*cmd, "--check", "--no-check", o->check, "compare with the CPU reference (default on)");
   cmd->add_flag("--json", o->json, "print exactly one JSON object on stdout");
   cmd->add_option("--iters", o->iters, "timed forwards (default: 20 on CUDA, 1 on the CPU)")
-      ->check(integer_at_least(1));
+      ->check(integer_in_range(1, kMaxIterations));
   cmd->add_option("--warmup", o->warmup, "untimed forwards before timing (default: 3 on CUDA, 0 on the CPU)")
-      ->check(integer_at_least(0));
+      ->check(integer_in_range(0, kMaxIterations));
   cmd->add_flag("--eager", o->eager, "CUDA: time eager forwards instead of CUDA graph replays");
   cmd->add_option("--check-rows", o->check_rows, "rows compared with the reference (sampled evenly)")
       ->check(integer_at_least(1))->capture_default_str();

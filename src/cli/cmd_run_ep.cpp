@@ -9,7 +9,8 @@
 //   3. R threads, one simulated rank each, each with its E/R physical experts and N layers
 //      (all with the same synthetic routed weights; with --shared-expert each layer its own bf16
 //      shared expert, Is = I, which every rank holds) on the process's one workspace; layer l + 1
-//      takes layer l's y as x;
+//      takes layer l's y as x, each row scaled by a power of two to a largest magnitude in [1, 2)
+//      (scale_rows_to_unit_amax: the signal would otherwise fade to zero over the chain);
 //   4. --check: the single-process CPU layer with the L logical experts runs the same N-layer
 //      chain on the global batch (rank 0's tokens first); the ranks' final y must be equal to
 //      it bit for bit (replicas carry identical weights, so EPLB must not change a bit).
@@ -119,18 +120,11 @@ bool counts_clean(const Workspace& ws, int rank) {
   return true;
 }
 
-void run_rank(const Plan& p, const RunOptions& o, const testing::HostWeights& logical, int r,
-              RankResult& out) {
+void run_rank_body(const Plan& p, const RunOptions& o, const testing::HostWeights& logical, int r,
+                   const std::shared_ptr<Runtime>& rt, RankResult& out) {
   const int64_t H = p.desc.fleet.hidden_size, K = p.setup.desc.top_k, E_loc = p.E / p.R;
   const std::span<const int32_t> slots(p.physical_to_logical.data() + r * E_loc, E_loc);
   const testing::HostWeights mine = gather_slots(logical, slots);
-
-  Bootstrap boot;
-  boot.world_size = p.R;
-  boot.rank = r;
-  boot.comm = CommSource::kSimulated;
-  boot.timeout_ms = o.timeout_ms;
-  auto rt = Runtime::acquire(boot);
   std::vector<std::unique_ptr<Layer>> layers;
   for (int l = 0; l < p.N; ++l)
     layers.push_back(Layer::create(rt, p.desc, layer_pack(p, mine.pack(), l), p.setup.overrides));
@@ -140,12 +134,17 @@ void run_rank(const Plan& p, const RunOptions& o, const testing::HostWeights& lo
   if (r == 0) out.config = layers[0]->info().config;
 
   std::vector<std::vector<uint16_t>> y(p.N, std::vector<uint16_t>(p.T * H));
+  std::vector<uint16_t> x_next;  // layer l's input for l > 0: layer l - 1's y, rescaled
   auto pass = [&] {
     for (auto& yl : y) std::fill(yl.begin(), yl.end(), uint16_t{0xFFFF});  // NaN poison
     for (int l = 0; l < p.N; ++l) {
       const RoutedBatch& route = p.routing.at(l, r);
       ForwardArgs a;
-      const uint16_t* x = l == 0 ? p.inputs[r].x.data() : y[l - 1].data();
+      if (l > 0) {
+        x_next = y[l - 1];
+        scale_rows_to_unit_amax(x_next, H);
+      }
+      const uint16_t* x = l == 0 ? p.inputs[r].x.data() : x_next.data();
       a.x = TensorView::contiguous(const_cast<uint16_t*>(x), DType::kBF16, {p.T, H});
       a.topk_ids = TensorView::contiguous(const_cast<int32_t*>(route.physical.data()), DType::kI32, {p.T, K});
       a.topk_weights = TensorView::contiguous(const_cast<float*>(route.weights.data()), DType::kF32, {p.T, K});
@@ -168,6 +167,26 @@ void run_rank(const Plan& p, const RunOptions& o, const testing::HostWeights& lo
     out.times_us.push_back(us_since(start));
   }
   out.rerun_equal = y.back() == out.y;
+}
+
+void run_rank(const Plan& p, const RunOptions& o, const testing::HostWeights& logical, int r,
+              RankResult& out) {
+  Bootstrap boot;
+  boot.world_size = p.R;
+  boot.rank = r;
+  boot.comm = CommSource::kSimulated;
+  boot.timeout_ms = o.timeout_ms;
+  auto rt = Runtime::acquire(boot);
+  try {
+    run_rank_body(p, o, logical, r, rt, out);
+  } catch (const std::exception& e) {
+    // This rank leaves: its peers must not wait for it in their next collective step.
+    rt->abort(e.what());
+    throw;
+  } catch (...) {
+    rt->abort("an exception that is not a std::exception");
+    throw;
+  }
 }
 
 std::vector<RankResult> run_ranks(const Plan& p, const RunOptions& o, const testing::HostWeights& logical) {
@@ -235,6 +254,7 @@ Check check_against_single_rank(const Plan& p, const RunOptions& o, const testin
     else
       layer.forward_rows(a, rows);
     std::swap(x, y);
+    if (l + 1 < p.N) scale_rows_to_unit_amax(x, H);  // as every rank does between its layers
   }
   const std::vector<uint16_t>& ref = x;  // the last layer's output
   c.checked_rows = static_cast<int64_t>(rows.size());
@@ -253,7 +273,10 @@ Check check_against_single_rank(const Plan& p, const RunOptions& o, const testin
     testing::HostInputs in = p.inputs[r];
     in.topk_ids = p.routing.at(p.N - 1, r).logical;
     std::string detail;
-    const bool ok = sanity_check(ranks[r].y, in, &detail, !p.shared.empty());
+    SanityRule rule;
+    rule.shared_expert = !p.shared.empty();
+    rule.outputs_zero = p.setup.desc.activation_clamp == 0.0f;
+    const bool ok = sanity_check(ranks[r].y, in, &detail, rule);
     if (!ok && c.sanity_ok) c.sanity = fmt::format("rank {}: {}", r, detail);
     c.sanity_ok = c.sanity_ok && ok;
     if (c.sanity.empty() && r + 1 == p.R) c.sanity = detail;

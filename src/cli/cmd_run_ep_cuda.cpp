@@ -94,7 +94,10 @@ struct EpCheck {
   const std::vector<uint16_t> ref = cpu_reference_rows(one, w, in, rows, o.problem.threads);
   c.rel_err = rows.empty() ? 0.0 : rel_err_rows(y, ref, s.desc.fleet.hidden_size, rows);
   c.threshold = testing::device_rel_err_threshold(s.desc.recipe, s.desc.numerics.exact_accumulation);
-  c.sanity_ok = sanity_check(y, in, &c.sanity, s.desc.shared_intermediate_size > 0);
+  SanityRule rule;
+  rule.shared_expert = s.desc.shared_intermediate_size > 0;
+  rule.outputs_zero = s.desc.activation_clamp == 0.0f;
+  c.sanity_ok = sanity_check(y, in, &c.sanity, rule);
   c.passed = c.rel_err <= c.threshold && c.sanity_ok && rerun_equal;
   c.reference = fmt::format("cpu single-rank layer (all {} experts{}) forward_rows on {} of {} rows; "
                             "relative error (float64) <= {:g}", s.desc.fleet.num_experts,

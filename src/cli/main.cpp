@@ -1,4 +1,5 @@
 // moe_ep: the command-line tool. Subcommands live in cmd_*.cpp.
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,20 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {add_info_command(app), add_run_command(app),
                                          add_bench_command(app), add_inspect_command(app)};
 
+  // CLI11 reports a mistyped subcommand as "a subcommand is required" without naming it.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const Command& command : commands) {
+      known = known || command.app->check_name(argv[1]);
+      names += (names.empty() ? "" : ", ") + command.app->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "moe_ep: error: unknown subcommand '%s'; expected one of: %s (moe_ep --help)\n",
+                   argv[1], names.c_str());
+      return kExitUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -47,9 +47,16 @@ bool bitwise_equal_rows(std::span<const uint16_t> y, std::span<const uint16_t> r
 }
 
 bool sanity_check(std::span<const uint16_t> y, const testing::HostInputs& in, std::string* detail,
-                  bool shared_expert) {
+                  const SanityRule& rule) {
+  const bool shared_expert = rule.shared_expert;
   const int64_t T = in.num_tokens, H = in.hidden_size, K = in.top_k;
-  int64_t non_finite = 0, bad_empty_rows = 0, zero_rows = 0;
+  std::vector<char> zero_is_right(static_cast<size_t>(T), rule.outputs_zero ? 1 : 0);
+  for (int64_t t : rule.reference_rows) {
+    bool ref_zero = true;
+    for (int64_t h = 0; h < H && ref_zero; ++h) ref_zero = (rule.reference[t * H + h] & 0x7FFF) == 0;
+    if (ref_zero) zero_is_right[t] = 1;
+  }
+  int64_t non_finite = 0, bad_empty_rows = 0, zero_rows = 0, nonzero_rows = 0, valid_rows = 0;
   int64_t first_bad = -1;
   for (int64_t t = 0; t < T; ++t) {
     bool any_valid = false;
@@ -63,20 +70,53 @@ bool sanity_check(std::span<const uint16_t> y, const testing::HostInputs& in, st
       else norm2 += static_cast<double>(v) * v;
     }
     non_finite += row_non_finite;
-    const bool bad = row_non_finite > 0 || (!any_valid && norm2 != 0.0) || (any_valid && norm2 == 0.0);
-    bad_empty_rows += (!any_valid && norm2 != 0.0);
-    zero_rows += (any_valid && norm2 == 0.0);
+    const bool must_be_zero = !any_valid || rule.outputs_zero;
+    const bool may_be_zero = must_be_zero || zero_is_right[t];
+    const bool bad = row_non_finite > 0 || (must_be_zero && norm2 != 0.0) || (!may_be_zero && norm2 == 0.0);
+    bad_empty_rows += (must_be_zero && norm2 != 0.0);
+    zero_rows += (!may_be_zero && norm2 == 0.0);
+    nonzero_rows += norm2 != 0.0;
+    valid_rows += any_valid;
     if (bad && first_bad < 0) first_bad = t;
   }
   const bool ok = non_finite == 0 && bad_empty_rows == 0 && zero_rows == 0;
-  if (detail)
-    *detail = ok ? (shared_expert ? "all values finite; every token nonzero (all pass the shared expert)"
-                                  : "all values finite; tokens without a valid slot are zero; the others are nonzero")
-                 : fmt::format("{} non-finite values, {} tokens without a valid slot not zero, "
-                               "{} tokens {} all zero (first bad row {})",
-                               non_finite, bad_empty_rows, zero_rows,
-                               shared_expert ? "(all with the shared expert)" : "with valid slots", first_bad);
+  if (detail) {
+    if (!ok)
+      *detail = fmt::format("{} non-finite values, {} tokens {} not zero, {} tokens {} all zero "
+                            "(first bad row {})", non_finite, bad_empty_rows,
+                            rule.outputs_zero ? "(activation_clamp = 0: all outputs zero)"
+                                              : "without a valid slot",
+                            zero_rows,
+                            shared_expert ? "(all with the shared expert)" : "with valid slots", first_bad);
+    else if (rule.outputs_zero)
+      *detail = "all values finite; every token zero (activation_clamp = 0 makes every output zero)";
+    else if (nonzero_rows == valid_rows)
+      *detail = shared_expert ? "all values finite; every token nonzero (all pass the shared expert)"
+                              : "all values finite; tokens without a valid slot are zero; the others are nonzero";
+    else
+      *detail = fmt::format("all values finite; tokens without a valid slot are zero; {} of the {} "
+                            "others nonzero, the rest zero like their reference rows",
+                            nonzero_rows, valid_rows);
+  }
   return ok;
+}
+
+void scale_rows_to_unit_amax(std::span<uint16_t> x, int64_t H) {
+  const int64_t rows = H > 0 ? static_cast<int64_t>(x.size()) / H : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::span<uint16_t> row = x.subspan(r * H, H);
+    float amax = 0.0f;
+    bool finite = true;
+    for (uint16_t v : row) {
+      const float f = bf16_to_float(v);
+      finite = finite && std::isfinite(f);
+      amax = std::fmax(amax, std::fabs(f));
+    }
+    if (!finite || amax == 0.0f) continue;
+    int e = 0;
+    std::frexp(amax, &e);  // amax in [2^(e-1), 2^e)
+    for (uint16_t& v : row) v = float_to_bf16(std::ldexp(bf16_to_float(v), 1 - e));
+  }
 }
 
 std::vector<uint16_t> cpu_reference_rows(const ProblemSetup& s, const WeightPack& weights,

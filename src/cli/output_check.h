@@ -23,11 +23,36 @@ double rel_err_rows(std::span<const uint16_t> y, std::span<const uint16_t> ref, 
 bool bitwise_equal_rows(std::span<const uint16_t> y, std::span<const uint16_t> ref, int64_t H,
                         std::span<const int64_t> rows);
 
+// What the sanity check may expect of a row, beyond "finite".
+struct SanityRule {
+  // Every token passes the shared expert: no row is zero by its slots alone.
+  bool shared_expert = false;
+  // activation_clamp = 0: up = clamp(u, -0, 0) = 0, so every output is zero by definition.
+  bool outputs_zero = false;
+  // The reference's y on `reference_rows` (rows of `reference`, [T, H]): where it is zero, a
+  // zero y is right too (a chained layer's input can be too small to survive Q8).
+  std::span<const uint16_t> reference;
+  std::span<const int64_t> reference_rows;
+};
+
 // Every element finite (no poison left), tokens without a valid slot exactly zero, and a
-// nonzero output where some slot is valid. With a shared expert every token passes it, so every
-// row must be nonzero instead. `detail` says what failed.
+// nonzero output where some slot is valid (unless the rule says the output is zero there).
+// With a shared expert every token passes it, so every row must be nonzero instead. `detail`
+// says what failed.
 bool sanity_check(std::span<const uint16_t> y, const testing::HostInputs& inputs, std::string* detail,
-                  bool shared_expert = false);
+                  const SanityRule& rule);
+inline bool sanity_check(std::span<const uint16_t> y, const testing::HostInputs& inputs,
+                         std::string* detail, bool shared_expert = false) {
+  SanityRule rule;
+  rule.shared_expert = shared_expert;
+  return sanity_check(y, inputs, detail, rule);
+}
+
+// Scales each bf16 row of x [rows, H] by a power of two so that its largest magnitude lies in
+// [1, 2) (zero and non-finite rows stay as they are): the input of the next layer of a chain,
+// which would otherwise shrink layer by layer until Q8 rounds it to zero. Exact for normal
+// values, and the same on every path that runs the chain.
+void scale_rows_to_unit_amax(std::span<uint16_t> x, int64_t H);
 
 // The CPU reference backend's y on `rows` (other rows stay NaN): a fresh CPU runtime and layer
 // of setup.desc (its shared expert too, when `weights` carries one) with `num_threads` threads

@@ -1,13 +1,17 @@
 #include "cli/plot_svg.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "core/host_memory.h"
 
 namespace moe_ep::cli {
 namespace {
@@ -100,9 +104,38 @@ void line(std::ostream& s, const Panel& p, const std::vector<std::pair<double, d
     s << fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="{}"/>)", p.px(x), p.py(y), color) << "\n";
 }
 
+constexpr int64_t kMaxPlotCsvBytes = int64_t{64} << 20;
+
+double csv_number(const std::string& text, const std::string& path, const char* column) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  MOE_EP_CHECK(used != 0 && used == text.size() && std::isfinite(v),
+               "--plot-with '{}': column '{}' holds '{}'; expected a finite number", path, column, text);
+  return v;
+}
+
 }  // namespace
 
 std::vector<PlotSeries> read_plot_csv(const std::string& path) {
+  // The file is read whole into memory: a regular file of bounded size (a device such as
+  // /dev/zero never ends), checked against the host budget before reading.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  MOE_EP_CHECK(!ec && std::filesystem::is_regular_file(status), "--plot-with '{}' is {}; expected a "
+               "CSV file", path, ec ? ec.message() : std::string("not a regular file"));
+  const auto size = std::filesystem::file_size(path, ec);
+  MOE_EP_CHECK(!ec && size <= static_cast<uintmax_t>(kMaxPlotCsvBytes),
+               "--plot-with '{}' is {} bytes; expected a CSV file of at most {} bytes", path,
+               ec ? 0 : size, kMaxPlotCsvBytes);
+  // Parsed rows cost about 4x the text (strings of each field, then the points).
+  detail::require_host_bytes(static_cast<int64_t>(size) * 4,
+                             fmt::format("reading --plot-with '{}'", path),
+                             fmt::format("the size of '{}' ({} bytes)", path, size));
   std::ifstream f(path);
   MOE_EP_CHECK(f.good(), "--plot-with '{}' cannot be opened", path);
   std::string header_line;
@@ -127,7 +160,7 @@ std::vector<PlotSeries> read_plot_csv(const std::string& path) {
     const std::string name = label >= 0 ? v[label] : path;
     auto it = std::find_if(out.begin(), out.end(), [&](const PlotSeries& s) { return s.label == name; });
     if (it == out.end()) it = out.insert(out.end(), PlotSeries{name, {}});
-    it->points.push_back({std::stod(v[tokens]), std::stod(v[time])});
+    it->points.push_back({csv_number(v[tokens], path, "tokens"), csv_number(v[time], path, "time_us")});
   }
   for (PlotSeries& s : out)
     std::sort(s.points.begin(), s.points.end(), [](const PlotPoint& a, const PlotPoint& b) { return a.tokens < b.tokens; });
@@ -181,6 +214,9 @@ void write_plot_svg(const std::string& path, const std::string& title, const std
   std::ofstream out(path);
   MOE_EP_CHECK(out.good(), "--plot '{}' cannot be opened for writing", path);
   out << s.str();
+  out.close();  // flushes: a full disk shows here, not at open
+  MOE_EP_CHECK_CODE(!out.fail(), ErrorCode::kRuntime, "--plot '{}': writing failed ({})", path,
+                    std::strerror(errno));
 }
 
 }  // namespace moe_ep::cli

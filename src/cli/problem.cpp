@@ -31,7 +31,8 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
   cmd.add_option("--holes", o.holes, "fraction of topk_ids slots set to -1")
       ->check(number_in_range(0.0, 1.0))->capture_default_str();
   cmd.add_option("--activation-clamp", o.activation_clamp,
-                 "SwiGLU clamp c (a value >= 0, or none for +inf; default: the preset's)");
+                 "SwiGLU clamp c (a value >= 0, or none for +inf; default: the preset's)")
+      ->check(decimal_number_or({"none"}));
   cmd.add_flag("--exact-accumulation", o.exact_accumulation,
                "mxfp4 on the GPU: fp32-exact k32 sums (mma.sync) instead of FP8 wgmma at large T");
   cmd.add_flag("--fast-math", o.fast_math, "GPU: approximate exp / reciprocal in SiLU");
@@ -39,9 +40,11 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
   cmd.add_option("--threads", o.threads, "CPU threads of the CPU backend (default: all)")
       ->check(integer_at_least(1))->group(knobs);
   cmd.add_option("--kernel", o.kernel, "GEMM kernel family: auto, decode, mma, wgmma, wgmma-rs (docs/kernels.md: "
-                 "the forms of each family per recipe)")->group(knobs);
+                 "the forms of each family per recipe)")
+      ->check(non_empty())->group(knobs);
   cmd.add_option("--tile", o.tile, "with --kernel wgmma / wgmma-rs: that family's output tile MxN (SM90: mxfp4 "
-                 "64x256; nvfp4 wgmma 128x128, 64x256)")->group(knobs);
+                 "64x256; nvfp4 wgmma 128x128, 64x256)")
+      ->check(non_empty())->group(knobs);
   cmd.add_option("--decode-max-tokens", o.decode_max_tokens, "auto: decode GEMMs up to this T")
       ->check(integer_at_least(0))->group(knobs);
   cmd.add_option("--decode-split-k", o.decode_split_k,
@@ -143,7 +146,7 @@ ProblemSetup plan_problem(const testing::Preset& preset, const ProblemOptions& o
   MOE_EP_CHECK_CODE(reason.empty(), ErrorCode::kUnsupported, "--device {} with --backend {}: {}",
                     o.device, o.backend, reason);
   s.implementation = std::string(select_implementation(d, world_size, s.device.device, s.weight_format));
-  check_host_budget(s, max_num_tokens);
+  check_host_budget(s, max_num_tokens, o.budget);
   return s;
 }
 

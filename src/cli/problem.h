@@ -17,6 +17,13 @@
 
 namespace moe_ep::cli {
 
+// What multiplies into a run's host allocations besides T and the preset (check_host_budget).
+struct HostBudgetExtent {
+  int64_t ranks = 0;             // --ranks; 0: the planned world size
+  int64_t layers = 1;            // --layers: each layer holds its own weight copy
+  int64_t redundant_experts = 0; // --eplb-redundant: physical experts beyond the preset's
+};
+
 struct ProblemOptions {
   std::string preset = "tiny";
   std::string backend = "mxfp4";   // the recipe (SPEC.md: a backend name picks a kernel family)
@@ -35,6 +42,7 @@ struct ProblemOptions {
   int decode_split_k = 0;   // 0: the implementation's
   bool no_fold = false;
   bool fuse_quantize_route = false, no_fuse_quantize_route = false;  // neither: the implementation's
+  HostBudgetExtent budget;  // set by the subcommand from its own flags, before planning
 };
 
 // Registers --preset --backend --device --weights --seed --max-tokens-per-rank --holes --threads

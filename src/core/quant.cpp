@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "check.h"
 #include "moe_ep/formats.h"
@@ -34,6 +35,11 @@ uint8_t q8_scale_byte(float amax) {
   return static_cast<uint8_t>(std::clamp(e + 127, 1, 254));
 }
 
+float q8_saturate(float v) {
+  const float a = std::fabs(v);
+  return a > kQ8MaxFinite && a <= std::numeric_limits<float>::max() ? std::copysign(kQ8MaxFinite, v) : v;
+}
+
 void quantize_q8(const float* v, int64_t n, uint8_t* q, uint8_t* scales) {
   MOE_EP_CHECK(n % kMxBlock == 0, "Q8 row length {} is not a multiple of {}", n, kMxBlock);
   for (int64_t b = 0; b < n / kMxBlock; ++b) {
@@ -41,7 +47,7 @@ void quantize_q8(const float* v, int64_t n, uint8_t* q, uint8_t* scales) {
     const uint8_t byte = q8_scale_byte(max_abs(blk, kMxBlock));
     const float s = e8m0_to_float(byte);
     scales[b] = byte;
-    for (int64_t i = 0; i < kMxBlock; ++i) q[b * kMxBlock + i] = float_to_e4m3(blk[i] / s);
+    for (int64_t i = 0; i < kMxBlock; ++i) q[b * kMxBlock + i] = float_to_e4m3(q8_saturate(blk[i]) / s);
   }
 }
 

@@ -229,4 +229,8 @@ const Workspace* Runtime::workspace() const {
 
 void Runtime::barrier(std::string_view phase) { state_->transport().barrier(phase); }
 
+void Runtime::abort(std::string_view reason) noexcept {
+  if (world_size() > 1) state_->transport().abort(reason);
+}
+
 }  // namespace moe_ep

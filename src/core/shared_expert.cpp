@@ -86,7 +86,9 @@ void SharedExpert::run(const TensorView& x, const TensorView& y, bool accumulate
       const float gate = std::min(round_to_bf16(dot16(xf.data(), &w13_[j * H_], H_)), clamp_);
       const float up = std::clamp(round_to_bf16(dot16(xf.data(), &w13_[(I_ + j) * H_], H_)),
                                   -clamp_, clamp_);
-      const float silu = gate / (1.0f + std::exp(-gate));
+      const float silu = gate == -std::numeric_limits<float>::infinity()
+                             ? -0.0f  // its limit; the formula gives NaN (as in clamped_swiglu)
+                             : gate / (1.0f + std::exp(-gate));
       h[j] = round_to_bf16(silu * up);
     }
     for (int64_t i = 0; i < H_; ++i) {

@@ -50,6 +50,19 @@ void SimWorld::break_world(ErrorCode code, std::string reason) {
   MOE_EP_FAIL(code, "{}; {}", reason, kRecover);
 }
 
+void SimWorld::abort(int rank, std::string_view reason) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!broken_.empty()) return;
+    broken_code_ = ErrorCode::kRuntime;
+    broken_ = fmt::format("rank {} failed and left the world: {}", rank, reason);
+  } catch (...) {  // formatting failed (no memory): a shorter reason still breaks the world
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (broken_.empty()) broken_code_ = ErrorCode::kRuntime, broken_ = "a rank failed and left the world";
+  }
+  cv_.notify_all();
+}
+
 void SimWorld::throw_broken(int rank, std::string_view phase) const {
   MOE_EP_FAIL(broken_code_, "rank {} stopped in phase '{}': {}; {}", rank, phase, broken_,
               kRecover);
@@ -192,6 +205,8 @@ std::byte* SimTransport::peer_window(int peer) const {
                "peer rank {} is outside [0, world_size = {})", peer, world_->world_size());
   return world_->window(peer);
 }
+
+void SimTransport::abort(std::string_view reason) noexcept { world_->abort(rank_, reason); }
 
 std::vector<int64_t> SimTransport::all_gather(std::string_view phase, int64_t value,
                                               const std::string& local_error) {

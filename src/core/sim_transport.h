@@ -38,6 +38,8 @@ class SimWorld {
 
   // Non-empty once a timeout or a protocol mismatch broke the world.
   std::string broken_reason() const;
+  // Breaks the world (kRuntime, naming `rank` and `reason`) and wakes every waiting rank.
+  void abort(int rank, std::string_view reason) noexcept;
 
  private:
   struct AlignedFree {
@@ -81,6 +83,7 @@ class SimTransport final : public Transport {
   int64_t window_bytes() const override { return world_->window_bytes(); }
   std::vector<int64_t> all_gather(std::string_view phase, int64_t value,
                                   const std::string& local_error = {}) override;
+  void abort(std::string_view reason) noexcept override;
 
   const std::shared_ptr<SimWorld>& world() const { return world_; }
 

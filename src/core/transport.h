@@ -17,7 +17,9 @@
 //     on, and every later collective call throws at once (kTimeout, naming the first failure);
 //   - a rank that fails locally passes its message to barrier(): the barrier completes and
 //     every rank throws (kRuntime "rank q failed before phase P: ..."), the failing rank its own
-//     error; the world stays usable, so the next forward works.
+//     error; the world stays usable, so the next forward works;
+//   - a rank that fails between collective calls and leaves calls abort(): the world is broken
+//     and every rank's pending or next collective call throws at once (kRuntime, naming it).
 #pragma once
 
 #include <cstddef>
@@ -51,6 +53,11 @@ class Transport {
   // Collective: every rank contributes one value; returns all of them, indexed by rank.
   virtual std::vector<int64_t> all_gather(std::string_view phase, int64_t value,
                                           const std::string& local_error = {}) = 0;
+
+  // Not collective: this rank failed outside a collective call and will not take part in the
+  // next one. The world is broken from now on; every rank's pending or next collective call
+  // throws at once, naming this rank and `reason`, instead of waiting out the timeout.
+  virtual void abort(std::string_view reason) noexcept = 0;
 };
 
 }  // namespace moe_ep::detail

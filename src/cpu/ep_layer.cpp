@@ -132,6 +132,9 @@ CpuEpLayer::CpuEpLayer(const LayerRequest& req)
   } catch (const Error& e) {
     local = std::current_exception();
     error = e.message();
+  } catch (const std::exception& e) {  // std::bad_alloc of the weight copy, above all
+    local = std::current_exception();
+    error = e.what();
   }
   try {
     transport_->barrier(fmt::format("create layer {}", layer_index_), error);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "moe_ep/formats.h"
@@ -109,7 +110,9 @@ float nvfp4_roundtrip_row(const float* v, int64_t n, float* out) {
 float clamped_swiglu(float gate, float up, float clamp, float weight) {
   gate = std::min(gate, clamp);
   up = std::clamp(up, -clamp, clamp);
-  const float silu = gate / (1.0f + std::exp(-gate));
+  // silu(-inf) is its limit, -0 (the formula gives -inf / inf = NaN): a GEMM 1 sum that
+  // overflowed fp32 must not turn the row into NaN.
+  const float silu = gate == -std::numeric_limits<float>::infinity() ? -0.0f : gate / (1.0f + std::exp(-gate));
   return silu * up * weight;
 }
 

@@ -16,9 +16,9 @@
 //   h            M x I (mxfp4) | M x I/2 (nvfp4)                  quantized SwiGLU output
 //   h_scale      M x I/B
 //   h_global     M x 4 B (nvfp4);  h_f32  M x I x 4 B (nvfp4, before its NVFP4 pass)
-//   h_16bit      M x I x 2 B (activations_16bit only)             h as bf16 / f16 for GEMM 2 of
-//                                                                 wgmma-bf16 / nvfp4-wgmma (their
-//                                                                 order along k, grouped_gemm.h);
+//   h_16bit      M x I x 2 B (activations_16bit only)             h as 16 bits for GEMM 2 forms
+//                                                                 that read it (h_16bit: nvfp4's
+//                                                                 rs-f16; their order along k);
 //                                                                 nvfp4: inside h_f32, which is
 //                                                                 read before it is written
 //   o            M x H x 2 B                                      expert outputs, bf16; before

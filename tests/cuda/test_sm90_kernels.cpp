@@ -96,6 +96,38 @@ TEST(Sm90Kernels, Q8QuantizeMatchesTheHostQuantizerBitForBit) {
     }
 }
 
+// Finite bf16 values at the top of the range (>= 1.9375 * 2^127 would round to 2^128 in e4m3
+// times any scale) saturate to kQ8MaxFinite on the device as on the host: never an Inf code.
+TEST(Sm90Kernels, Q8SaturatesTheTopOfTheBf16RangeLikeTheHost) {
+  MOE_EP_REQUIRE_CUDA();
+  const int64_t rows = 8, cols = 256;
+  const float top[] = {0x1.fep+127f, 0x1.f0p+127f, 0x1.e8p+127f, 0x1.e0p+127f, 3.0e38f};
+  std::vector<float> v(rows * cols);
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    float x = normal(rng);
+    if (i % 7 == 3) x = top[(i / 7) % 5] * ((i & 1) ? -1.0f : 1.0f);
+    v[i] = round_to_bf16(x);
+  }
+  std::vector<uint16_t> x(v.size());
+  for (size_t i = 0; i < v.size(); ++i) x[i] = float_to_bf16(v[i]);
+  std::vector<uint8_t> want_q(v.size()), want_s(v.size() / 32);
+  for (int64_t r = 0; r < rows; ++r)
+    quantize_q8(v.data() + r * cols, cols, want_q.data() + r * cols, want_s.data() + r * cols / 32);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float back = e4m3_to_float(want_q[i]) * std::ldexp(1.0f, want_s[i / 32] - 127);
+    ASSERT_TRUE(std::isfinite(back)) << "host: element " << i << " = " << v[i] << " quantizes to " << back;
+  }
+  DeviceBuffer dx = DeviceBuffer::upload(x), dq(v.size()), ds(v.size() / 32);
+  Q8QuantizeParams p{dx.get<uint16_t>(), rows, cols, dq.get(), ds.get()};
+  MOE_EP_CUDA_CHECK(launch_sm90_q8_quantize(p, nullptr));
+  MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(download<uint8_t>(ds, v.size() / 32), want_s);
+  const auto q = download<uint8_t>(dq, v.size());
+  for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(q[i], want_q[i]) << "element " << i << " value " << v[i];
+}
+
 TEST(Sm90Kernels, Nvfp4QuantizeMatchesTheHostQuantizerBitForBit) {
   MOE_EP_REQUIRE_CUDA();
   for (bool bf16 : {true, false}) {

@@ -81,6 +81,19 @@ def main():
     index = {"metadata": {"total_size": sum(len(t[3]) for t in tensors)},
              "weight_map": {t[0]: "model-00001.safetensors" for t in tensors}}
     seeds["dir_indexed"] = b"\1" + config(H, I, E, 1) + SEP + json.dumps(index).encode() + SEP + safetensors(tensors)
+    # Refused inputs that stress the reader's bounds (its error messages must not recurse; its scan
+    # must stay linear): nesting 30,000 deep (16,000 in config.json, beside a shard), within the 64 KB inputs of scripts/fuzz.sh, in a
+    # tensor entry, a shape, __metadata__ and config.json; and 900 tiny tensors in one file.
+    deep = b"[" * 30000 + b"]" * 30000
+
+    def raw_header(text):
+        return struct.pack("<Q", len(text)) + text
+
+    seeds["file_deep_entry"] = b"\0" + raw_header(b'{"a":' + deep + b"}")
+    seeds["file_deep_shape"] = b"\0" + raw_header(b'{"a":{"dtype":"F32","shape":' + deep + b',"data_offsets":[0,0]}}')
+    seeds["file_deep_metadata"] = b"\0" + raw_header(b'{"__metadata__":{"k":' + deep + b"}}")
+    seeds["dir_deep_config"] = b"\1" + b'{"hidden_size":' + deep[14000:-14000] + b"}" + SEP + SEP + safetensors(per_expert(rng, H, I, E))
+    seeds["file_many_tensors"] = b"\0" + safetensors([(f"t{i}", "U8", [1], bytes([i % 256])) for i in range(900)])
     for name, data in seeds.items():
         with open(os.path.join(out_dir, name), "wb") as f:
             f.write(data)

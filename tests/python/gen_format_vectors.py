@@ -143,9 +143,17 @@ def q8_scale_byte(amax):
     return e8m0_scale_byte(np.maximum(np.asarray(amax, F32), F32(1e-4)), 448.0, 1)
 
 
+# The largest magnitude Q8 holds (quant.h kQ8MaxFinite): 1.875 * 2^127. A finite value above it
+# saturates to it before the division (else e4m3 rounds it to 2^128 / s, and the code times s is
+# fp32 Inf); the scale still comes from the raw amax; Inf and NaN pass unchanged.
+Q8_MAX_FINITE = F32(1.875 * 2.0**127)
+
+
 def q8_quantize(v):
     blocks = np.asarray(v, F32).reshape(-1, 32)
     scales = q8_scale_byte(np.abs(blocks).max(axis=1))
+    over = (np.abs(blocks) > Q8_MAX_FINITE) & np.isfinite(blocks)
+    blocks = np.where(over, np.copysign(Q8_MAX_FINITE, blocks), blocks).astype(F32)
     q = e4m3_code(blocks / e8m0_value(scales)[:, None])
     return q.reshape(-1), scales
 

@@ -123,11 +123,25 @@ def _ceil_log2_ratio(amax: np.ndarray, denom: float) -> np.ndarray:
     return k
 
 
+# The largest magnitude Q8 holds, 1.875 * 2^127: finite values beyond it saturate to it (else
+# e4m3 rounding would reach 2^128, fp32 Inf); Inf and NaN pass.
+Q8_MAX_FINITE = 1.875 * 2.0**127
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _silu(gate):
+    """v / (1 + exp(-v)); -0 at -inf (its limit), where the formula gives NaN."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where(np.isneginf(gate), -0.0, gate / (1.0 + np.exp(-gate)))
+
+
 def q8(v: np.ndarray) -> tuple:
     """Q8 (SPEC.md §3) along the last axis: e4m3 codes and one E8M0 byte per 32 elements."""
     g = np.asarray(v, dtype=np.float64).reshape(*v.shape[:-1], -1, 32)
     amax = np.maximum(np.abs(g).max(axis=-1), 1e-4)
     byte = np.clip(_ceil_log2_ratio(amax, 448.0) + 127, 1, 254)
+    over = (np.abs(g) > Q8_MAX_FINITE) & (np.abs(g) <= F32_MAX)
+    g = np.where(over, np.copysign(Q8_MAX_FINITE, g), g)
     codes = e4m3_encode(g / np.ldexp(1.0, byte - 127)[..., None])
     return codes.reshape(v.shape), byte.astype(np.uint8)
 
@@ -224,7 +238,7 @@ def layer_forward(recipe: str, w: ReferenceWeights, x_bf16_bits: np.ndarray, top
             gu = bf16_round(w.w13[e] @ a[t])
             gate = np.minimum(gu[:i], c)
             up = np.clip(gu[i:], -c, c)
-            h = gate / (1.0 + np.exp(-gate)) * up * float(topk_weights[t, k])
+            h = _silu(gate) * up * float(topk_weights[t, k])
             b = q8_dequant(*q8(h[None]))[0] if recipe == "mxfp4" else nvfp4_act_roundtrip(h[None])[0]
             o = bf16_round(w.w2[e] @ b)
             acc[t] += o.astype(F32)
@@ -244,7 +258,7 @@ def shared_expert_add(y: np.ndarray, x_bf16_bits: np.ndarray, w13_bits: np.ndarr
     gu = bf16_round(x @ w13.T)
     gate = np.minimum(gu[:, :i], c)
     up = np.clip(gu[:, i:], -c, c)
-    h = bf16_round(gate / (1.0 + np.exp(-gate)) * up)
+    h = bf16_round(_silu(gate) * up)
     return bf16_round(y + bf16_round(h @ w2.T))
 
 

@@ -81,6 +81,17 @@ def test_mxfp4_quantize_roundtrip_is_within_half_a_step(seed):
     assert np.all((amax > 3.0) & (amax <= 6.0))
 
 
+def test_q8_saturates_the_top_of_the_range():
+    # Finite values from 1.9375 * 2^127 round to 2^128 (fp32 Inf) in e4m3 times any scale; Q8
+    # holds them at 1.875 * 2^127 (quant.h kQ8MaxFinite), as the library does on CPU and GPU.
+    v = np.ones((2, 32), dtype=np.float32)
+    v[0, 3] = np.float32(3.3895314e38)  # bf16 max
+    v[1, 3] = -np.float32(2.0**127 * 1.9375)
+    back = ref.q8_dequant(*ref.q8(v))
+    assert np.all(np.isfinite(back))
+    np.testing.assert_array_equal(back[:, 3], [1.875 * 2.0**127, -1.875 * 2.0**127])
+
+
 def test_q8_matches_spec_and_ml_dtypes():
     rng = np.random.default_rng(7)
     v = (rng.standard_normal((4, 128)) * 10.0 ** rng.uniform(-3, 3, (4, 1))).astype(np.float32)

@@ -92,7 +92,13 @@ std::vector<double> q8(const std::vector<double>& v) {
     amax = std::max(amax, double{1e-4f});  // the recipe's floor is the fp32 constant
     const int byte = std::clamp(ceil_log2(static_cast<float>(amax) / 448.0f) + 127, 1, 254);
     const double s = ref::e8m0(static_cast<uint8_t>(byte));
-    for (size_t i = b; i < b + 32; ++i) out[i] = round_e4m3(v[i] / s) * s;
+    // Finite values beyond 1.875 * 2^127 saturate to it (else the code times s is 2^128).
+    constexpr double kMaxFinite = 0x1.ep+127, kF32Max = 0x1.fffffep+127;
+    for (size_t i = b; i < b + 32; ++i) {
+      const double x = std::fabs(v[i]) > kMaxFinite && std::fabs(v[i]) <= kF32Max
+                           ? std::copysign(kMaxFinite, v[i]) : v[i];
+      out[i] = round_e4m3(x / s) * s;
+    }
   }
   return out;
 }
@@ -239,7 +245,7 @@ std::vector<double> ReferenceModel::token(const Inputs& in, int64_t t, Rounding 
       }
       gate = std::min(maybe_bf16(gate), c);
       up = std::clamp(maybe_bf16(up), -c, c);
-      h[i] = gate / (1.0 + std::exp(-gate)) * up * weight;
+      h[i] = (std::isinf(gate) && gate < 0 ? -0.0 : gate / (1.0 + std::exp(-gate))) * up * weight;
     }
     const std::vector<double> b = quantize_h(h);
     const double* w2 = w2_.data() + e * H * I;

@@ -76,7 +76,7 @@ struct DecodeSwigluQ8 {
 #pragma unroll
       for (int w = 1; w < 4; ++w) amax = fmaxf(amax, amax_smem[(4 * q + w) * 16 + r]);
       const uint32_t byte = q8_scale_byte_device(amax);
-      const uint32_t code = float_to_e4m3_device(__fdiv_rn(h[hh][c], e8m0_to_float_device(byte)));
+      const uint32_t code = float_to_e4m3_device(__fdiv_rn(q8_saturate_device(h[hh][c]), e8m0_to_float_device(byte)));
       const int64_t row = t.row_begin + r;
       ep.h_q[row * ep.intermediate + h_col] = static_cast<uint8_t>(code);
       if (warp % 4 == 0 && g == 0) ep.h_scale[row * (ep.intermediate / 32) + h_col / 32] = static_cast<uint8_t>(byte);

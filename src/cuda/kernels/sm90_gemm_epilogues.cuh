@@ -21,8 +21,10 @@ __device__ __forceinline__ float clamped_swiglu_device(float gate, float up, flo
                                                        bool fast_math) {
   gate = c < gate ? c : gate;
   up = up < -c ? -c : (c < up ? c : up);
-  const float silu = fast_math ? gate * __frcp_rn(1.0f + __expf(-gate))
-                               : __fdiv_rn(gate, 1.0f + expf(-gate));
+  // silu(-inf) = -0, its limit (the formulas give NaN), as on the CPU.
+  const float silu = gate == -INFINITY ? -0.0f
+                     : fast_math       ? gate * __frcp_rn(1.0f + __expf(-gate))
+                                       : __fdiv_rn(gate, 1.0f + expf(-gate));
   return silu * up * weight;
 }
 
@@ -87,7 +89,7 @@ struct SwigluQ8Epilogue {
 #pragma unroll
       for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
       const uint32_t byte = q8_scale_byte_device(amax);
-      const uint32_t q = float_to_e4m3_device(__fdiv_rn(v, e8m0_to_float_device(byte)));
+      const uint32_t q = float_to_e4m3_device(__fdiv_rn(q8_saturate_device(v), e8m0_to_float_device(byte)));
       const int64_t row = t.row_begin + r;
       ep.h_q[row * ep.intermediate + t.n_tile * kHCols + blk * 32 + wp.lane] = static_cast<uint8_t>(q);
       if (wp.lane == 0)

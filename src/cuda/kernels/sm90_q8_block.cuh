@@ -36,8 +36,10 @@ __device__ __forceinline__ void q8_quantize_block(const Q8QuantizeParams& p, int
   uint32_t packed[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const uint32_t lo = ptx::cvt_e4m3x2(__fdiv_rn(v[4 * i], s), __fdiv_rn(v[4 * i + 1], s));
-    const uint32_t hi = ptx::cvt_e4m3x2(__fdiv_rn(v[4 * i + 2], s), __fdiv_rn(v[4 * i + 3], s));
+    const uint32_t lo = ptx::cvt_e4m3x2(__fdiv_rn(q8_saturate_device(v[4 * i]), s),
+                                        __fdiv_rn(q8_saturate_device(v[4 * i + 1]), s));
+    const uint32_t hi = ptx::cvt_e4m3x2(__fdiv_rn(q8_saturate_device(v[4 * i + 2]), s),
+                                        __fdiv_rn(q8_saturate_device(v[4 * i + 3]), s));
     packed[i] = lo | (hi << 16);
   }
   if (p.rs_bf16 != nullptr) {

@@ -86,7 +86,7 @@ struct RsSwigluQ8Epilogue {
         if (col >= t.num_rows) continue;
         const float inv_scale = e8m0_to_float_device(254 - ((bytes >> (8 * c)) & 0xFF));  // 2^(127 - byte)
         ep.h_q[static_cast<int64_t>(t.row_begin + col) * ep.intermediate + h_col] =
-            static_cast<uint8_t>(float_to_e4m3_device(h[i][c] * inv_scale));
+            static_cast<uint8_t>(float_to_e4m3_device(q8_saturate_device(h[i][c]) * inv_scale));
       }
     }
     ptx::named_barrier_sync(1 + f.wg, 128);  // amax is rewritten by the next tile

@@ -21,7 +21,7 @@ __device__ __forceinline__ uint16_t swiglu_h(float gate_sum, float up_sum, float
   gate = c < gate ? c : gate;  // std::min(gate, c)
   float up = round_bf16(up_sum);
   up = up < -c ? -c : (c < up ? c : up);  // std::clamp(up, -c, c)
-  const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+  const float silu = gate == -INFINITY ? -0.0f : __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
   return bf16_bits(__fmul_rn(silu, up));
 }
 

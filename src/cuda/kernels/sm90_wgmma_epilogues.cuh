@@ -61,8 +61,8 @@ struct WgmmaSwigluQ8Epilogue {
         uint8_t* out = ep.h_q + row * ep.intermediate + h_col;
 #pragma unroll
         for (int q = 4 * blk; q < 4 * blk + 4; ++q) {
-          const uint32_t q0 = float_to_e4m3_device(__fdiv_rn(h[q][0], scale));
-          const uint32_t q1 = float_to_e4m3_device(__fdiv_rn(h[q][1], scale));
+          const uint32_t q0 = float_to_e4m3_device(__fdiv_rn(q8_saturate_device(h[q][0]), scale));
+          const uint32_t q1 = float_to_e4m3_device(__fdiv_rn(q8_saturate_device(h[q][1]), scale));
           *reinterpret_cast<uint16_t*>(out + 8 * q) = static_cast<uint16_t>(q0 | (q1 << 8));
         }
         if (f.t == 0) ep.h_scale[row * (ep.intermediate / 32) + (h_col - 2 * f.t) / 32 + blk] = static_cast<uint8_t>(byte);

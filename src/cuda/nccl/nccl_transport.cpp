@@ -147,6 +147,13 @@ void NcclTransport::fail(ErrorCode code, std::string message) {
   MOE_EP_FAIL(code, "{}; {}", message, kRecover);
 }
 
+void NcclTransport::abort(std::string_view reason) noexcept {
+  try {
+    fail(ErrorCode::kRuntime, fmt::format("rank {} failed and left the world: {}", rank_, reason));
+  } catch (...) {  // fail() reports by throwing; abort() only needs its effect
+  }
+}
+
 void NcclTransport::check_usable(std::string_view phase) const {
   MOE_EP_CHECK_CODE(broken_.empty(), ErrorCode::kTimeout, "rank {} stopped in phase '{}': {}; {}",
                     rank_, phase, broken_, kRecover);

@@ -40,6 +40,9 @@ class NcclTransport final : public detail::Transport {
   int64_t window_bytes() const override { return window_bytes_; }
   std::vector<int64_t> all_gather(std::string_view phase, int64_t value,
                                   const std::string& local_error = {}) override;
+  // Aborts the communicator: the peers' pending NCCL collectives fail (their async error) and
+  // they see the world broken; this rank's later calls throw naming `reason`.
+  void abort(std::string_view reason) noexcept override;
 
   // Device side, valid after allocate_window.
   const ncclDevComm& dev_comm() const { return dev_comm_; }

@@ -46,6 +46,14 @@ __device__ __forceinline__ float e8m0_to_float_device(uint32_t b) {
   return __uint_as_float(b == 0 ? 0x00400000u : (b << 23));
 }
 
+// q8_saturate (include/moe_ep/quant.h): a finite value beyond +-1.875 * 2^127 becomes
+// +-1.875 * 2^127, so that no code times its scale rounds to 2^128 (fp32 Inf); Inf and NaN pass.
+inline constexpr float kQ8MaxFiniteDevice = 0x1.ep+127f;
+__device__ __forceinline__ float q8_saturate_device(float v) {
+  const float a = fabsf(v);
+  return (a > kQ8MaxFiniteDevice && a <= 0x1.fffffep+127f) ? copysignf(kQ8MaxFiniteDevice, v) : v;
+}
+
 // q8_scale_byte: amax floored at 1e-4, s = 2^ceil(log2(amax / 448)), byte in [1, 254].
 __device__ __forceinline__ uint32_t q8_scale_byte_device(float amax) {
   const float floored = fmaxf(amax, kQ8AmaxFloorDevice);
