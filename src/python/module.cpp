@@ -126,4 +126,5 @@ NB_MODULE(_core, m) {
       "rather than through __dlpack__.");
   bind_runtime(m);
   bind_layer(m);
+  bind_router(m);
 }
