@@ -12,7 +12,10 @@ forward context resolves it)::
     y = torch.ops.moe_ep.forward_named(x, topk_ids, topk_weights, "model.layers.3.mlp.experts")
     torch.ops.moe_ep.forward_named_out(x, topk_ids, topk_weights, "model.layers.3.mlp.experts", out)
 
-``forward_out`` / ``forward_named_out`` declare ``mutates_args=("out",)``. Names resolve
+``torch.ops.moe_ep.route_deepseek_v4(logits, top_k, routed_scaling_factor, bias, layer_idx,
+num_hash_layers, token_ids, hash_table) -> (ids int32, weights f32)`` is the router (CPU tensors;
+see :func:`moe_ep.route_deepseek_v4`) as an op, so a compiled model calls it without a graph
+break. ``forward_out`` / ``forward_named_out`` declare ``mutates_args=("out",)``. Names resolve
 through :func:`set_layer_resolver` when an engine installs one (e.g. a lookup in its forward
 context's layer table), else through this module's registry. The real kernels (CPU and CUDA
 tensors: the library's forward on torch's current stream) run the layer; the fake kernels only
@@ -24,11 +27,12 @@ from __future__ import annotations
 import atexit
 import itertools
 import threading
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import torch
 
 from moe_ep._core import Layer
+from moe_ep.router import route_deepseek_v4 as _route
 
 _layers: dict = {}
 _names: dict = {}
@@ -153,3 +157,20 @@ def forward_named_out(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: tor
 @forward_named_out.register_fake
 def _forward_named_out_fake(x, topk_ids, topk_weights, layer_name, out):
     return None
+
+
+@torch.library.custom_op("moe_ep::route_deepseek_v4", mutates_args=(), device_types=("cpu",))
+def route_deepseek_v4(logits: torch.Tensor, top_k: int, routed_scaling_factor: float,
+                      bias: Optional[torch.Tensor], layer_idx: int, num_hash_layers: int,
+                      token_ids: Optional[torch.Tensor],
+                      hash_table: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _route(logits, top_k, routed_scaling_factor=routed_scaling_factor, bias=bias,
+                  layer_idx=layer_idx, num_hash_layers=num_hash_layers, token_ids=token_ids,
+                  hash_table=hash_table)
+
+
+@route_deepseek_v4.register_fake
+def _route_fake(logits, top_k, routed_scaling_factor, bias, layer_idx, num_hash_layers, token_ids,
+                hash_table):
+    shape = (logits.shape[0], top_k)
+    return (logits.new_empty(shape, dtype=torch.int32), logits.new_empty(shape, dtype=torch.float32))

@@ -390,3 +390,24 @@ def test_example_model_file_runs_and_is_deterministic(device):
         assert r.returncode == 0, r.stdout + r.stderr
     assert "bit checksum" in runs[0].stdout
     assert runs[0].stdout == runs[1].stdout  # seeded: the same numbers every run
+
+
+def test_cpu_router_op_compiles_with_the_layer():
+    p = problems.make_problem("mxfp4", "mxfp4", 9)
+    layer = layer_on(p, "cpu")
+    handle = ops.register(layer)
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(6, p.H, generator=g)).to(torch.bfloat16)
+    gate = torch.randn(p.E, p.H, generator=g) / p.H ** 0.5
+    bias = torch.randn(p.E, generator=g) * 0.1
+
+    def model(a):
+        ids, w = torch.ops.moe_ep.route_deepseek_v4(a.float() @ gate.t(), p.K, 1.5, bias, 0, 0, None, None)
+        return torch.ops.moe_ep.forward(a, ids, w, handle)
+    want_ids, want_w = moe_ep.route_deepseek_v4((x.float() @ gate.t()).numpy(), top_k=p.K,
+                                                routed_scaling_factor=1.5, bias=bias.numpy())
+    ids, w = torch.ops.moe_ep.route_deepseek_v4(x.float() @ gate.t(), p.K, 1.5, bias, 0, 0, None, None)
+    np.testing.assert_array_equal(ids.numpy(), want_ids)
+    np.testing.assert_array_equal(w.numpy(), want_w)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    np.testing.assert_array_equal(bits(compiled(x)), bits(model(x)))
