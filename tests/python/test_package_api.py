@@ -193,3 +193,11 @@ def test_version_is_single_sourced():
         assert dist_version("moe_ep") == version
     except PackageNotFoundError:
         pass  # the build tree (PYTHONPATH), not an installed wheel
+
+
+def test_bench_without_torch_says_what_to_install():
+    code = ("import sys; sys.modules['torch'] = None; import runpy; "
+            "runpy.run_module('moe_ep.bench', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "pip install 'moe_ep[torch]'" in r.stderr and "Traceback" not in r.stderr
