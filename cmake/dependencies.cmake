@@ -6,6 +6,8 @@
 #                  (MOE_EP_FMT_HEADER_ONLY) so the extension carries no libfmt.so
 #   nlohmann_json  PyPI nlohmann-json (headers only)
 #   CLI11          the command-line tool only (MOE_EP_BUILD_CLI); Debian's libcli11-dev
+#   NCCL headers   the CUDA toolkit's, else those of PyPI's nvidia-nccl-cu12/13 (the NCCL torch
+#                  brings) where the Python sees them (CMakeLists.txt, MOE_EP_NCCL)
 # A dependency found nowhere stops the configure with the package that provides it.
 
 # Directories of a Python's import path that hold a PyPI package's headers.
@@ -21,7 +23,7 @@ function(moe_ep_python_dep_dirs out)
       COMMAND "${py}" -c [=[
 import os, sys
 for p in sys.path:
-    for sub in ("cmeel.prefix", "nlohmann_json"):
+    for sub in ("cmeel.prefix", "nlohmann_json", os.path.join("nvidia", "nccl")):
         d = os.path.join(p or ".", sub)
         if os.path.isdir(d):
             print(os.path.abspath(d))
@@ -37,9 +39,12 @@ endfunction()
 moe_ep_python_dep_dirs(MOE_EP_PYTHON_DEP_DIRS)
 set(_moe_ep_cmeel_prefixes)
 set(_moe_ep_json_hints)
+set(MOE_EP_PYTHON_NCCL_HINTS)  # NCCL headers of PyPI's nvidia-nccl-cu12/13 (torch's NCCL)
 foreach(d ${MOE_EP_PYTHON_DEP_DIRS})
   if(d MATCHES "cmeel\\.prefix$")
     list(APPEND _moe_ep_cmeel_prefixes "${d}")
+  elseif(d MATCHES "nccl$")
+    list(APPEND MOE_EP_PYTHON_NCCL_HINTS "${d}/include")
   else()
     list(APPEND _moe_ep_json_hints "${d}/include")
   endif()
