@@ -12,7 +12,9 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/moe_ep DESTINATION ${CMAKE_INSTA
 install(TARGETS moe_ep EXPORT moe_epTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT moe_ep_dev
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT moe_ep_dev)
-install(TARGETS moe_ep_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT moe_ep_cli)
+if(TARGET moe_ep_cli)
+  install(TARGETS moe_ep_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT moe_ep_cli)
+endif()
 install(EXPORT moe_epTargets NAMESPACE moe_ep:: DESTINATION ${MOE_EP_INSTALL_CMAKEDIR}
         COMPONENT moe_ep_dev)
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/moe_epConfig.cmake.in

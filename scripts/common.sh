@@ -14,7 +14,7 @@ MOE_EP_JOBS="${MOE_EP_JOBS:-$(nproc)}"
 MOE_EP_CUDA="${MOE_EP_CUDA:-AUTO}"
 
 MOE_EP_APT_PACKAGES=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-                     libfmt-dev nlohmann-json3-dev libcli11-dev python3 python3-pip)
+                     libfmt-dev nlohmann-json3-dev libcli11-dev python3 python3-pip python3-venv)
 
 moe_ep_log() { printf '==> %s\n' "$*" >&2; }
 

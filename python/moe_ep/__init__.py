@@ -24,7 +24,13 @@ from moe_ep._core import (  # noqa: F401
 )
 from moe_ep._core import __version__  # noqa: F401  (importing opens no CUDA or NCCL library)
 from moe_ep._core import info as _build_info
+from moe_ep.router import route_deepseek_v4  # noqa: F401
+from moe_ep.runtime import runtime_from_process_group  # noqa: F401
 from moe_ep.weights import WeightPack  # noqa: F401
+
+
+# Runtime.from_process_group(pg, device=...): the runtime of an existing torch.distributed group.
+Runtime.from_process_group = staticmethod(runtime_from_process_group)
 
 
 def info() -> dict:
@@ -35,4 +41,4 @@ def info() -> dict:
 
 
 __all__ = ["DeviceError", "Layer", "Runtime", "UnsupportedError", "WeightPack", "info",
-           "workspace_bytes", "__version__"]
+           "route_deepseek_v4", "runtime_from_process_group", "workspace_bytes", "__version__"]

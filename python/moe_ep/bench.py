@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 import numpy as np
@@ -45,14 +46,46 @@ def _host_us(fn, sync, rounds, per_round=20):
     return float(np.median(samples))
 
 
+def _gpu_unusable(torch, moe_ep, device: str) -> str:
+    """Why `device` cannot run the bench, or '' when it can."""
+    if not moe_ep.info()["cuda"]:
+        return "this moe_ep build has no CUDA backend"
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} sees no CUDA device"
+    index = torch.device(device).index or 0
+    if index >= torch.cuda.device_count():
+        return f"torch sees {torch.cuda.device_count()} CUDA device(s)"
+    cc = torch.cuda.get_device_capability(index)
+    from moe_ep.integrations import is_supported
+    if not is_supported(cc, "mxfp4"):
+        return f"compute capability {cc[0]}.{cc[1]} has no moe_ep kernels (SM90 needed)"
+    return ""
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m moe_ep.bench", description=__doc__)
     ap.add_argument("--tokens", "-T", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=200)
-    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--device", default="auto",
+                    help="auto (cuda:0 when a GPU is usable, else cpu), cpu, cuda or cuda:N")
     args = ap.parse_args(argv)
-    import torch
+    try:
+        import torch
+    except ImportError:
+        print("python -m moe_ep.bench needs torch: pip install 'moe_ep[torch]'", file=sys.stderr)
+        return 2
+    import moe_ep
     import moe_ep.torch_ops as ops
+
+    requested = args.device
+    if requested == "auto" or requested.startswith("cuda"):
+        reason = _gpu_unusable(torch, moe_ep, "cuda:0" if requested == "auto" else requested)
+        if reason:
+            what = "no usable GPU" if requested == "auto" else f"{requested} is not usable"
+            print(f"moe_ep.bench: {what} ({reason}); measuring on the CPU", file=sys.stderr)
+            args.device = "cpu"
+        elif requested == "auto":
+            args.device = "cuda:0"
 
     layer, (E, H, I, K) = _tiny_layer(torch, args.device)
     dev = torch.device(args.device)
@@ -67,7 +100,7 @@ def main(argv=None) -> int:
     for _ in range(5):  # warm-up
         layer.forward(x, ids, w, out=y)
         torch.ops.moe_ep.forward(x, ids, w, handle)
-    res = {"device": args.device, "T": T, "rounds": args.rounds, "calls_per_round": n}
+    res = {"device": args.device, "requested_device": requested, "T": T, "rounds": args.rounds, "calls_per_round": n}
     cpp = []
     for _ in range(args.rounds):
         sync()

@@ -2,9 +2,12 @@
 // DLPack forward. A CUDA forward runs on the given stream, else on torch's current stream of
 // the layer's device (when torch is imported), else on the legacy default stream.
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
@@ -26,7 +29,19 @@ struct PyLayer {
   std::unique_ptr<Layer> layer;
   bool on_cuda = false;
   int device_index = 0;
+  // The forward uses fp32(topk_weights * routed_scaling_factor), the router's own last step
+  // (include/moe_ep/router.h), so a model whose router leaves the factor out passes it here.
+  float routed_scaling_factor = 1.0f;
 };
+
+// MOE_EP_CHECK_INPUTS=1: every forward runs the check_finite checks (a debug mode).
+bool check_inputs_by_default() {
+  static const bool on = [] {
+    const char* v = std::getenv("MOE_EP_CHECK_INPUTS");
+    return v != nullptr && *v != '\0' && std::string(v) != "0";
+  }();
+  return on;
+}
 
 // The tensors of a moe_ep.WeightPack (attributes format, w13, w13_scale, w13_global, w2,
 // w2_scale, w2_global), imported for one library call.
@@ -77,6 +92,7 @@ nb::dict layer_info(const PyLayer& self) {
   r["max_tokens_per_rank"] = d.fleet.max_tokens_per_rank;
   r["activation_clamp"] = d.activation_clamp ? nb::cast(*d.activation_clamp) : nb::none();
   r["quantize_input"] = d.quantize_input;
+  r["routed_scaling_factor"] = self.routed_scaling_factor;
   r["fast_math"] = d.numerics.fast_math;
   r["exact_accumulation"] = d.numerics.exact_accumulation;
   r["world_size"] = self.runtime->world_size();
@@ -101,8 +117,10 @@ void layer_init(PyLayer* self, std::shared_ptr<Runtime> runtime, int64_t num_exp
                 std::optional<int> decode_split_k,
                 std::optional<bool> fuse_quantize_route,
                 int num_threads, int64_t cpu_batch_tokens, nb::handle shared_w13,
-                nb::handle shared_w2) {
+                nb::handle shared_w2, float routed_scaling_factor) {
   if (!runtime) throw nb::type_error("moe_ep: runtime is None; expected moe_ep.Runtime.acquire(...)");
+  MOE_EP_CHECK(std::isfinite(routed_scaling_factor) && routed_scaling_factor > 0.0f,
+               "routed_scaling_factor = {}; expected a finite value > 0", routed_scaling_factor);
   MoeDesc desc;
   desc.fleet = {num_experts, max_tokens_per_rank, hidden_size};
   desc.recipe = parse_recipe(recipe, "recipe");
@@ -137,21 +155,40 @@ void layer_init(PyLayer* self, std::shared_ptr<Runtime> runtime, int64_t num_exp
     layer = Layer::create(runtime, desc, w.pack, ov);
   }
   const Device dev = runtime->device();
-  new (self) PyLayer{std::move(runtime), std::move(layer), dev.type == DeviceType::kCUDA, dev.index};
+  new (self) PyLayer{std::move(runtime), std::move(layer), dev.type == DeviceType::kCUDA, dev.index,
+                     routed_scaling_factor};
 }
 
 nb::object layer_forward(PyLayer& self, nb::handle x, nb::handle topk_ids, nb::handle topk_weights,
-                         nb::handle out, std::optional<uintptr_t> stream) {
+                         nb::handle out, std::optional<uintptr_t> stream, bool check_finite) {
   ImportedTensor tx = import_required(x, "x");
   ImportedTensor tids = import_required(topk_ids, "topk_ids");
   ImportedTensor tw = import_required(topk_weights, "topk_weights");
+  if (check_finite || check_inputs_by_default())  // names the first bad element (python/moe_ep/_checks.py)
+    nb::module_::import_("moe_ep._checks").attr("check_forward_inputs")(x, topk_ids, topk_weights);
+  // routed_scaling_factor: host weights are scaled here; device ones by their framework's
+  // multiply on its current stream (capturable in a CUDA graph).
+  std::vector<float> scaled_host;
+  nb::object scaled_device;
+  if (self.routed_scaling_factor != 1.0f) {
+    const TensorView& v = tw.view;
+    if (v.device.type == DeviceType::kCPU && v.dtype == DType::kF32 && v.is_contiguous()) {
+      scaled_host.resize(static_cast<size_t>(v.numel()));
+      const float* src = static_cast<const float*>(v.data);
+      for (size_t i = 0; i < scaled_host.size(); ++i) scaled_host[i] = src[i] * self.routed_scaling_factor;
+      tw.view.data = scaled_host.data();
+    } else if (v.device.type != DeviceType::kCPU && v.dtype == DType::kF32) {
+      scaled_device = nb::borrow(topk_weights) * nb::float_(self.routed_scaling_factor);
+      tw = import_required(scaled_device, "topk_weights");
+    }  // anything else: the library refuses it as it is
+  }
   nb::object y = nb::borrow(out);
   if (y.is_none()) {
     // y has x's shape, dtype and device.
     y = nb::hasattr(x, "new_empty") ? x.attr("new_empty")(x.attr("shape"))
                                     : nb::module_::import_("numpy").attr("empty_like")(x);
   }
-  ImportedTensor ty = import_required(y, "out");
+  ImportedTensor ty = import_required(y, "out", /*writable=*/true);
   ForwardArgs args;
   args.x = tx.view;
   args.topk_ids = tids.view;
@@ -188,20 +225,27 @@ void bind_layer(nb::module_& m) {
            nb::arg("decode_split_k") = nb::none(), nb::arg("fuse_quantize_route") = nb::none(),
            nb::arg("num_threads") = 0,
            nb::arg("cpu_batch_tokens") = 0, nb::arg("shared_w13") = nb::none(),
-           nb::arg("shared_w2") = nb::none(),
+           nb::arg("shared_w2") = nb::none(), nb::arg("routed_scaling_factor") = 1.0f,
            "Build a layer on `runtime` from a moe_ep.WeightPack. recipe: 'mxfp4' | 'nvfp4'; "
            "activation_clamp: None (+inf) or a finite value >= 0; gemm/tile/decode_max_tokens/"
            "fold_fp8/decode_split_k/fuse_quantize_route/num_threads/cpu_batch_tokens "
            "pin kernel "
            "choices (KernelOverrides). "
            "shared_w13 bf16 [2Is, H] / shared_w2 bf16 [H, Is]: a shared expert every token passes, "
-           "added to y in the layer's combine (on GPUs it runs beside the routed experts).")
+           "added to y in the layer's combine (on GPUs it runs beside the routed experts). "
+           "routed_scaling_factor: the routed experts' weights are fp32(topk_weights * factor) "
+           "(DeepSeek's routed_scaling_factor, for a router that leaves it out; the shared expert "
+           "is not scaled).")
       .def("forward", &layer_forward, nb::arg("x"), nb::arg("topk_ids"), nb::arg("topk_weights"),
-           nb::arg("out") = nb::none(), nb::arg("stream") = nb::none(),
+           nb::arg("out") = nb::none(), nb::arg("stream") = nb::none(), nb::arg("check_finite") = false,
            "y = layer(x bf16 [T, H], topk_ids int32|int64 [T, K] (-1 skips), topk_weights f32 "
            "[T, K]); written into `out` (bf16 [T, H]) when given, else a new array like x. "
            "Tensors: torch (CPU/CUDA) or numpy (CPU), contiguous, on the layer's device. CUDA: "
-           "runs on `stream` (a cudaStream_t as int), by default torch's current stream.")
+           "runs on `stream` (a cudaStream_t as int), by default torch's current stream. For speed "
+           "the forward does not read values: NaN / Inf in x or topk_weights propagate and a "
+           "repeated expert id in a row counts twice; check_finite=True (or MOE_EP_CHECK_INPUTS=1 "
+           "for every forward) refuses them first with a ValueError naming the first bad element "
+           "(it reads the tensors: a host sync, not capturable in a CUDA graph).")
       .def("info", &layer_info, "The descriptor, implementation, selected config and plan.")
       .def(
           "read_error_flags",
@@ -226,7 +270,7 @@ void bind_layer(nb::module_& m) {
             // moe_ep.bench: host seconds of `iters` library forwards with the arguments imported
             // once (no Python per call); the baseline of the binding's call overhead.
             ImportedTensor tx = import_required(x, "x"), ti = import_required(ids, "topk_ids"),
-                           tw = import_required(w, "topk_weights"), ty = import_required(out, "out");
+                           tw = import_required(w, "topk_weights"), ty = import_required(out, "out", true);
             ForwardArgs args{.x = tx.view, .topk_ids = ti.view, .topk_weights = tw.view, .y = ty.view};
             if (s.on_cuda) args.stream = torch_current_stream(s.device_index);
             nb::gil_scoped_release release;

@@ -40,7 +40,13 @@ void translate_error(const std::exception_ptr& p, void*) {
     }
     PyObject* exc = PyObject_CallFunction(type, "s", e.what());
     if (exc == nullptr) return;  // the constructor's own error stays set
-    PyObject_SetAttrString(exc, "code", PyUnicode_FromString(error_code_name(e.code())));
+    // SetAttr takes its own reference to the value: ours is dropped here, else every refusal
+    // leaks the code string.
+    PyObject* code = PyUnicode_FromString(error_code_name(e.code()));
+    if (code != nullptr) {
+      PyObject_SetAttrString(exc, "code", code);
+      Py_DECREF(code);
+    }
     PyErr_SetObject(type, exc);
     Py_DECREF(exc);
   }
@@ -120,4 +126,5 @@ NB_MODULE(_core, m) {
       "rather than through __dlpack__.");
   bind_runtime(m);
   bind_layer(m);
+  bind_router(m);
 }

@@ -50,7 +50,8 @@ TensorView make_view(void* data, int64_t ndim, const int64_t* shape, const int64
   return v;
 }
 
-TensorView to_view(const nb::ndarray<>& a, const char* name, std::optional<DType> dtype = {}) {
+template <typename Array>
+TensorView to_view(const Array& a, const char* name, std::optional<DType> dtype = {}) {
   const nb::dlpack::dtype dt = a.dtype();
   int64_t shape[kMaxTensorDims], strides[kMaxTensorDims];
   const int64_t ndim = static_cast<int64_t>(a.ndim());
@@ -58,7 +59,7 @@ TensorView to_view(const nb::ndarray<>& a, const char* name, std::optional<DType
     shape[d] = static_cast<int64_t>(a.shape(d));
     strides[d] = static_cast<int64_t>(a.stride(d));
   }
-  return make_view(a.data(), ndim, shape, strides, {dt.code, dt.bits, dt.lanes}, a.device_type(), a.device_id(),
+  return make_view(const_cast<void*>(static_cast<const void*>(a.data())), ndim, shape, strides, {dt.code, dt.bits, dt.lanes}, a.device_type(), a.device_id(),
                    name, dtype);
 }
 
@@ -151,19 +152,37 @@ bool import_view(nb::handle obj, const char* name, TensorView& view) {
 }
 }  // namespace dlx
 
+// obj as a DLPack array into t (its view tagged `dtype` when given): false when it is none.
+// Inputs are imported read-only (numpy refuses to export a read-only array as writable); an
+// output must be writable, and a read-only one is refused with that reason.
+bool try_import(nb::handle obj, const char* name, bool writable, std::optional<DType> dtype,
+                ImportedTensor& t) {
+  if (writable) {
+    if (nb::try_cast(obj, t.writable, false)) {
+      t.view = to_view(t.writable, name, dtype);
+      return true;
+    }
+    if (nb::try_cast(obj, t.array, false))
+      throw nb::value_error((std::string("moe_ep: ") + name +
+                             " is a read-only array; expected a writable one (the forward writes it)")
+                                .c_str());
+    return false;
+  }
+  if (!nb::try_cast(obj, t.array, false)) return false;
+  t.view = to_view(t.array, name, dtype);
+  return true;
+}
+
 }  // namespace
 
-std::optional<ImportedTensor> import_tensor(nb::handle obj, const char* name) {
+std::optional<ImportedTensor> import_tensor(nb::handle obj, const char* name, bool writable) {
   if (obj.is_none()) return std::nullopt;
   ImportedTensor t;
   if (dlx::import_view(obj, name, t.view)) return t;
-  if (nb::try_cast(obj, t.array, false)) {
-    try {
-      t.view = to_view(t.array, name);
-    } catch (const Error& e) {  // a dtype with no moe_ep equivalent: a type error
-      throw nb::type_error((std::string(name) + ": " + e.message()).c_str());
-    }
-    return t;
+  try {
+    if (try_import(obj, name, writable, std::nullopt, t)) return t;
+  } catch (const Error& e) {  // a dtype with no moe_ep equivalent: a type error
+    throw nb::type_error((std::string(name) + ": " + e.message()).c_str());
   }
   if (nb::hasattr(obj, "dtype") && nb::hasattr(obj, "view")) {
     // numpy: dtype.name "bfloat16", view("uint16"); torch: str(dtype) "torch.float8_e4m3fn",
@@ -177,10 +196,7 @@ std::optional<ImportedTensor> import_tensor(nb::handle obj, const char* name) {
       nb::object storage = nb::str(alias.storage);
       if (is_torch) storage = nb::module_::import_("torch").attr(alias.storage);
       t.keepalive = obj.attr("view")(storage);
-      if (nb::try_cast(t.keepalive, t.array, false)) {
-        t.view = to_view(t.array, name, alias.dtype);
-        return t;
-      }
+      if (try_import(t.keepalive, name, writable, alias.dtype, t)) return t;
     }
   }
   throw nb::type_error((std::string("moe_ep: ") + name + " is a " +
@@ -189,8 +205,8 @@ std::optional<ImportedTensor> import_tensor(nb::handle obj, const char* name) {
                            .c_str());
 }
 
-ImportedTensor import_required(nb::handle obj, const char* name) {
-  std::optional<ImportedTensor> t = import_tensor(obj, name);
+ImportedTensor import_required(nb::handle obj, const char* name, bool writable) {
+  std::optional<ImportedTensor> t = import_tensor(obj, name, writable);
   if (!t) throw nb::type_error((std::string("moe_ep: ") + name + " is None; expected a tensor").c_str());
   return std::move(*t);
 }

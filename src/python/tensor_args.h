@@ -21,14 +21,16 @@ namespace nb = nanobind;
 // Holds the imported arrays for the duration of one library call (an exchange-API import holds
 // nothing: the view borrows from the caller's object).
 struct ImportedTensor {
-  nb::ndarray<> array;
-  nb::object keepalive;  // the storage view of an ml_dtypes array
+  nb::ndarray<nb::ro> array;  // inputs: read-only arrays are fine
+  nb::ndarray<> writable;     // outputs
+  nb::object keepalive;       // the storage view of an ml_dtypes array
   TensorView view;
 };
 
 // Throws nb::type_error naming `name` when `obj` is not an array; an empty optional for None.
-std::optional<ImportedTensor> import_tensor(nb::handle obj, const char* name);
-ImportedTensor import_required(nb::handle obj, const char* name);
+// `writable`: the library writes it; a read-only array is a ValueError saying so.
+std::optional<ImportedTensor> import_tensor(nb::handle obj, const char* name, bool writable = false);
+ImportedTensor import_required(nb::handle obj, const char* name, bool writable = false);
 
 // Whether `tensor` imports through the DLPack C exchange API (its type has one and the producer
 // describes it): what import_tensor does first.

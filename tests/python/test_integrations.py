@@ -106,3 +106,66 @@ def test_eplb_tables_follow_the_remap_rule():
     t.recording.fill_(1)
     t.remap(ids)
     np.testing.assert_array_equal(t.load.numpy(), np.bincount(want[want >= 0], minlength=t.num_physical))
+
+
+def test_validate_config_names_the_field():
+    ok = dict(num_experts=16, hidden_size=256, intermediate_size=128, top_k=4)
+    assert integ.validate_config("mxfp4", **ok).name == "mxfp4"
+    for field, value, text in [("num_experts", 0, "num_experts = 0"), ("hidden_size", 200, "hidden_size = 200"),
+                               ("intermediate_size", 64, "intermediate_size = 64"), ("top_k", 17, "top_k = 17")]:
+        with pytest.raises(ValueError, match=text):
+            integ.validate_config("mxfp4", **{**ok, field: value}, world_size=1)
+    with pytest.raises(ValueError, match="multiple of world_size = 3"):
+        integ.validate_config("mxfp4", **ok, world_size=3)
+    with pytest.raises(ValueError, match="weight_format = 'nvfp4'"):
+        integ.validate_config("mxfp4", **ok, weight_format="nvfp4")
+    with pytest.raises(moe_ep.UnsupportedError, match="compute capability"):
+        integ.validate_config("mxfp4", **ok, device_capability=(8, 0))
+    assert integ.backend_spec("nvfp4").cuda_capabilities == (90,)
+
+
+def test_mega_config_builds_the_layer():
+    p = problems.make_problem("mxfp4", "mxfp4", 3)
+    cfg = integ.MegaConfig(intermediate_size=p.I, top_k=p.K, activation_clamp=problems.CLAMP,
+                           routed_scaling_factor=2.0)
+    rt = integ.SharedRuntime.acquire(device="cpu")
+    try:
+        layer = moe_ep.Layer(rt.runtime, weights=moe_ep.WeightPack.mxfp4(**p.tensors),
+                             **cfg.layer_kwargs(num_experts=p.E, hidden_size=p.H, max_tokens_per_rank=8))
+        info = layer.info()
+        assert (info["intermediate_size"], info["top_k"], info["activation_clamp"],
+                info["routed_scaling_factor"]) == (p.I, p.K, problems.CLAMP, 2.0)
+        del layer
+    finally:
+        rt.release()
+    with pytest.raises(moe_ep.UnsupportedError, match="quantize_input"):
+        integ.MegaConfig(intermediate_size=p.I, top_k=p.K, quantize_input=False).layer_kwargs(
+            num_experts=p.E, hidden_size=p.H, max_tokens_per_rank=8)
+
+
+def test_dequantize_mxfp4_matches_the_oracle_and_feeds_the_bf16_path():
+    import reference_layer as ref
+    p = problems.make_problem("mxfp4", "mxfp4", 4)
+    w13 = integ.dequantize_mxfp4(p.tensors["w13"], p.tensors["w13_scale"])
+    assert w13.dtype == ml_dtypes.bfloat16 and w13.shape == (p.E, 2 * p.I, p.H)
+    # each element: e2m1 nibble * 2^(scale - 127), checked one block by hand
+    b, s = p.tensors["w13"][0, 0, :16], np.asarray(p.tensors["w13_scale"]).view(np.uint8)[0, 0, 0]
+    lut = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+    want = np.stack([lut[b & 15], lut[b >> 4]], -1).reshape(-1) * np.float32(2.0) ** (int(s) - 127)
+    np.testing.assert_array_equal(np.asarray(w13[0, 0, :32], np.float32), want)
+    params = {"w13_weight": p.tensors["w13"], "w13_weight_scale": p.tensors["w13_scale"],
+              "w2_weight": p.tensors["w2"], "w2_weight_scale": p.tensors["w2_scale"]}
+    pack = integ.mxfp4_to_bf16_pack(params)
+    assert pack.format == "bf16" and (pack.num_experts, pack.hidden_size, pack.intermediate_size) == (p.E, p.H, p.I)
+    # the bf16 weights re-quantized by the mxfp4 recipe give back the same layer, bit for bit
+    rt = moe_ep.Runtime.acquire(device="cpu")
+    kw = dict(num_experts=p.E, hidden_size=p.H, intermediate_size=p.I, top_k=p.K, max_tokens_per_rank=8,
+              activation_clamp=problems.CLAMP)
+    x, ids, w = problems.random_inputs(p, 5, 6)
+    a = moe_ep.Layer(rt, weights=moe_ep.WeightPack.mxfp4(**p.tensors), **kw).forward(x, ids, w)
+    b2 = moe_ep.Layer(rt, weights=pack, **kw).forward(x, ids, w)
+    assert ref.relative_error(np.asarray(b2, np.float64), np.asarray(a, np.float64)) < 1e-2
+    bad = np.asarray(p.tensors["w13_scale"]).view(np.uint8).copy()
+    bad[0, 0, 0] = 0xFF
+    with pytest.raises(ValueError, match="0xFF"):
+        integ.dequantize_mxfp4(p.tensors["w13"], bad)

@@ -279,3 +279,135 @@ def test_cuda_bad_inputs_are_refused_before_any_kernel():
         gpu.check_error_flags()
     gpu.forward(tx, tids, tw, out=out)  # the layer stays usable
     gpu.check_error_flags()
+
+
+# ---- engine conventions: out= ops, layers by name, routed_scaling_factor, value checks -------
+
+
+def test_cpu_out_and_named_ops_match_forward_and_compile():
+    p = problems.make_problem("mxfp4", "mxfp4", 6)
+    layer = layer_on(p, "cpu")
+    name = "model.layers.0.mlp.experts"
+    handle = ops.register(layer, name=name)
+    x, ids, w, tx, tids, tw = inputs(p, 5, 8, "cpu")
+    want = bits(torch.ops.moe_ep.forward(tx, tids, tw, handle))
+    out = poisoned(5, p.H, "cpu")
+    assert torch.ops.moe_ep.forward_out(tx, tids, tw, handle, out) is None
+    np.testing.assert_array_equal(bits(out), want)
+    np.testing.assert_array_equal(bits(torch.ops.moe_ep.forward_named(tx, tids, tw, name)), want)
+    out.fill_(float("nan"))
+    torch.ops.moe_ep.forward_named_out(tx, tids, tw, name, out)
+    np.testing.assert_array_equal(bits(out), want)
+
+    def model(a, b, c, o):  # the engine's pattern: a preallocated output, the layer by name
+        torch.ops.moe_ep.forward_named_out(a, b, c, name, o)
+        return o * 2
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    o2 = poisoned(5, p.H, "cpu")
+    np.testing.assert_array_equal(bits(compiled(tx, tids, tw, o2)), bits(model(tx, tids, tw, out)))
+    with pytest.raises(ValueError, match="layer_name = 'nope' is not registered"):
+        torch.ops.moe_ep.forward_named(tx, tids, tw, "nope")
+    ops.set_layer_resolver(lambda n: layer if n == "ctx:0" else None)  # an engine's forward context
+    try:
+        np.testing.assert_array_equal(bits(torch.ops.moe_ep.forward_named(tx, tids, tw, "ctx:0")), want)
+        with pytest.raises(ValueError, match="unknown to the installed resolver"):
+            torch.ops.moe_ep.forward_named(tx, tids, tw, name)
+    finally:
+        ops.set_layer_resolver(None)
+    ops.unregister(name)
+    with pytest.raises(ValueError, match="not registered"):
+        torch.ops.moe_ep.forward(tx, tids, tw, handle)
+
+
+def test_cpu_routed_scaling_factor_and_check_finite_on_torch_tensors():
+    p = problems.make_problem("mxfp4", "mxfp4", 7)
+    plain, scaled = layer_on(p, "cpu"), layer_on(p, "cpu", routed_scaling_factor=1.75)
+    x, ids, w, tx, tids, tw = inputs(p, 6, 9, "cpu")
+    np.testing.assert_array_equal(bits(scaled.forward(tx, tids, tw)),
+                                  bits(plain.forward(tx, tids, tw * 1.75)))
+    bad = tx.clone()
+    bad[1, 3] = float("nan")
+    with pytest.raises(ValueError, match=r"x\[1, 3\] is not finite"):
+        plain.forward(bad, tids, tw, check_finite=True)
+
+
+def test_bench_falls_back_to_the_cpu_without_a_gpu():
+    import json
+    import os
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "moe_ep.bench", "--rounds", "3", "--device", "cuda:0"],
+                       capture_output=True, text=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert r.returncode == 0, r.stderr
+    assert "measuring on the CPU" in r.stderr
+    res = json.loads(r.stdout)
+    assert res["device"] == "cpu" and res["requested_device"] == "cuda:0"
+
+
+@needs_cuda
+def test_cuda_out_and_named_ops_capture_and_compile():
+    p = problems.make_problem("mxfp4", "mxfp4", 8)
+    gpu = layer_on(p, "cuda:0", routed_scaling_factor=1.5)
+    name = "model.layers.1.mlp.experts"
+    handle = ops.register(gpu, name=name)
+    x, ids, w, tx, tids, tw = inputs(p, 16, 12, "cuda")
+    plain = layer_on(p, "cuda:0")
+    want = bits(plain.forward(tx, tids, tw * 1.5))  # the device multiply equals prescaled weights
+    del plain
+    np.testing.assert_array_equal(bits(torch.ops.moe_ep.forward(tx, tids, tw, handle)), want)
+    out = poisoned(16, p.H, "cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        torch.ops.moe_ep.forward_named_out(tx, tids, tw, name, out)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        torch.ops.moe_ep.forward_out(tx, tids, tw, handle, out)
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(bits(out), want)
+
+    def model(a, b, c, o):
+        torch.ops.moe_ep.forward_named_out(a, b, c, name, o)
+        return o * 2 + a
+    compiled = torch.compile(model, fullgraph=True)
+    o2 = poisoned(16, p.H, "cuda")
+    torch.testing.assert_close(compiled(tx, tids, tw, o2), model(tx, tids, tw, out), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda:0", marks=needs_cuda)])
+def test_example_model_file_runs_and_is_deterministic(device):
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "vllm_style_moe.py"
+    runs = [subprocess.run([sys.executable, str(example), "--device", device, "--tokens", "5"],
+                           capture_output=True, text=True, env=dict(os.environ)) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert "bit checksum" in runs[0].stdout
+    assert runs[0].stdout == runs[1].stdout  # seeded: the same numbers every run
+
+
+def test_cpu_router_op_compiles_with_the_layer():
+    p = problems.make_problem("mxfp4", "mxfp4", 9)
+    layer = layer_on(p, "cpu")
+    handle = ops.register(layer)
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(6, p.H, generator=g)).to(torch.bfloat16)
+    gate = torch.randn(p.E, p.H, generator=g) / p.H ** 0.5
+    bias = torch.randn(p.E, generator=g) * 0.1
+
+    def model(a):
+        ids, w = torch.ops.moe_ep.route_deepseek_v4(a.float() @ gate.t(), p.K, 1.5, bias, 0, 0, None, None)
+        return torch.ops.moe_ep.forward(a, ids, w, handle)
+    want_ids, want_w = moe_ep.route_deepseek_v4((x.float() @ gate.t()).numpy(), top_k=p.K,
+                                                routed_scaling_factor=1.5, bias=bias.numpy())
+    ids, w = torch.ops.moe_ep.route_deepseek_v4(x.float() @ gate.t(), p.K, 1.5, bias, 0, 0, None, None)
+    np.testing.assert_array_equal(ids.numpy(), want_ids)
+    np.testing.assert_array_equal(w.numpy(), want_w)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    np.testing.assert_array_equal(bits(compiled(x)), bits(model(x)))
