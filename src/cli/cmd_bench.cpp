@@ -6,6 +6,8 @@
 // their times are merged into bench/RESULTS.md there. This binary only marks the columns.
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
+#include <ctime>
 #include <cstring>
 #include <chrono>
 #include <filesystem>
@@ -102,7 +104,7 @@ struct BenchRow {
 };
 
 const char* kCsvHeader =
-    "preset,backend,implementation,device,weight_format,tokens,valid_slots,unique_experts,"
+    "gpu,date,commit,preset,backend,implementation,device,weight_format,tokens,valid_slots,unique_experts,"
     "time_us,min_us,weight_bytes,flops,memory_floor_us,compute_floor_us,floor_us,"
     "fraction_of_floor,tflops,bandwidth_gbps,compute_tflops,compute_rate_kind,variant";
 
@@ -239,8 +241,17 @@ int bench_command(BenchOptions o, const CheckpointRunOptions& ck) {
     std::ofstream csv(o.csv);
     MOE_EP_CHECK(csv.good(), "--csv '{}' cannot be opened for writing", o.csv);
     csv << kCsvHeader << "\n";
+    // Every row names the device, the UTC date and the commit, so it can join bench/results/.
+    const char* commit_env = std::getenv("MOE_EP_COMMIT");
+    const std::string commit = commit_env != nullptr && *commit_env != '\0' ? commit_env : MOE_EP_GIT_COMMIT;
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    char date[16];
+    std::strftime(date, sizeof date, "%Y-%m-%d", &utc);
+    const std::string stamp = fmt::format("{},{},{}", csv_field(s.device.name), date, csv_field(commit));
     for (const BenchRow& r : rows)
-      csv << fmt::format("{},{},{},{},{},{},{},{},{:.3f},{:.3f},{},{:.6g},{:.3f},{:.3f},{:.3f},{:.5f},"
+      csv << stamp << "," << fmt::format("{},{},{},{},{},{},{},{},{:.3f},{:.3f},{},{:.6g},{:.3f},{:.3f},{:.3f},{:.5f},"
                          "{:.5f},{:.2f},{:.4f},{},{}\n",
                          s.preset->name, s.desc.traits().name, s.implementation, s.device.device.str(),
                          weight_format_name(s.weight_format), r.tokens, r.valid_slots,
