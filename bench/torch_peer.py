@@ -21,7 +21,7 @@ import time
 
 import torch
 
-PRESETS = {  # H, I, E, K, clamp, routed scaling factor (SPEC.md §7)
+PRESETS = {  # H, I, E, K, clamp, routed scaling factor (docs/spec.md §10)
     "deepseek-v4-flash": (4096, 2048, 256, 6, 10.0, 1.5),
     "deepseek-v4-pro": (7168, 3072, 384, 6, 10.0, 2.5),
     "tiny": (256, 128, 16, 4, 10.0, 1.0),

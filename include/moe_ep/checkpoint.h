@@ -12,7 +12,7 @@
 //
 // Files are memory-mapped read-only; a tensor's bytes are read only when a loader touches them.
 //
-// Expert-weight layouts of one layer L (shapes per SPEC.md §2, B = 32 for MXFP4, 16 for NVFP4):
+// Expert-weight layouts of one layer L (shapes per docs/spec.md §2, B = 32 for MXFP4, 16 for NVFP4):
 //
 //   per-expert (DeepSeek / ModelOpt), tensor_pattern "model.layers.{L}.mlp.experts.{e}.{proj}.weight",
 //   proj = gate_proj, up_proj, down_proj:
@@ -238,7 +238,7 @@ std::vector<int64_t> find_moe_layers(const Checkpoint& checkpoint,
 
 // ---------------------------------------------------------------- weight statistics
 
-// The FP8 window of SPEC.md §5 over one MXFP4 layer (analyze_fp8_window of the library), with a
+// The FP8 window of docs/spec.md §5 over one MXFP4 layer (analyze_fp8_window of the library), with a
 // histogram of per-row block-exponent spans (max - min E8M0 byte over a row's non-zero
 // blocks; rows of zero blocks only count as span 0).
 struct Fp8WindowReport {

@@ -22,7 +22,7 @@ struct FleetParams {
 // What the results may trade for speed. Both default to the fast choice.
 struct NumericsPolicy {
   bool fast_math = false;  // approximate exp / reciprocal in SiLU on the GPU
-  // mxfp4 on SM90: true keeps every k32 block sum in fp32 as SPEC.md §3 states (mma.sync
+  // mxfp4 on SM90: true keeps every k32 block sum in fp32 as docs/spec.md §3 states (mma.sync
   // kernels, bitwise equal to the CPU layer). false lets large batches use FP8 wgmma, whose
   // k32 sums carry ~2^-14 relative error (the Hopper tensor-core accumulator): 2-3x faster at
   // prefill, layer error vs the CPU layer ~3e-3 instead of ~1e-5. No override beats it.
@@ -41,7 +41,7 @@ struct MoeDesc {
   std::optional<float> activation_clamp;  // c; absent = +inf; must be finite and >= 0
   bool quantize_input = true;             // the layer quantizes bf16 x; false: caller passes a + scales
   NumericsPolicy numerics;
-  // The optional shared expert (SPEC.md §6; precision recipe in moe_ep/shared_expert.h): its
+  // The optional shared expert (docs/spec.md §6; precision recipe in moe_ep/shared_expert.h): its
   // intermediate size Is, 0 = none. Its bf16 weights come in WeightPack::shared_w13 / shared_w2
   // (every rank holds all of them); every token of a rank passes through it and its output o is
   // added in the combine, y = bf16(fp32(bf16(routed sum)) + fp32(o)): bitwise a separate

@@ -1,4 +1,4 @@
-// Expert-parallel load balancing (SPEC.md §6): L logical experts served by E = L + redundant
+// Expert-parallel load balancing (docs/spec.md §8): L logical experts served by E = L + redundant
 // physical experts; a logical expert may have several physical replicas.
 //
 // Remap rule. Slot (t, k) of a [T, K] topk_ids tensor with logical id l goes to

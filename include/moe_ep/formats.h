@@ -1,4 +1,4 @@
-// Bit-exact scalar conversions for the number formats of SPEC.md §5.
+// Bit-exact scalar conversions for the number formats of docs/spec.md §5.
 //
 //   bf16   1-8-7, round to nearest even (values past the maximum become ±Inf); every NaN
 //          gives the quiet NaN 0x7FC0 with the sign of the input (as ml_dtypes does).

@@ -1,4 +1,4 @@
-// The MoE layer: dispatch -> GEMM 1 -> clamped SwiGLU -> GEMM 2 -> combine (SPEC.md §2–4).
+// The MoE layer: dispatch -> GEMM 1 -> clamped SwiGLU -> GEMM 2 -> combine (docs/spec.md §2–4).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,7 @@ struct ForwardArgs {
   void* stream = nullptr;  // cudaStream_t for CUDA layers; ignored on the CPU
 };
 
-// Sticky device-side error bits, raised by kernels instead of a host sync (SPEC.md §8).
+// Sticky device-side error bits, raised by kernels instead of a host sync (docs/spec.md §11).
 enum ErrorFlag : uint32_t {
   kErrorExpertIdOutOfRange = 1u << 0,  // a topk id outside [-1, E) was treated as skipped
   // The device routing stage (router / hash / EPLB before a layer): non-finite logits, a token

@@ -1,4 +1,4 @@
-// Quantization recipes of SPEC.md §3–5, on host memory. These are the library's reference
+// Quantization recipes of docs/spec.md §3–5, on host memory. These are the library's reference
 // implementations: the CPU backend and the weight loaders use them, the CUDA kernels must
 // reproduce them bit for bit (Q8) or within each recipe's tolerance. tests/core/test_quant_*
 // check them byte for byte against an independent numpy + ml_dtypes implementation.

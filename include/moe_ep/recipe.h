@@ -1,4 +1,4 @@
-// Quantization recipes (SPEC.md §3, §4) as a type with a traits table: every property a backend,
+// Quantization recipes (docs/spec.md §3, §4) as a type with a traits table: every property a backend,
 // a validator or a kernel needs about a recipe is read from recipe_traits(), never from a
 // string compare.
 #pragma once

@@ -1,4 +1,4 @@
-// DeepSeek V4 router (SPEC.md §6): the piece before the layer that turns gate logits into
+// DeepSeek V4 router (docs/spec.md §9): the piece before the layer that turns gate logits into
 // topk_ids and topk_weights.
 //
 // Recipe, per token t, all in fp32 (bf16 logits are widened exactly):

@@ -1,4 +1,4 @@
-// The optional shared expert (SPEC.md §6): one dense SwiGLU expert that every token passes
+// The optional shared expert (docs/spec.md §6): one dense SwiGLU expert that every token passes
 // through, with the routed experts' clamp; its output is added to the layer's y.
 //
 // Weights bf16, K-major like the routed experts: w13 [2I, H] (rows [0, I) gate, [I, 2I) up),

@@ -47,9 +47,9 @@ class BackendSpec:
 
 BACKENDS = {
     "mxfp4": BackendSpec("mxfp4", ("mxfp4", "bf16"), 128, 128,
-                         "MXFP4 weights, FP8 e4m3 activations with UE8M0 scales per 32 (SPEC.md §3)"),
+                         "MXFP4 weights, FP8 e4m3 activations with UE8M0 scales per 32 (docs/spec.md §3)"),
     "nvfp4": BackendSpec("nvfp4", ("nvfp4", "mxfp4", "bf16"), 128, 128,
-                         "NVFP4 weights and activations, e4m3 scales per 16 (SPEC.md §4)"),
+                         "NVFP4 weights and activations, e4m3 scales per 16 (docs/spec.md §4)"),
 }
 
 

@@ -1,5 +1,5 @@
 """The DeepSeek V4 router from Python: gate logits -> (topk_ids, topk_weights), the library's
-own router (include/moe_ep/router.h; SPEC.md §6), bitwise the same as the CLI's and the device
+own router (include/moe_ep/router.h; docs/spec.md §9), bitwise the same as the CLI's and the device
 routing stage's.
 
     ids, weights = moe_ep.route_deepseek_v4(logits, top_k=8, routed_scaling_factor=1.5,

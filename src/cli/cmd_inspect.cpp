@@ -1,6 +1,6 @@
 // `moe_ep inspect CHECKPOINT`: what a safetensors checkpoint holds for this library: the MoE
 // shapes of config.json, the MoE layers found, each layer's weight format, layout and bytes,
-// its load throughput, and the FP8-window statistics of SPEC.md §5 (rows inside / outside,
+// its load throughput, and the FP8-window statistics of docs/spec.md §5 (rows inside / outside,
 // widest exponent span, a histogram of per-row block-exponent spans) that tell whether the
 // GPU's folded MXFP4 -> FP8 path applies to the model.
 #include <algorithm>

@@ -26,7 +26,7 @@ struct HostBudgetExtent {
 
 struct ProblemOptions {
   std::string preset = "tiny";
-  std::string backend = "mxfp4";   // the recipe (SPEC.md: a backend name picks a kernel family)
+  std::string backend = "mxfp4";   // the recipe (docs/spec.md: a backend name picks a kernel family)
   std::string device = "auto";
   std::string weights = "native";  // native (the backend's own format), mxfp4, nvfp4, bf16
   uint64_t seed = 1;

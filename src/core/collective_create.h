@@ -1,6 +1,6 @@
 // Layer::create is collective on simulated ranks: a rank whose own checks fail (its weights'
 // layout or values) must still take part in the create step, so that the other ranks fail at
-// once with its message instead of waiting out timeout_ms (SPEC.md §8).
+// once with its message instead of waiting out timeout_ms (docs/spec.md §11).
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// Size checks before large host allocations (SPEC.md §8: a request too large ends in an error
+// Size checks before large host allocations (docs/spec.md §11: a request too large ends in an error
 // that says how many bytes were needed, for what, how many are available, and which flag or
 // parameter drove the size; never in std::bad_alloc or the OOM killer).
 #pragma once

@@ -1,5 +1,5 @@
 // Layer::create and Layer::forward: every input is checked here, before any allocation or
-// computation, so backends receive validated requests only (SPEC.md §8).
+// computation, so backends receive validated requests only (docs/spec.md §11).
 #include "moe_ep/layer.h"
 
 #include <cmath>

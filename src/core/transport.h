@@ -11,7 +11,7 @@
 // EP layer copies rows with plain stores into peer windows; the CUDA kernels use the device API
 // on the same layout, see moe_ep/workspace.h).
 //
-// Failure rules (SPEC.md §8):
+// Failure rules (docs/spec.md §11):
 //   - a rank that does not arrive at a barrier within the timeout: every waiting rank throws
 //     kTimeout "rank r timed out in phase P waiting for rank q"; the world is broken from then
 //     on, and every later collective call throws at once (kTimeout, naming the first failure);

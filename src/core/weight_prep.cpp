@@ -84,7 +84,7 @@ void allocate(HostExpertWeights& w) {
 }
 
 // One expert's [rows, k] tensor of the source pack as fp32 values rounded to bf16 (the
-// "dequantize to bf16" step of SPEC.md §4; exact for MXFP4, a no-op for BF16).
+// "dequantize to bf16" step of docs/spec.md §4; exact for MXFP4, a no-op for BF16).
 void expert_tensor_values(const WeightPack& pack, bool is_w13, int64_t e, int64_t rows,
                           int64_t k, std::vector<float>& out) {
   out.resize(static_cast<size_t>(rows * k));

@@ -75,7 +75,7 @@ HostExpertWeights prepare_host_weights(Recipe recipe, const WeightPack& pack,
                                        const ExpertShape& shape,
                                        const ParallelFor& parallel_for = serial_for);
 
-// SPEC.md §5: e2m1 * 2^k is exact in e4m3 iff k in [-8, 6], so converting MXFP4 to FP8 with one
+// docs/spec.md §5: e2m1 * 2^k is exact in e4m3 iff k in [-8, 6], so converting MXFP4 to FP8 with one
 // power-of-two rescale per row (or per expert) is exact when the row's (expert's) block
 // exponents over non-zero blocks span at most 15 octaves (max - min <= 14).
 struct Fp8WindowStats {

@@ -34,7 +34,7 @@ namespace moe_ep::detail {
 void register_cpu_backend() {
   using namespace moe_ep::cpu;
   detail::BackendEntry e;
-  e.info = {"cpu", "the reference backend: exact to SPEC.md, multithreaded, any CPU",
+  e.info = {"cpu", "the reference backend: exact to docs/spec.md, multithreaded, any CPU",
             DeviceType::kCPU, 0, 0, kRecipes};
   e.create = &create_cpu_layer;
   detail::register_backend(e);

@@ -26,7 +26,7 @@ struct QuantizedRows {
 struct ExpertEntry {
   int64_t row;           // index into QuantizedRows
   int64_t local_expert;  // 0..E_loc-1
-  float weight;          // topk weight, applied to h before Q8 (SPEC.md §3 step 4)
+  float weight;          // topk weight, applied to h before Q8 (docs/spec.md §3 step 4)
 };
 
 struct ExpertProblem {
@@ -34,7 +34,7 @@ struct ExpertProblem {
   float activation_clamp = 0.0f;               // +inf when the config has none
 };
 
-// out [entries.size(), H] bf16 bits: out[n] = o_k of entry n (SPEC.md §3 steps 2–6, §4).
+// out [entries.size(), H] bf16 bits: out[n] = o_k of entry n (docs/spec.md §3 steps 2–6, §4).
 // NVFP4 applies the global scales to the fp32 dot products of the decoded operands:
 //   gu = bf16(acc * (w13 weight_scale_2 / g_row)),  o = bf16(acc * (w2 weight_scale_2 / g_h)),
 // g_row the row's activation encode factor, g_h the entry's (over its I values of h).

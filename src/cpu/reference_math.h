@@ -1,4 +1,4 @@
-// Scalar building blocks of the CPU reference (SPEC.md §3–4).
+// Scalar building blocks of the CPU reference (docs/spec.md §3–4).
 //
 // Every GEMM operand is decoded to fp32 exactly: MXFP4 weights e2m1 * 2^k, Q8 activations
 // e4m3 * 2^k, NVFP4 weights and activations e2m1 * e4m3 (the global scales are applied to the
@@ -27,14 +27,14 @@ void decode_nvfp4_rows(const uint8_t* packed, const uint8_t* scales, int64_t row
 // One Q8 activation row (e4m3 codes, E8M0 per 32) as fp32 values.
 void decode_q8_row(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
 
-// Q8 of one row, decoded back: out[i] = e4m3(v[i] / s) * s (SPEC.md §3 step 5). In place is fine.
+// Q8 of one row, decoded back: out[i] = e4m3(v[i] / s) * s (docs/spec.md §3 step 5). In place is fine.
 void q8_roundtrip_row(const float* v, int64_t n, float* out);
 
-// NVFP4 of one row with its own global encode factor g (SPEC.md §4): out[i] = q[i] * s[i],
+// NVFP4 of one row with its own global encode factor g (docs/spec.md §4): out[i] = q[i] * s[i],
 // the dequantized value being out[i] / g. Returns g. In place is fine.
 float nvfp4_roundtrip_row(const float* v, int64_t n, float* out);
 
-// Clamped SwiGLU of one gate/up pair (SPEC.md §3 steps 3–4), fp32 with exact expf:
+// Clamped SwiGLU of one gate/up pair (docs/spec.md §3 steps 3–4), fp32 with exact expf:
 // gate = min(gate, c), up = clamp(up, -c, c), h = silu(gate) * up * weight.
 float clamped_swiglu(float gate, float up, float clamp, float weight);
 

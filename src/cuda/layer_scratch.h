@@ -1,5 +1,5 @@
 // The scratch of world-size-1 CUDA layers (plan.h's workspace), shared by every layer of one
-// runtime on one device (SPEC.md §6: a model's layers share one workspace; 43 private copies
+// runtime on one device (docs/spec.md §7: a model's layers share one workspace; 43 private copies
 // would cost 43x). A layer asks for the bytes its plan needs and keeps the buffer it gets:
 // the runtime's current buffer when it is large enough, else a new, larger one that becomes
 // the runtime's buffer for later layers. A buffer is never resized or freed while a layer holds

@@ -25,7 +25,7 @@ struct KernelWeightTensor {
   std::vector<float> row_factors() const;  // [E][N] 2^(row_base - 119); empty when not folded
 };
 
-// Whether mxfp4 weights are folded into the FP8 window at load (SPEC.md §5).
+// Whether mxfp4 weights are folded into the FP8 window at load (docs/spec.md §5).
 enum class Fp8Fold {
   kWhenInside,  // fold a GEMM's weights when every row of every expert is inside the window
                 // (its non-zero blocks span at most 15 octaves)

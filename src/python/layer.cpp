@@ -214,7 +214,7 @@ nb::object layer_forward(PyLayer& self, nb::handle x, nb::handle topk_ids, nb::h
 void bind_layer(nb::module_& m) {
   nb::class_<PyLayer>(m, "Layer",
                       "One MoE layer: dispatch -> GEMM 1 -> clamped SwiGLU -> GEMM 2 -> combine "
-                      "(SPEC.md). Weights are copied/converted at construction.")
+                      "(docs/spec.md). Weights are copied/converted at construction.")
       .def("__init__", &layer_init, nb::arg("runtime"), nb::kw_only(), nb::arg("num_experts"),
            nb::arg("hidden_size"), nb::arg("intermediate_size"), nb::arg("top_k"),
            nb::arg("max_tokens_per_rank"), nb::arg("weights"), nb::arg("recipe") = "mxfp4",

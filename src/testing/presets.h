@@ -1,4 +1,4 @@
-// Model presets of SPEC.md §7: the shapes and constants of one MoE layer of a model.
+// Model presets of docs/spec.md §10: the shapes and constants of one MoE layer of a model.
 #pragma once
 
 #include <cstdint>

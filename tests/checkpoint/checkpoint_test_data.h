@@ -1,5 +1,5 @@
 // The checkpoints of tests/python/gen_checkpoints.py (written with the `safetensors` package
-// from weights quantized by an independent numpy implementation of SPEC.md §4-5):
+// from weights quantized by an independent numpy implementation of docs/spec.md §4-5):
 //
 //   $MOE_EP_TEST_DATA/checkpoints/ckpt/<case>/   checkpoints in each layout
 //   $MOE_EP_TEST_DATA/checkpoints/bad/<case>/    one defect each

@@ -1,6 +1,6 @@
 // Heavy-tailed MXFP4 weights (Student-t, outlier columns, rows of zero blocks; see
 // heavy_tailed_weights in tests/python/gen_checkpoints.py): W13 mixes rows inside and outside the
-// FP8 window of SPEC.md §5 in one tensor, W2 stays inside. The window statistics must match the
+// FP8 window of docs/spec.md §5 in one tensor, W2 stays inside. The window statistics must match the
 // numpy count, the rows inside must fold into e4m3 exactly, and the layer must still compute
 // bitwise like the in-memory one (the block-scale path is exact for any spread).
 #include <gtest/gtest.h>

@@ -118,7 +118,7 @@ INSTANTIATE_TEST_SUITE_P(
       return fmt::format("{}_layer{}", info.param.checkpoint, info.param.layer);
     });
 
-// The bytes mean what SPEC.md §5 says: element 2j in the low nibble, E8M0 2^(b-127) per 32
+// The bytes mean what docs/spec.md §5 says: element 2j in the low nibble, E8M0 2^(b-127) per 32
 // (MXFP4), e4m3 per 16 (NVFP4); compared with the numpy decoder's values, bit for bit.
 TEST(CheckpointLayouts, DecodedValuesMatchTheIndependentDecoder) {
   {

@@ -1,4 +1,4 @@
-// A few results worked out by hand from SPEC.md §3–5, so that the formats are checked even where
+// A few results worked out by hand from docs/spec.md §3–5, so that the formats are checked even where
 // the ml_dtypes vectors (test_formats_vectors.cpp) cannot be made.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The bit-exact vectors of tests/python/gen_format_vectors.py (ml_dtypes and an independent
-// numpy implementation of SPEC.md §3–5): reading them and comparing the library against them.
+// numpy implementation of docs/spec.md §3–5): reading them and comparing the library against them.
 //
 // Layout: $MOE_EP_TEST_DATA/formats/<case>.<array>.npy (numpy .npy, little-endian, C order) and
 // manifest.txt, one case name per line. ctest writes them with the fixture `format_vectors`

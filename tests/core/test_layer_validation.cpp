@@ -1,4 +1,4 @@
-// Every bad input of SPEC.md §8 that Layer::create and Layer::forward can see gives an error
+// Every bad input of docs/spec.md §11 that Layer::create and Layer::forward can see gives an error
 // naming the parameter, the value and what was expected; a failed forward writes nothing and
 // leaves the layer usable (the next good forward matches the one before).
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// MXFP4 weight quantize/dequantize (e2m1 + UE8M0 per 32, SPEC.md §5) against the numpy
+// MXFP4 weight quantize/dequantize (e2m1 + UE8M0 per 32, docs/spec.md §5) against the numpy
 // implementation of tests/python/gen_format_vectors.py, byte for byte.
 #include <gtest/gtest.h>
 

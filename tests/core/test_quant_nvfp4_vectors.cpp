@@ -1,5 +1,5 @@
 // NVFP4 weight quantize/dequantize and per-row activation quantization (e2m1 + e4m3 per 16 +
-// fp32 global, SPEC.md §4) against the numpy implementation of
+// fp32 global, docs/spec.md §4) against the numpy implementation of
 // tests/python/gen_format_vectors.py, byte for byte.
 #include <gtest/gtest.h>
 

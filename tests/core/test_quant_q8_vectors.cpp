@@ -1,4 +1,4 @@
-// Q8 (FP8 e4m3 + UE8M0 per 32, SPEC.md §3) against the numpy implementation of
+// Q8 (FP8 e4m3 + UE8M0 per 32, docs/spec.md §3) against the numpy implementation of
 // tests/python/gen_format_vectors.py, byte for byte.
 #include <gtest/gtest.h>
 

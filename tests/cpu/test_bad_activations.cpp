@@ -1,4 +1,4 @@
-// Bad activations (SPEC.md §8, issue 16): NaN / Inf / huge values in x or topk_weights of one
+// Bad activations (docs/spec.md §11, issue 16): NaN / Inf / huge values in x or topk_weights of one
 // token may make that token's output non-finite, and never change another token's output (bit
 // for bit) nor the Q8 / NVFP4 block scales of another token's quantized row. Weights with NaN
 // or 0xFF scales (and non-finite bf16 weights) are refused at load on every layout the CPU

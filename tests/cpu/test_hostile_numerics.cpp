@@ -45,7 +45,7 @@ TEST(HostileNumerics, Q8SaturatesFiniteValuesAtTheTopOfTheRange) {
         EXPECT_EQ(back[5], sign * kQ8MaxFinite) << v;
       }
     }
-  // Below the threshold nothing changes; Inf and NaN pass unchanged (SPEC.md §8: not checked).
+  // Below the threshold nothing changes; Inf and NaN pass unchanged (docs/spec.md §11: not checked).
   EXPECT_EQ(q8_saturate(3.0e38f), 3.0e38f);
   EXPECT_EQ(q8_saturate(-kQ8MaxFinite), -kQ8MaxFinite);
   EXPECT_EQ(q8_saturate(INFINITY), INFINITY);

@@ -1,5 +1,5 @@
 // libFuzzer target: the safetensors checkpoint reader (include/moe_ep/checkpoint.h), the main
-// untrusted-input surface (SPEC.md §8).
+// untrusted-input surface (docs/spec.md §11).
 //
 // Input: byte 0 picks the case; the rest is
 //   even: one .safetensors file, opened with SafetensorsFile::open

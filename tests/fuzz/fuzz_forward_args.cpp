@@ -1,4 +1,4 @@
-// libFuzzer target: Layer::forward argument validation on the CPU (SPEC.md §8).
+// libFuzzer target: Layer::forward argument validation on the CPU (docs/spec.md §11).
 //
 // Four layers are built once (mxfp4 / nvfp4, the layer quantizing x — with a shared expert of
 // Is = 32 — or the caller passing a + scales; H = I = 128, E = 4, K = 2, max_tokens_per_rank = 4). The input picks one, a token

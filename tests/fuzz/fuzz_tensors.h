@@ -4,7 +4,7 @@
 // row-major strides, an owned CPU buffer) and the input may bend any part of it: leave it out,
 // change the dtype (also to values outside the enum), ndim (also outside 1..4), one dimension,
 // one stride, the data pointer, the device. `layout_ok` is this file's own verdict, written from
-// SPEC.md §8 and include/moe_ep/layer.h without the library's checking code. Buffers always
+// docs/spec.md §11 and include/moe_ep/layer.h without the library's checking code. Buffers always
 // hold exactly numel * element size bytes of the declared shape (or nothing), so a read past a
 // declared shape is a finding of the sanitizers.
 #pragma once

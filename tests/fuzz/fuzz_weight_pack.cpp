@@ -1,4 +1,4 @@
-// libFuzzer target: Layer::create on the CPU with fuzzed problems and weight packs (SPEC.md §8).
+// libFuzzer target: Layer::create on the CPU with fuzzed problems and weight packs (docs/spec.md §11).
 //
 // The input picks a small problem (sometimes with out-of-range or huge dimensions), a weight
 // format, and bends the six tensors of the pack (fuzz_tensors.h), then (drawn last, so inputs

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Safetensors checkpoints for the checkpoint tests (tests/checkpoint/), written with the
 `safetensors` package from weights quantized here by an independent numpy implementation of
-SPEC.md §4-5 (e2m1 / e4m3 / bf16 rounding by table and bit arithmetic; no moe_ep code, no
+docs/spec.md §4-5 (e2m1 / e4m3 / bf16 rounding by table and bit arithmetic; no moe_ep code, no
 ml_dtypes).
 
 Output under OUT_DIR:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bit-exact test vectors for the moe_ep number formats and quantizers (SPEC.md §3-5).
+"""Bit-exact test vectors for the moe_ep number formats and quantizers (docs/spec.md §3-5).
 
 Element formats (e4m3, e2m1, e8m0, bf16) are encoded and decoded by ml_dtypes. The block recipes
 (Q8, MXFP4, NVFP4) are implemented here in vectorised numpy straight from the SPEC, using

@@ -58,7 +58,7 @@ def make_problem(recipe: str, weight_format: str, seed: int, dims: dict = TINY) 
         p.tensors = dict(w13=w13, w2=w2)
         if recipe != "mxfp4":
             raise ValueError("the oracle quantizes bf16 weights for the mxfp4 recipe only")
-        # the layer quantizes bf16 weights to MXFP4 by SPEC.md §5; so does the oracle
+        # the layer quantizes bf16 weights to MXFP4 by docs/spec.md §5; so does the oracle
         q13, s13 = ref.mxfp4_quantize(w13.astype(np.float64))
         q2, s2 = ref.mxfp4_quantize(w2.astype(np.float64))
         p.oracle = ref.weights_from_mxfp4(q13, s13, q2, s2)

@@ -1,9 +1,9 @@
-"""The moe_ep layer of SPEC.md §2-5, written afresh in numpy (float64 unless the SPEC fixes a
+"""The moe_ep layer of docs/spec.md §2-5, written afresh in numpy (float64 unless the SPEC fixes a
 precision). It shares no code with the C++ library: its own e2m1 / e4m3 / E8M0 / bf16 codecs,
 its own Q8 and NVFP4 quantizers and its own MXFP4 weight quantizer. ml_dtypes is used only by
 the tests, to check these codecs bit for bit (test_reference_formats.py).
 
-Layouts (SPEC.md §2): W13_e [2I, H] (rows [0, I) gate, [I, 2I) up), W2_e [H, I], K-major;
+Layouts (docs/spec.md §2): W13_e [2I, H] (rows [0, I) gate, [I, 2I) up), W2_e [H, I], K-major;
 packed e2m1 bytes hold the even element in the low nibble.
 """
 
@@ -44,7 +44,7 @@ def _rne_to_grid(v: np.ndarray, grid: np.ndarray) -> np.ndarray:
 
 
 def e2m1_encode(v: np.ndarray) -> np.ndarray:
-    """float -> 4-bit codes, round to nearest even, saturating at ±6 (SPEC.md §5)."""
+    """float -> 4-bit codes, round to nearest even, saturating at ±6 (docs/spec.md §5)."""
     idx = _rne_to_grid(v, E2M1_VALUES)
     return (idx | (np.signbit(v).astype(np.int64) << 3)).astype(np.uint8)  # -0 keeps its sign
 
@@ -136,7 +136,7 @@ def _silu(gate):
 
 
 def q8(v: np.ndarray) -> tuple:
-    """Q8 (SPEC.md §3) along the last axis: e4m3 codes and one E8M0 byte per 32 elements."""
+    """Q8 (docs/spec.md §3) along the last axis: e4m3 codes and one E8M0 byte per 32 elements."""
     g = np.asarray(v, dtype=np.float64).reshape(*v.shape[:-1], -1, 32)
     amax = np.maximum(np.abs(g).max(axis=-1), 1e-4)
     byte = np.clip(_ceil_log2_ratio(amax, 448.0) + 127, 1, 254)
@@ -152,7 +152,7 @@ def q8_dequant(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
 
 
 def mxfp4_quantize(w: np.ndarray) -> tuple:
-    """Real-valued weights -> (packed e2m1 [..., K/2], E8M0 [..., K/32]) (SPEC.md §5)."""
+    """Real-valued weights -> (packed e2m1 [..., K/2], E8M0 [..., K/32]) (docs/spec.md §5)."""
     g = np.asarray(w, dtype=np.float64).reshape(*w.shape[:-1], -1, 32)
     amax = np.abs(g).max(axis=-1)
     k = np.where(amax > 0, _ceil_log2_ratio(np.where(amax > 0, amax, 1.0), 6.0), -127)
@@ -175,7 +175,7 @@ def nvfp4_dequant(packed: np.ndarray, scales: np.ndarray, global_scale: np.ndarr
 
 
 def nvfp4_act_roundtrip(v: np.ndarray) -> np.ndarray:
-    """NVFP4 activation quantization of each row (dynamic per-row global, SPEC.md §4), then
+    """NVFP4 activation quantization of each row (dynamic per-row global, docs/spec.md §4), then
     dequantized: g = 448*6/A; s = e4m3(g*amax_b/6); q = e2m1_rne(clamp(v*g/s, ±6)); v ~ q*s/g.
     Evaluated in fp32 as the SPEC writes it; a zero row stays zero."""
     v = np.asarray(v, dtype=F32)
@@ -216,7 +216,7 @@ def weights_from_nvfp4(w13, w13_scale, w13_global, w2, w2_scale, w2_global) -> R
 
 def layer_forward(recipe: str, w: ReferenceWeights, x_bf16_bits: np.ndarray, topk_ids: np.ndarray,
                   topk_weights: np.ndarray, clamp: Optional[float]) -> np.ndarray:
-    """y [T, H] (float64 holding bf16 values) of SPEC.md §3 (mxfp4) / §4 (nvfp4): per slot,
+    """y [T, H] (float64 holding bf16 values) of docs/spec.md §3 (mxfp4) / §4 (nvfp4): per slot,
     a = quant(x); gu = bf16(a W13^T); SwiGLU with the clamp, times the slot weight; b = quant(h);
     o = bf16(b W2^T); y = bf16(sum of o over the valid slots)."""
     x = bf16_from_bits(x_bf16_bits)

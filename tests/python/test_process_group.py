@@ -2,7 +2,7 @@
 group. World size 1 on one GPU: the group's runtime gives, bit for bit, the world-size-1 layer
 of Runtime.acquire. World size 2+ (one process per GPU, a TCP store on localhost): each rank's
 output equals the single-rank CPU layer on that rank's tokens, bit for bit (exact_accumulation:
-SPEC.md §3's fp32 k32 sums). Each case runs in child processes, so the group and the runtime
+docs/spec.md §3's fp32 k32 sums). Each case runs in child processes, so the group and the runtime
 world live and die with them. Skipped, with the reason, where there is no torch, no NCCL build,
 or too few GPUs."""
 

@@ -45,7 +45,7 @@ def test_e4m3_encode_matches_ml_dtypes(seed):
     # ties: midpoints between consecutive codes, including subnormals
     mids = ((ref.E4M3_TABLE[1:] + ref.E4M3_TABLE[:-1]) / 2).astype(np.float32)
     v = np.concatenate([v, mids, -mids, np.float32([448.0, 449.0, 464.0, 1e6, 0.0])])
-    # ml_dtypes' float8_e4m3fn overflows to NaN; the recipe saturates (SPEC.md §5).
+    # ml_dtypes' float8_e4m3fn overflows to NaN; the recipe saturates (docs/spec.md §5).
     want = np.clip(v, -448, 448).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
     np.testing.assert_array_equal(ref.e4m3_encode(v), want)
 

@@ -3,7 +3,7 @@ The CUDA forwards are compared with the package's CPU layer (the C++ reference b
 weights) and with the numpy oracle; CUDA-graph capture/replay, torch.compile(fullgraph=True),
 bad inputs, a side stream and two layers sharing the runtime.
 
-A process holds one runtime world at a time (SPEC.md §6): the CPU references of a CUDA test are
+A process holds one runtime world at a time (docs/spec.md §7): the CPU references of a CUDA test are
 computed, and their CPU layer released, before its CUDA runtime is acquired, and every test
 drops its layers (and the op registry's) at its end."""
 
@@ -154,7 +154,7 @@ def test_cuda_forward_matches_cpu_layer_and_oracle(recipe, weight_format, T):
         e_ref = ref.relative_error(got, oracle)
         print(f"{recipe} T={T} exact={exact}: vs CPU layer {e_cpu:.3e}, vs oracle {e_ref:.3e}")
         if recipe == "mxfp4" and exact:
-            # mma.sync kernels keep SPEC.md's fp32 k32 sums: bitwise equal to the CPU layer
+            # mma.sync kernels keep docs/spec.md's fp32 k32 sums: bitwise equal to the CPU layer
             np.testing.assert_array_equal(bits(out), want_cpu.view(np.int16))
         limit = 6e-3 if (recipe == "mxfp4" and not exact) else DEVICE_LIMITS[recipe]
         assert e_cpu <= limit

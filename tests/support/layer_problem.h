@@ -31,7 +31,7 @@ struct Problem {
   std::string str() const;  // every parameter, for failure messages
 };
 
-// The tiny preset (SPEC.md §7): H=256, I=128, E=16, K=4, clamp 10.
+// The tiny preset (docs/spec.md §10): H=256, I=128, E=16, K=4, clamp 10.
 Problem tiny_problem(Recipe recipe);
 Problem tiny_problem(const std::string& recipe);  // by name ("mxfp4", "nvfp4")
 

@@ -83,7 +83,7 @@ uint8_t nibble_at(const uint8_t* packed, int64_t element) {
   return (element % 2 == 0) ? (byte & 0xF) : (byte >> 4);
 }
 
-// Q8 (SPEC.md §3): per 32 elements s = 2^ceil(log2(max(amax, 1e-4) / 448)), byte in [1, 254].
+// Q8 (docs/spec.md §3): per 32 elements s = 2^ceil(log2(max(amax, 1e-4) / 448)), byte in [1, 254].
 std::vector<double> q8(const std::vector<double>& v) {
   std::vector<double> out(v.size());
   for (size_t b = 0; b < v.size(); b += 32) {
@@ -103,7 +103,7 @@ std::vector<double> q8(const std::vector<double>& v) {
   return out;
 }
 
-// NVFP4 with encode factor g (SPEC.md §4): s = e4m3(g * amax_block / 6),
+// NVFP4 with encode factor g (docs/spec.md §4): s = e4m3(g * amax_block / 6),
 // q = e2m1(clamp(v * g / s, ±6)), value q * s / g. The recipe evaluates its scale formulas in
 // fp32 (inputs are fp32), so these do too: in double, a product that lands exactly on an
 // e2m1/e4m3 rounding midpoint in fp32 would round the other way.
@@ -132,7 +132,7 @@ double max_abs(const double* v, int64_t n) {
   return m;
 }
 
-// MXFP4 of real values (SPEC.md §5): s = 2^ceil(log2(amax / 6)), e2m1 of v / s.
+// MXFP4 of real values (docs/spec.md §5): s = 2^ceil(log2(amax / 6)), e2m1 of v / s.
 void mxfp4_blocks(const double* v, int64_t n, double* out) {
   for (int64_t b = 0; b < n; b += 32) {
     const double amax = max_abs(v + b, 32);

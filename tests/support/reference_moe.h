@@ -1,4 +1,4 @@
-// An independent float64 model of the layer (SPEC.md §3–4), one token at a time, written
+// An independent float64 model of the layer (docs/spec.md §3–4), one token at a time, written
 // without any moe_ep library code: its own decoders and quantizers in double precision.
 //
 // Rounding::kBf16 rounds gu, o_k and y to bf16 where the recipe does (so the CPU backend should

@@ -1,5 +1,5 @@
 // Combine for world size 1: y[t] = bf16(sum over valid k, in slot order, of fp32(o[slot_row]))
-// (SPEC.md §3 step 7); a token without a valid slot gets zeros. Deterministic: fixed order.
+// (docs/spec.md §3 step 7); a token without a valid slot gets zeros. Deterministic: fixed order.
 // With `add` (the shared expert's output): y[t] = bf16(fp32(that bf16 sum) + fp32(add[t])), the
 // two roundings of a separate add_to (moe_ep/shared_expert.h), in the same pass over y.
 #pragma once

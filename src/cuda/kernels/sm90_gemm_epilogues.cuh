@@ -15,7 +15,7 @@ __device__ __forceinline__ float round_to_bf16_device(float v) {
   return __bfloat162float(__float2bfloat16_rn(v));
 }
 
-// SPEC.md §3 steps 3-4 (cpu/reference_math.cpp: clamped_swiglu), min/clamp with the same NaN
+// docs/spec.md §3 steps 3-4 (cpu/reference_math.cpp: clamped_swiglu), min/clamp with the same NaN
 // behaviour as std::min / std::clamp.
 __device__ __forceinline__ float clamped_swiglu_device(float gate, float up, float c, float weight,
                                                        bool fast_math) {

@@ -1,4 +1,4 @@
-// NVFP4 quantization of rows with a per-row global scale (SPEC.md §4), bit-identical with
+// NVFP4 quantization of rows with a per-row global scale (docs/spec.md §4), bit-identical with
 // quantize_nvfp4_rows: g = 448*6/amax(row); s = e4m3(g * amax(block of 16) / 6);
 // q = e2m1(clamp(v * g / s, +-6)). Used for x (bf16) and for h (fp32) of the nvfp4 recipe.
 #pragma once

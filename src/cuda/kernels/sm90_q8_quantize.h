@@ -1,4 +1,4 @@
-// Q8 activation quantization (SPEC.md §3 step 1): bf16 x [rows, cols] -> e4m3 q [rows, cols]
+// Q8 activation quantization (docs/spec.md §3 step 1): bf16 x [rows, cols] -> e4m3 q [rows, cols]
 // and one E8M0 scale per 32 elements [rows, cols/32], bit-identical with quantize_q8. With
 // rs_bf16 set it writes, instead of q, the Q8 values themselves as bf16 (e4m3 x 2^(E8M0 - 127),
 // exact) in the bf16 register-operand GEMMs' order along k (launch_sm90_q8_to_rs_bf16's output).

@@ -10,7 +10,7 @@
 //                                  ids / sum (floored at 1e-20) * routed_scaling_factor
 //   logical_ids [T, K] i32 | i64   remap only: weights are not written
 // Then, with logical_to_physical: slot (t, k) of logical id l goes to
-//   l2p[l * max_replicas + (t*K + k) % replica_count[l]]     (SPEC.md §6; ids < 0 or >= L -> -1)
+//   l2p[l * max_replicas + (t*K + k) % replica_count[l]]     (docs/spec.md §8; ids < 0 or >= L -> -1)
 // and, when *recording_flag != 0 (read on the device, so a captured graph follows the flag),
 // counters[phys] += 1 per routed slot. Without logical_to_physical the ids stay logical.
 //

@@ -1,4 +1,4 @@
-// Load-time weight preparation on the GPU: the canonical packed tensors of one GEMM (SPEC.md §4
+// Load-time weight preparation on the GPU: the canonical packed tensors of one GEMM (docs/spec.md §4
 // layout, [E, N, K/2] e2m1 + [E, N, K/B] block scales, core/weight_prep.h) -> the SM90 kernel
 // layout (cuda/weight_layout.h, kernels/sm90_grouped_gemm.h). The same result, byte for byte, as
 // the host conversion make_kernel_weights; tests/cuda/test_sm90_weight_prep.cpp checks it.

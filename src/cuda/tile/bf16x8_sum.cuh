@@ -1,6 +1,6 @@
 // Eight consecutive bf16 columns of one row, summed in fp32: the combine of the world-size-1
 // layer (kernels/sm90_combine.cu) and the reduce of an expert-parallel rank
-// (ep/ep_dispatch_combine.cuh) share it, so both round exactly alike (SPEC.md §3 step 7, and the
+// (ep/ep_dispatch_combine.cuh) share it, so both round exactly alike (docs/spec.md §3 step 7, and the
 // shared expert's add_to of moe_ep/shared_expert.h).
 #pragma once
 

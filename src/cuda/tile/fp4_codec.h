@@ -48,7 +48,7 @@ MOE_EP_HD void decode_fp4_word(uint32_t w, uint32_t& lo_e4m3, uint32_t& hi_e4m3)
   decode_fp4_word_with(w, kE2M1ToE4M3Lo, kE2M1ToE4M3Hi, lo_e4m3, hi_e4m3);
 }
 
-// Folded MXFP4 decode (SPEC.md §5 window): when every block exponent of a weight row lies within
+// Folded MXFP4 decode (docs/spec.md §5 window): when every block exponent of a weight row lies within
 // 15 octaves of the row's smallest, the row is stored as codes plus a shift d = exponent -
 // smallest in 0..14 per 32-block, and decodes to e4m3 of e2m1 * 2^(d - 8), exact for every code
 // (d - 8 in [-8, 6]); the row factor 2^(smallest - 119) is applied to the fp32 result. Table d
