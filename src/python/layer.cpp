@@ -145,8 +145,13 @@ void layer_init(PyLayer* self, std::shared_ptr<Runtime> runtime, int64_t num_exp
   const std::optional<ImportedTensor> s2 = import_tensor(shared_w2, "shared_w2");
   if (s13) w.pack.shared_w13 = s13->view;
   if (s2) w.pack.shared_w2 = s2->view;
-  if (s13 && s13->view.ndim == 2)
+  if (s13 && s13->view.ndim == 2) {
+    // An odd row count is no [2Is, H]: name the tensor, not the Is it would round to.
+    MOE_EP_CHECK_PARAM(s13->view.shape[0] % 2 == 0, "shared_w13",
+                       "shared_w13 has {} rows; expected [2Is, H]: an even number of rows (gate rows, then up rows)",
+                       s13->view.shape[0]);
     desc.shared_intermediate_size = s13->view.shape[0] / 2;
+  }
   else if (s2 && s2->view.ndim == 2)
     desc.shared_intermediate_size = s2->view.shape[1];
   std::unique_ptr<Layer> layer;

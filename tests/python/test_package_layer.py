@@ -78,6 +78,10 @@ def test_shared_expert_is_added_to_y(recipe, weight_format):
     with pytest.raises(ValueError, match="shared_w2 is missing"):
         moe_ep.Layer(rt, num_experts=p.E, hidden_size=p.H, intermediate_size=p.I, top_k=p.K,
                      max_tokens_per_rank=64, recipe=p.recipe, weights=pack, shared_w13=w13s)
+    with pytest.raises(ValueError, match=r"shared_w13 has 127 rows; expected \[2Is, H\]"):
+        moe_ep.Layer(rt, num_experts=p.E, hidden_size=p.H, intermediate_size=p.I, top_k=p.K,
+                     max_tokens_per_rank=64, recipe=p.recipe, weights=pack, shared_w13=w13s[:127],
+                     shared_w2=w2s)
 
 
 @pytest.mark.parametrize("recipe,weight_format", CASES)
