@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <iterator>
 #include <set>
 #include <string>
@@ -76,7 +77,19 @@ TEST(CliBench, CpuSweepWritesCsvAndJson) {
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   std::remove(csv.c_str());
   ASSERT_EQ(lines.size(), 4u) << describe(r);
-  EXPECT_EQ(lines[0].rfind("preset,backend,", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[0].rfind("gpu,date,commit,preset,backend,", 0), 0u) << lines[0];
+  // Every row names the device, a YYYY-MM-DD date and a commit (MOE_EP_COMMIT unset here).
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::vector<std::string> f;
+    std::stringstream row(lines[i]);
+    for (std::string cell; std::getline(row, cell, ',');) f.push_back(cell);
+    ASSERT_GE(f.size(), 4u) << lines[i];
+    EXPECT_FALSE(f[0].empty()) << lines[i];
+    EXPECT_EQ(f[1].size(), 10u) << lines[i];
+    EXPECT_EQ(f[1][4], '-') << lines[i];
+    EXPECT_FALSE(f[2].empty()) << lines[i];
+    EXPECT_EQ(f[3], "tiny") << lines[i];
+  }
 }
 
 TEST(CliBench, PlotDrawsEveryVariantAndTheSeriesOfOtherCsvFiles) {
