@@ -34,6 +34,7 @@
 
 #include "cuda/plan.h"
 #include "cuda/policy/sm90_config.h"
+#include "cuda/policy/sm90_policy_fixtures.h"
 #include "cuda/sm90_pipeline.h"
 #include "cuda_test_util.h"
 #include "gemm_harness.h"
@@ -115,34 +116,9 @@ void compare_kernels(const Shape& s, const std::vector<RoutingCase>& cases, uint
   }
 }
 
-MoeDesc flash_desc(Recipe recipe = Recipe::kMxfp4) {
-  MoeDesc d;
-  d.fleet = {256, 8192, 4096};
-  d.recipe = recipe;
-  d.intermediate_size = 2048;
-  d.top_k = 6;
-  d.activation_clamp = 10.0f;
-  return d;
-}
-
-// Every form fits (one block per SM, three for the split decode), the weights are folded.
-Sm90Facts all_available() {
-  Sm90Facts f;
-  f.sm_count = 132;
-  f.w13_folded = f.w2_folded = true;
-  for (const Sm90FormInfo& form : sm90_forms()) {
-    const int n = form.k_split > 1 ? 3 : 1;
-    f.per_sm(form.form, 0) = n;
-    f.per_sm(form.form, 1) = form.has_gemm2 ? n : 0;
-  }
-  return f;
-}
-
-Sm90Config selected(const MoeDesc& d, const KernelOverrides& o, const Sm90Facts& f = all_available()) {
-  Sm90Config c = select_sm90_load_config(d, o);
-  select_sm90_kernels(c, d, o, f);
-  return c;
-}
+using policytest::all_available;
+using policytest::flash_desc;
+using policytest::selected;
 
 // The plan lines of a pipeline as `Layer::info().config` prints them.
 template <class Described>

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda/policy/sm90_config.h"
+#include "cuda/policy/sm90_policy_fixtures.h"
 #include "cuda/policy/sm90_tiles.h"
 #include "moe_ep/error.h"
 
@@ -16,34 +17,9 @@ namespace {
 
 using F = Sm90Form;
 
-MoeDesc flash_desc(Recipe recipe = Recipe::kMxfp4) {
-  MoeDesc d;
-  d.fleet = {256, 8192, 4096};
-  d.recipe = recipe;
-  d.intermediate_size = 2048;
-  d.top_k = 6;
-  d.activation_clamp = 10.0f;
-  return d;
-}
-
-// Every form fits (one block per SM, three for the split decode), the weights are folded.
-Sm90Facts all_available() {
-  Sm90Facts f;
-  f.sm_count = 132;
-  f.w13_folded = f.w2_folded = true;
-  for (const Sm90FormInfo& form : sm90_forms()) {
-    const int n = form.k_split > 1 ? 3 : 1;
-    f.per_sm(form.form, 0) = n;
-    f.per_sm(form.form, 1) = form.has_gemm2 ? n : 0;
-  }
-  return f;
-}
-
-Sm90Config selected(const MoeDesc& d, const KernelOverrides& o = {}, const Sm90Facts& f = all_available()) {
-  Sm90Config c = select_sm90_load_config(d, o);
-  select_sm90_kernels(c, d, o, f);
-  return c;
-}
+using policytest::all_available;
+using policytest::flash_desc;
+using policytest::selected;
 
 // "0..1 mxfp4.decode-split.16x64 | 2..640 mxfp4.decode.16x128 | ..."
 std::string plan_of(const Sm90Config& c) {
