@@ -103,17 +103,26 @@ std::string transport_status(const std::string& name) {
   return fmt::format("not in this build (no {} transport registered)", name);
 }
 
+namespace {
+
+// Whether all of `text` is one decimal integer that fits a long long (then in `v`).
+bool whole_integer(const std::string& text, long long& v) {
+  size_t used = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used != 0 && used == text.size();
+}
+
+}  // namespace
+
 CLI::Validator integer_at_least(int64_t min) {
   return CLI::Validator(
       [min](std::string& value) -> std::string {
-        size_t used = 0;
         long long v = 0;
-        try {
-          v = std::stoll(value, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != value.size())
+        if (!whole_integer(value, v))
           return fmt::format("'{}' is not an integer; expected an integer >= {}", value, min);
         if (v < min) return fmt::format("{} is too small; expected an integer >= {}", v, min);
         return "";
@@ -124,14 +133,8 @@ CLI::Validator integer_at_least(int64_t min) {
 CLI::Validator integer_in_range(int64_t min, int64_t max) {
   return CLI::Validator(
       [min, max](std::string& value) -> std::string {
-        size_t used = 0;
         long long v = 0;
-        try {
-          v = std::stoll(value, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != value.size() || v < min || v > max)
+        if (!whole_integer(value, v) || v < min || v > max)
           return fmt::format("'{}' is not an integer in [{}, {}]", value, min, max);
         return "";
       },
