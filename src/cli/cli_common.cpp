@@ -103,9 +103,6 @@ std::string transport_status(const std::string& name) {
   return fmt::format("not in this build (no {} transport registered)", name);
 }
 
-namespace {
-
-// Whether all of `text` is one decimal integer that fits a long long (then in `v`).
 bool whole_integer(const std::string& text, long long& v) {
   size_t used = 0;
   try {
@@ -116,7 +113,15 @@ bool whole_integer(const std::string& text, long long& v) {
   return used != 0 && used == text.size();
 }
 
-}  // namespace
+bool whole_number(const std::string& text, double& v) {
+  size_t used = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used != 0 && used == text.size();
+}
 
 CLI::Validator integer_at_least(int64_t min) {
   return CLI::Validator(
@@ -200,14 +205,8 @@ std::vector<std::string> split_list(const std::string& text, const std::string& 
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& flag, int64_t min) {
   std::vector<int64_t> out;
   for (const std::string& item : split_list(text, flag)) {
-    size_t used = 0;
     long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    MOE_EP_CHECK(used != 0 && used == item.size() && v >= min, "{} '{}': element '{}' is not an "
+    MOE_EP_CHECK(whole_integer(item, v) && v >= min, "{} '{}': element '{}' is not an "
                  "integer >= {}", flag, text, item, min);
     out.push_back(v);
   }
@@ -218,14 +217,8 @@ CLI::Validator number_at_least(double min, bool strictly_greater) {
   return CLI::Validator(
       [min, strictly_greater](std::string& value) -> std::string {
         const char* op = strictly_greater ? ">" : ">=";
-        size_t used = 0;
         double v = 0;
-        try {
-          v = std::stod(value, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != value.size() || !std::isfinite(v))
+        if (!whole_number(value, v) || !std::isfinite(v))
           return fmt::format("'{}' is not a number; expected a number {} {}", value, op, min);
         if (strictly_greater ? v <= min : v < min)
           return fmt::format("{} is too small; expected a number {} {}", v, op, min);
@@ -237,14 +230,8 @@ CLI::Validator number_at_least(double min, bool strictly_greater) {
 CLI::Validator number_in_range(double min, double max) {
   return CLI::Validator(
       [min, max](std::string& value) -> std::string {
-        size_t used = 0;
         double v = 0;
-        try {
-          v = std::stod(value, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != value.size() || !(v >= min && v <= max))
+        if (!whole_number(value, v) || !(v >= min && v <= max))
           return fmt::format("'{}' is not a number in [{}, {}]", value, min, max);
         return "";
       },

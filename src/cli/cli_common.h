@@ -49,6 +49,10 @@ std::string transport_status(const std::string& name);
 // and a larger count is a typo, not a measurement.
 inline constexpr int64_t kMaxIterations = 1000000;
 
+// Whether all of `text` is one number that std::stoll / std::stod reads (then in `v`).
+bool whole_integer(const std::string& text, long long& v);
+bool whole_number(const std::string& text, double& v);
+
 // Flag validators with short messages ("'abc' is not an integer; expected an integer >= 1").
 CLI::Validator integer_at_least(int64_t min);
 CLI::Validator integer_in_range(int64_t min, int64_t max);

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/cli_common.h"
 #include "core/check.h"
 #include "core/host_memory.h"
 
@@ -107,14 +108,8 @@ void line(std::ostream& s, const Panel& p, const std::vector<std::pair<double, d
 constexpr int64_t kMaxPlotCsvBytes = int64_t{64} << 20;
 
 double csv_number(const std::string& text, const std::string& path, const char* column) {
-  size_t used = 0;
   double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  MOE_EP_CHECK(used != 0 && used == text.size() && std::isfinite(v),
+  MOE_EP_CHECK(whole_number(text, v) && std::isfinite(v),
                "--plot-with '{}': column '{}' holds '{}'; expected a finite number", path, column, text);
   return v;
 }
