@@ -42,23 +42,13 @@ RecipeForms recipe_forms(Recipe recipe) {
                                   : RecipeForms{F::kNvfp4Decode, F::kNvfp4DecodeSplit, F::kNvfp4Mma};
 }
 
-// The form a pinned family (and tile) names: the family's forms of the recipe in table order, the
-// first one whose tile matches (or the first, without a tile).
-F pinned_form(const Sm90Config& c) {
-  for (const Sm90FormInfo& f : sm90_forms())
-    if (f.recipe == c.recipe && f.family == c.requested && f.k_split == 1 &&
-        (c.tile.automatic() || (c.tile.m == f.block_m && c.tile.n == f.block_n)))
-      return f.form;
-  MOE_EP_FAIL(ErrorCode::kInternal, "no form of family {} and tile {}", gemm_kernel_name(c.requested), c.tile.str());
-}
-
 // Appends buckets in T order, each from the end of the one before; empty ones are left out, and
 // one running the same forms as the last is merged into it.
 class BucketList {
  public:
   BucketList(std::vector<Sm90Bucket>& out, int64_t max_tokens) : out_(out), max_tokens_(max_tokens) {}
   void add(int64_t hi, F gemm1, F gemm2) {
-    const int64_t lo = out_.empty() ? 0 : out_.back().max_tokens + 1;
+    const int64_t lo = next();
     hi = std::min(hi, max_tokens_);
     if (hi < lo) return;
     if (!out_.empty() && out_.back().gemm1 == gemm1 && out_.back().gemm2 == gemm2) {
@@ -86,20 +76,20 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o) 
   const RecipeForms r = recipe_forms(desc.recipe);
   c.buckets.clear();
   BucketList list(c.buckets, max_tokens);
-  const auto& why = [&](F f) -> const std::string& { return c.unavailable[static_cast<int>(f)]; };
 
   // The split decode forms: every decode bucket when pinned, else (auto) up to kDecodeSplitMaxTokens
   // where they can run.
   MOE_EP_CHECK_CODE(c.decode_split != 2 || c.available(r.split), ErrorCode::kUnsupported,
-                    "overrides.decode_split_k = 2: {} cannot run this layer: {}", sm90_form_name(r.split), why(r.split));
+                    "overrides.decode_split_k = 2: {} cannot run this layer: {}", sm90_form_name(r.split), c.reason(r.split));
   const int64_t split_hi = c.decode_split ? (*c.decode_split == 2 ? max_tokens : -1)
                                           : (c.available(r.split) ? kDecodeSplitMaxTokens : -1);
   if (c.requested != GemmKernel::kAuto) {
-    const F form = c.requested == GemmKernel::kDecode ? r.decode : pinned_form(c);
+    // select_sm90_load_config checked that the recipe has this family (and tile).
+    const F form = *sm90_family_form(c.recipe, c.requested, c.tile);
     MOE_EP_CHECK_CODE(c.available(form), ErrorCode::kUnsupported, "overrides.gemm = {}{}: {} cannot run this layer: {}",
                       gemm_kernel_name(c.requested),
                       c.tile.automatic() ? std::string() : fmt::format(", overrides.tile = {}", c.tile.str()),
-                      sm90_form_name(form), why(form));
+                      sm90_form_name(form), c.reason(form));
     if (form == r.decode)
       list.add_decode(max_tokens, r, split_hi);
     else
@@ -233,15 +223,10 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
   const bool mxfp4 = desc.recipe == Recipe::kMxfp4;
   c.decode_max_tokens = mxfp4 ? mxfp4_decode_max_tokens(desc) : kNvfp4DecodeMaxTokens;
   // A family is pinnable for a recipe where the table has a form of it.
-  bool family_has_form = o.gemm == GemmKernel::kAuto;
   std::string families = "auto";
-  for (const GemmKernel g : {GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma, GemmKernel::kWgmmaRs}) {
-    bool has = false;
-    for (const Sm90FormInfo& f : sm90_forms()) has = has || (f.recipe == desc.recipe && f.family == g);
-    if (has) fmt::format_to(std::back_inserter(families), ", {}", gemm_kernel_name(g));
-    family_has_form = family_has_form || (has && g == o.gemm);
-  }
-  MOE_EP_CHECK_CODE(family_has_form, ErrorCode::kUnsupported, "overrides.gemm = {}: recipe '{}' has no such kernel "
+  for (const GemmKernel g : {GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma, GemmKernel::kWgmmaRs})
+    if (sm90_family_form(desc.recipe, g)) fmt::format_to(std::back_inserter(families), ", {}", gemm_kernel_name(g));
+  MOE_EP_CHECK_CODE(o.gemm == GemmKernel::kAuto || sm90_family_form(desc.recipe, o.gemm), ErrorCode::kUnsupported, "overrides.gemm = {}: recipe '{}' has no such kernel "
                     "family on SM90; allowed: {}", gemm_kernel_name(o.gemm), recipe_name(desc.recipe), families);
   const bool warpgroup = o.gemm == GemmKernel::kWgmma || o.gemm == GemmKernel::kWgmmaRs;
   MOE_EP_CHECK_CODE(!(warpgroup && c.exact_accumulation), ErrorCode::kInvalidArgument,
@@ -257,10 +242,7 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
     MOE_EP_CHECK_CODE(warpgroup && !tiles.empty(), ErrorCode::kUnsupported,
                       "overrides.tile = {}: a tile is pinned together with overrides.gemm = wgmma or wgmma-rs "
                       "(overrides.gemm = {})", o.tile.str(), gemm_kernel_name(o.gemm));
-    bool known = false;
-    for (const Sm90FormInfo& f : sm90_forms())
-      known = known || (f.recipe == desc.recipe && f.family == o.gemm && o.tile == TileShape{f.block_m, f.block_n});
-    MOE_EP_CHECK_CODE(known, ErrorCode::kUnsupported, "overrides.tile = {} is not a tile of {} for recipe '{}' on "
+    MOE_EP_CHECK_CODE(sm90_family_form(desc.recipe, o.gemm, o.tile).has_value(), ErrorCode::kUnsupported, "overrides.tile = {} is not a tile of {} for recipe '{}' on "
                       "SM90; allowed: {}", o.tile.str(), gemm_kernel_name(o.gemm), recipe_name(desc.recipe), tiles);
   }
   if (o.decode_max_tokens) {
@@ -313,7 +295,7 @@ void Sm90Config::describe(SelectedConfig& out) const {
   // One entry per form of the recipe (the table's rows): where it runs, its occupancy, or why not.
   for (const Sm90FormInfo& f : sm90_forms()) {
     if (f.recipe != recipe) continue;
-    const std::string& why = unavailable[static_cast<int>(f.form)];
+    const std::string& why = reason(f.form);
     const std::string gemm1_at = ranges_where(buckets, [&](const Sm90Bucket& b) { return b.gemm1 == f.form; });
     const std::string gemm2_at = ranges_where(buckets, [&](const Sm90Bucket& b) { return b.gemm2 == f.form; });
     const std::string at = gemm1_at == gemm2_at ? (gemm1_at.empty() ? "" : fmt::format("T = {}", gemm1_at))

@@ -80,7 +80,8 @@ struct Sm90Config {
   std::vector<Sm90Bucket> buckets;           // ascending, covering 0..max_tokens_per_rank
 
   const Sm90Bucket& bucket(int64_t num_tokens) const;
-  bool available(Sm90Form form) const { return unavailable[static_cast<int>(form)].empty(); }
+  const std::string& reason(Sm90Form form) const { return unavailable[static_cast<int>(form)]; }
+  bool available(Sm90Form form) const { return reason(form).empty(); }
   // Whether a bucket quantizes x and routes in one launch: as pinned, else (auto) in mxfp4's decode
   // buckets, where it measured faster; never when x comes quantized.
   bool fuses_quantize_route(const Sm90Bucket& bucket) const;

@@ -93,6 +93,14 @@ std::string sm90_form_unavailable(Sm90Form form, const MoeDesc& desc, const Sm90
   return "";
 }
 
+std::optional<Sm90Form> sm90_family_form(Recipe recipe, GemmKernel family, TileShape tile) {
+  for (const Sm90FormInfo& f : kForms)
+    if (f.recipe == recipe && f.family == family && f.k_split == 1 &&
+        (tile.automatic() || tile == TileShape{f.block_m, f.block_n}))
+      return f.form;
+  return std::nullopt;
+}
+
 std::string sm90_family_tiles(Recipe recipe, GemmKernel family) {
   std::string out;
   for (const Sm90FormInfo& f : kForms)

@@ -78,6 +78,10 @@ struct Sm90Facts {
 // reason of unfolded weights differs).
 std::string sm90_form_unavailable(Sm90Form form, const MoeDesc& desc, const Sm90Facts& facts, bool fold = true);
 
+// The form a pinned family names for a recipe: its first whole-K form in table order whose tile
+// is `tile` (any, when `tile` is automatic); nullopt when the recipe has none.
+std::optional<Sm90Form> sm90_family_form(Recipe recipe, GemmKernel family, TileShape tile = {});
+
 // The tiles a family can pin for a recipe ("128x128, 64x256"; "" when it has no tile choice).
 std::string sm90_family_tiles(Recipe recipe, GemmKernel family);
 

@@ -86,6 +86,12 @@ TEST(Sm90Forms, TableRowsAreUniqueParseableAndConsistent) {
   EXPECT_EQ(sm90_family_tiles(Recipe::kMxfp4, GemmKernel::kWgmmaRs), "64x256");
   EXPECT_EQ(sm90_family_tiles(Recipe::kNvfp4, GemmKernel::kWgmma), "128x128, 64x256");
   EXPECT_EQ(sm90_family_tiles(Recipe::kNvfp4, GemmKernel::kWgmmaRs), "");
+  EXPECT_EQ(sm90_family_form(Recipe::kMxfp4, GemmKernel::kDecode), F::kMxfp4Decode);  // whole K, not the split
+  EXPECT_EQ(sm90_family_form(Recipe::kMxfp4, GemmKernel::kWgmmaRs), F::kMxfp4RsFp8);  // not the tails form
+  EXPECT_EQ(sm90_family_form(Recipe::kNvfp4, GemmKernel::kWgmma), F::kNvfp4RsF16);
+  EXPECT_EQ(sm90_family_form(Recipe::kNvfp4, GemmKernel::kWgmma, {64, 256}), F::kNvfp4RsF16Wide);
+  EXPECT_FALSE(sm90_family_form(Recipe::kNvfp4, GemmKernel::kWgmma, {96, 256}));
+  EXPECT_FALSE(sm90_family_form(Recipe::kNvfp4, GemmKernel::kWgmmaRs));
   const std::string table = sm90_form_table_markdown();
   for (const Sm90FormInfo& f : sm90_forms()) EXPECT_NE(table.find(fmt::format("`{}`", f.name)), std::string::npos);
 }
