@@ -13,7 +13,6 @@
 #include "cuda/kernels/sm90_decode_tile.cuh"
 #include "cuda/kernels/sm90_gemm_epilogues.cuh"
 #include "cuda/ptx/named_barrier.cuh"
-#include "cuda/ptx/sync.cuh"
 
 namespace moe_ep::cuda {
 
