@@ -8,6 +8,7 @@
 #   sass_diff.txt                 new kernels with no identical baseline kernel
 #   bench_<preset>_<recipe>_{new,base}.csv
 #   scripts/device_compare.sh NEW_MOE_EP [presets] [tokens]
+#   MOE_EP_BASELINE_BIN=path/moe_ep   a baseline CLI built elsewhere (the same toolkit), instead
 #     presets: "deepseek-v4-flash:mxfp4 deepseek-v4-flash:nvfp4" (default), tokens 1,8,128,512,2048,8192
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,9 +17,13 @@ PRESETS=${2:-deepseek-v4-flash:mxfp4 deepseek-v4-flash:nvfp4}
 TOKENS=${3:-1,8,128,512,2048,8192}
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
-mapfile -t base < <(scripts/device_baseline.sh | tail -2) || exit 1
-export "${base[0]}"
-BASE=${base[1]}
+if [[ -n "${MOE_EP_BASELINE_BIN:-}" ]]; then
+  BASE=$MOE_EP_BASELINE_BIN
+else
+  mapfile -t base < <(scripts/device_baseline.sh | tail -2) || exit 1
+  export "${base[0]}"
+  BASE=${base[1]}
+fi
 [[ -x "$BASE" ]] || { echo "no baseline binary"; exit 1; }
 python3 scripts/sass_fingerprint.py "$NEW" > "$OUT/sass_new.txt"
 python3 scripts/sass_fingerprint.py "$BASE" > "$OUT/sass_base.txt"

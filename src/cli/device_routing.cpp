@@ -13,14 +13,20 @@ namespace moe_ep::cli {
 DeviceRouting::DeviceRouting(Driver& driver, const SyntheticRouting& ref, int64_t redundant, int device_index)
     : driver_(driver), ref_(ref) {
   const int64_t L = ref.config.num_experts, K = ref.config.top_k;
-  if (ref.router || redundant > 0)
-    router_ = std::make_unique<cuda::Sm90Router>(ref.router ? &ref.config : nullptr, L, K, device_index);
-  if (redundant > 0) eplb_ = std::make_unique<cuda::DeviceEplb>(ref.placement, device_index);
+  if (ref.router || redundant > 0) {
+    RoutingStageOptions o;
+    o.device = Device::cuda(device_index);
+    o.num_logical = L;
+    o.top_k = K;
+    if (ref.router) o.router = ref.config;
+    if (redundant > 0) o.placement = ref.placement;
+    stage_ = RoutingStage::create(o);
+  }
   if (ref.router) bias_ = upload_vector(driver, ref.bias);
   for (const RoutedBatch& r : ref.batches) {
     Batch& b = batches_.emplace_back();
     b.tokens_count = static_cast<int64_t>(r.logical.size()) / K;
-    if (!router_) {  // no stage: the reference routing as the layer's input
+    if (!stage_) {  // no stage: the reference routing as the layer's input
       b.ids = upload_vector(driver, r.logical);
       b.weights = upload_vector(driver, r.weights);
       continue;
@@ -41,26 +47,30 @@ DeviceRouting::DeviceRouting(Driver& driver, const SyntheticRouting& ref, int64_
 }
 
 void DeviceRouting::route(int layer, int rank, void* stream) const {
-  if (!router_) return;
+  if (!stage_) return;
   const Batch& b = at(layer, rank);
-  cuda::RouteBinding r;
-  r.num_tokens = b.tokens_count;
+  const Device dev = driver_.device();
+  const int64_t T = b.tokens_count, L = ref_.config.num_experts, K = ref_.config.top_k;
+  RoutingArgs r;
   r.layer_idx = layer;
-  r.logits = b.logits;
-  r.bias = static_cast<const float*>(bias_);
-  if (b.table) {
-    r.token_ids = b.tokens;
-    r.hash_table = static_cast<const int32_t*>(b.table);
-    r.vocab = kSyntheticVocab;
+  if (ref_.router) {
+    r.logits = TensorView::contiguous(b.logits, DType::kF32, {T, L}, dev);
+    if (!ref_.bias.empty()) r.bias = TensorView::contiguous(bias_, DType::kF32, {L}, dev);
+    if (b.table) {
+      r.token_ids = TensorView::contiguous(b.tokens, DType::kI32, {T}, dev);
+      r.hash_table = TensorView::contiguous(b.table, DType::kI32, {kSyntheticVocab, K}, dev);
+    }
+    r.topk_weights = TensorView::contiguous(b.weights, DType::kF32, {T, K}, dev);
+  } else {
+    r.logical_ids = TensorView::contiguous(b.logical, DType::kI32, {T, K}, dev);
   }
-  r.logical_ids = b.logical;
-  r.topk_ids = b.ids;
-  r.topk_weights = ref_.router ? static_cast<float*>(b.weights) : nullptr;
-  router_->route(r, eplb_.get(), stream);
+  r.topk_ids = TensorView::contiguous(b.ids, DType::kI32, {T, K}, dev);
+  r.stream = stream;
+  stage_->route(r);
 }
 
 void DeviceRouting::poison() {
-  if (!router_) return;
+  if (!stage_) return;
   const int64_t K = ref_.config.top_k;
   for (const Batch& b : batches_) {
     driver_.fill(b.ids, 0x7F, b.tokens_count * K * 4);
@@ -69,14 +79,14 @@ void DeviceRouting::poison() {
 }
 
 void DeviceRouting::set_recording(bool on) {
-  if (eplb_) eplb_->set_recording(on);
+  if (stage_ && stage_->has_placement()) stage_->set_recording(on);
 }
 
 std::vector<int64_t> DeviceRouting::counters() const {
-  return eplb_ ? eplb_->counter_values() : std::vector<int64_t>{};
+  return stage_ ? stage_->counter_values() : std::vector<int64_t>{};
 }
 
-uint32_t DeviceRouting::read_error_flags() { return router_ ? router_->read_error_flags(true) : 0u; }
+uint32_t DeviceRouting::read_error_flags() { return stage_ ? stage_->read_error_flags(true) : 0u; }
 
 std::string DeviceRouting::compare() const {
   const int64_t K = ref_.config.top_k;

@@ -1,7 +1,7 @@
 // The routing inputs of `moe_ep run --router / --eplb-redundant` on GPUs (one GPU and simulated
 // ranks), per batch of a SyntheticRouting (cli/synthetic_routing.h): with a routing stage (the
-// router and / or the EPLB remap, cuda/sm90_routing.h) its inputs uploaded, its outputs in device
-// memory and one stage launch per batch; without one the reference ids and weights uploaded as
+// router and / or the EPLB remap, moe_ep/routing_stage.h) its inputs uploaded, its outputs in
+// device memory and one stage call per batch; without one the reference ids and weights uploaded as
 // they are. Then the check of the stage's ids, weights and load counters against the reference.
 #pragma once
 
@@ -14,7 +14,7 @@
 
 #include "cli/device_driver.h"
 #include "cli/synthetic_routing.h"
-#include "cuda/sm90_routing.h"
+#include "moe_ep/routing_stage.h"
 
 namespace moe_ep::cli {
 
@@ -23,7 +23,7 @@ class DeviceRouting {
   // `redundant` > 0 adds the EPLB remap (device tables of ref.placement).
   DeviceRouting(Driver& driver, const SyntheticRouting& ref, int64_t redundant, int device_index);
 
-  bool has_stage() const { return static_cast<bool>(router_); }
+  bool has_stage() const { return static_cast<bool>(stage_); }
   // The stage of batch (layer, rank) on `stream`; nothing without a stage.
   void route(int layer, int rank, void* stream) const;
   // The layer's topk_ids (i32 [T, K], physical) and topk_weights (f32 [T, K]) of the batch.
@@ -51,8 +51,7 @@ class DeviceRouting {
   const SyntheticRouting& ref_;
   void* bias_ = nullptr;
   std::vector<Batch> batches_;
-  std::unique_ptr<cuda::Sm90Router> router_;
-  std::unique_ptr<cuda::DeviceEplb> eplb_;
+  std::unique_ptr<RoutingStage> stage_;
 };
 
 }  // namespace moe_ep::cli

@@ -10,6 +10,7 @@
 
 #include "call_guard.h"
 #include "check.h"
+#include "core/tensor_checks.h"
 #include "collective_create.h"
 #include "core/registry.h"
 #include "layer_impl.h"
@@ -20,59 +21,9 @@
 namespace moe_ep {
 namespace {
 
-// One expected dimension: its value and its name in messages ("T", "2I", "H/32").
-struct Dim {
-  int64_t value;
-  const char* name;
-};
-
-std::string dims_str(std::initializer_list<Dim> dims, bool values) {
-  std::string s = "[";
-  bool first = true;
-  for (const Dim& d : dims) {
-    s += first ? "" : ", ";
-    s += values ? std::to_string(d.value) : d.name;
-    first = false;
-  }
-  return s + "]";
-}
-
-std::string dtypes_str(std::initializer_list<DType> dtypes) {
-  std::string s;
-  for (DType d : dtypes) s += fmt::format("{}{}", s.empty() ? "" : " | ", dtype_name(d));
-  return s;
-}
-
-// dtype, shape, row-major contiguity and device of one tensor.
-void check_tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes,
-                  std::initializer_list<Dim> dims, std::string_view device_rule,
-                  bool device_ok) {
-  MOE_EP_CHECK(t.defined(), "{} is missing; expected {} {} = {}", name, dtypes_str(dtypes),
-               dims_str(dims, false), dims_str(dims, true));
-  bool dtype_ok = false;
-  for (DType d : dtypes) dtype_ok |= (t.dtype == d);
-  MOE_EP_CHECK(dtype_ok, "{} has dtype {}; expected {}", name, dtype_name(t.dtype),
-               dtypes_str(dtypes));
-  bool shape_ok = t.ndim == static_cast<int32_t>(dims.size());
-  int d = 0;
-  for (const Dim& dim : dims) shape_ok = shape_ok && t.shape[d++] == dim.value;
-  MOE_EP_CHECK(shape_ok, "{} has shape {}; expected {} = {}", name, t.shape_str(),
-               dims_str(dims, false), dims_str(dims, true));
-  MOE_EP_CHECK(t.is_contiguous(), "{} with shape {} has strides {}; expected row-major contiguous",
-               name, t.shape_str(),
-               [&] {
-                 std::string s = "[";
-                 for (int i = 0; i < t.ndim; ++i) s += fmt::format("{}{}", i ? ", " : "", t.strides[i]);
-                 return s + "]";
-               }());
-  MOE_EP_CHECK(t.numel() == 0 || t.data != nullptr, "{} with shape {} has a null data pointer",
-               name, t.shape_str());
-  MOE_EP_CHECK(device_ok, "{} is on {}; expected {}", name, t.device.str(), device_rule);
-}
-
-void check_absent(const TensorView& t, std::string_view name, std::string_view why) {
-  MOE_EP_CHECK(!t.defined(), "{} is given but not used {}; leave it empty", name, why);
-}
+using detail::check_absent;
+using detail::check_tensor;
+using detail::Dim;
 
 // ---- weights ----
 

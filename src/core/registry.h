@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/layer_impl.h"
+#include "core/routing_stage_impl.h"
 #include "core/transport.h"
 #include "moe_ep/backend.h"
 #include "moe_ep/runtime.h"
@@ -27,6 +28,8 @@ struct BackendEntry {
   // option and what is allowed. Null: every validated descriptor.
   std::string (*can_implement)(const MoeDesc& desc, int world_size, Device device, int cc) = nullptr;
   std::unique_ptr<Layer::Impl> (*create)(const LayerRequest& request) = nullptr;
+  // The routing stage on a device of this kind (options validated); null: none.
+  std::unique_ptr<RoutingStage::Impl> (*create_routing_stage)(const RoutingStageOptions& options) = nullptr;
 };
 
 struct TransportEntry {

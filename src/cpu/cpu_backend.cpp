@@ -3,6 +3,7 @@
 #include "core/check.h"
 #include "core/registry.h"
 #include "cpu/cpu_layers.h"
+#include "cpu/cpu_routing_stage.h"
 
 namespace moe_ep::cpu {
 namespace {
@@ -37,6 +38,7 @@ void register_cpu_backend() {
   e.info = {"cpu", "the reference backend: exact to docs/spec.md, multithreaded, any CPU",
             DeviceType::kCPU, 0, 0, kRecipes};
   e.create = &create_cpu_layer;
+  e.create_routing_stage = &create_cpu_routing_stage;
   detail::register_backend(e);
 }
 

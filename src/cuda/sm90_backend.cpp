@@ -11,6 +11,7 @@
 #include "core/registry.h"
 #include "cuda/cuda_layers.h"
 #include "cuda/device_info.h"
+#include "cuda/sm90_routing_stage.h"
 
 namespace moe_ep::cuda {
 namespace {
@@ -65,6 +66,7 @@ void register_cuda_sm90_backend() {
             DeviceType::kCUDA, 90, 90, cuda::kRecipes};
   e.compute_capability = &cuda::read_compute_capability;
   e.create = &cuda::create_layer;
+  e.create_routing_stage = &cuda::create_routing_stage;
   register_backend(e);
   cuda::register_layer_factory("simulated", &cuda::ep::make_sim_gpu_layer);
 }
