@@ -10,6 +10,7 @@
 #include "moe_ep/layer.h"
 #include "moe_ep/quant.h"
 #include "moe_ep/recipe.h"
+#include "moe_ep/routing_stage.h"
 #include "moe_ep/runtime.h"
 #include "moe_ep/tensor.h"
 #include "moe_ep/weights.h"

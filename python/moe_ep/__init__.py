@@ -18,6 +18,7 @@ with the library's message naming the parameter, the value and what was expected
 from moe_ep._core import (  # noqa: F401
     DeviceError,
     Layer,
+    RoutingStage,
     Runtime,
     UnsupportedError,
     workspace_bytes,
@@ -40,5 +41,5 @@ def info() -> dict:
     return _build_info()
 
 
-__all__ = ["DeviceError", "Layer", "Runtime", "UnsupportedError", "WeightPack", "info",
+__all__ = ["DeviceError", "Layer", "RoutingStage", "Runtime", "UnsupportedError", "WeightPack", "info",
            "route_deepseek_v4", "runtime_from_process_group", "workspace_bytes", "__version__"]

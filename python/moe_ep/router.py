@@ -8,16 +8,18 @@ routing stage's.
     ids, weights = moe_ep.route_deepseek_v4(logits, top_k=8, layer_idx=0, num_hash_layers=3,
                                             token_ids=input_ids, hash_table=table)
 
-Inputs: numpy arrays or CPU torch tensors (logits f32 | bf16 [T, E], bias f32 [E], token_ids
-int32 | int64 [T], hash_table int32 | int64 [vocab, K]). The outputs are new arrays of the
-inputs' kind (ids int32 unless ``ids_dtype`` says int64, weights f32), or ``out=(ids,
-weights)``. ``eplb``: any object with ``remap(ids) -> physical ids`` (e.g.
-:class:`moe_ep.integrations.EplbTables`), applied to the routed ids.
+Inputs: numpy arrays or torch tensors (logits f32 | bf16 [T, E], bias f32 [E], token_ids
+int32 | int64 [T], hash_table int32 [vocab, K]; on the CPU also int64). The outputs are new
+arrays of the inputs' kind on the logits' device (ids int32 unless ``ids_dtype`` says int64,
+weights f32), or ``out=(ids, weights)``. ``eplb``: any object with ``remap(ids) -> physical ids``
+(e.g. :class:`moe_ep.integrations.EplbTables`), applied to the routed ids.
 
-CUDA tensors: not yet. The device routing stage is being made public C++ API; until the
-package binds it, CUDA tensors raise :class:`moe_ep.UnsupportedError` (route on the CPU, or with
-the engine's own router) rather than silently copying through the host, which would break CUDA
-graph capture. The signature stays the same when they are supported.
+CUDA tensors run the library's routing stage (:class:`moe_ep.RoutingStage`, one kernel on
+torch's current stream, no host sync: capturable in a CUDA graph); one stage per (device, E, K,
+scale, hash layers) is kept for the process. On the device, bad data (non-finite logits, token
+ids outside the table) cannot raise at once: those slots become -1 and a sticky flag is set;
+hold a :class:`moe_ep.RoutingStage` yourself to read it (``check_error_flags``), or route on
+the CPU where the same inputs raise ValueError naming the entry.
 """
 
 from __future__ import annotations
@@ -31,6 +33,20 @@ def _is_torch(t: Any) -> bool:
     return type(t).__module__.startswith("torch")
 
 
+_stages: dict = {}
+
+
+def _device_stage(device: str, num_experts: int, top_k: int, scale: float,
+                  num_hash_layers: int) -> "_core.RoutingStage":
+    key = (device if ":" in device else device + ":0", num_experts, top_k, scale, num_hash_layers)
+    stage = _stages.get(key)
+    if stage is None:
+        stage = _core.RoutingStage(key[0], num_experts, top_k, routed_scaling_factor=scale,
+                                   num_hash_layers=num_hash_layers)
+        _stages[key] = stage
+    return stage
+
+
 def route_deepseek_v4(logits: Any, top_k: int, *, routed_scaling_factor: float = 1.0,
                       bias: Any = None, layer_idx: int = 0, num_hash_layers: int = 0,
                       token_ids: Any = None, hash_table: Any = None, eplb: Any = None,
@@ -38,10 +54,7 @@ def route_deepseek_v4(logits: Any, top_k: int, *, routed_scaling_factor: float =
                       out: Optional[Tuple[Any, Any]] = None) -> Tuple[Any, Any]:
     """(topk_ids [T, K], topk_weights f32 [T, K]) of ``logits`` [T, E]."""
     torch_in = _is_torch(logits)
-    if torch_in and logits.device.type != "cpu":
-        raise _core.UnsupportedError(
-            f"moe_ep.route_deepseek_v4: logits is on {logits.device}; the router runs on CPU "
-            f"tensors in this version (the device routing stage is not yet bound to Python)")
+    on_cuda = torch_in and logits.device.type == "cuda"
     if ids_dtype not in (None, "int32", "int64"):
         raise ValueError(f"moe_ep: ids_dtype = {ids_dtype!r}; expected 'int32' or 'int64'")
     shape = (int(logits.shape[0]) if len(logits.shape) else 0, int(top_k))
@@ -49,14 +62,21 @@ def route_deepseek_v4(logits: Any, top_k: int, *, routed_scaling_factor: float =
         ids, weights = out
     elif torch_in:
         import torch
-        ids = torch.empty(shape, dtype=torch.int64 if ids_dtype == "int64" else torch.int32)
-        weights = torch.empty(shape, dtype=torch.float32)
+        ids = torch.empty(shape, dtype=torch.int64 if ids_dtype == "int64" else torch.int32,
+                          device=logits.device)
+        weights = torch.empty(shape, dtype=torch.float32, device=logits.device)
     else:
         import numpy as np
         ids = np.empty(shape, np.int64 if ids_dtype == "int64" else np.int32)
         weights = np.empty(shape, np.float32)
-    _core._route_deepseek_v4(logits, ids, weights, int(top_k), float(routed_scaling_factor),
-                             int(num_hash_layers), int(layer_idx), bias, token_ids, hash_table)
+    if on_cuda:
+        stage = _device_stage(str(logits.device), int(logits.shape[1]), int(top_k),
+                              float(routed_scaling_factor), int(num_hash_layers))
+        stage.route(ids, logits, topk_weights=weights, layer_idx=int(layer_idx), bias=bias,
+                    token_ids=token_ids, hash_table=hash_table)
+    else:
+        _core._route_deepseek_v4(logits, ids, weights, int(top_k), float(routed_scaling_factor),
+                                 int(num_hash_layers), int(layer_idx), bias, token_ids, hash_table)
     if eplb is not None:
         remapped = eplb.remap(ids)
         if out is not None:

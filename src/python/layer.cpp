@@ -64,19 +64,6 @@ void import_weights(nb::handle w, ImportedWeights& out) {
   }
 }
 
-// torch._C._cuda_getCurrentRawStream, looked up once torch is imported (never imports torch).
-void* torch_current_stream(int device_index) {
-  static nb::object* fn = nullptr;
-  if (fn == nullptr) {
-    nb::dict modules = nb::borrow<nb::dict>(nb::module_::import_("sys").attr("modules"));
-    if (!modules.contains("torch")) return nullptr;
-    nb::object c = nb::getattr(modules["torch"], "_C", nb::none());
-    if (c.is_none() || !nb::hasattr(c, "_cuda_getCurrentRawStream")) return nullptr;
-    fn = new nb::object(c.attr("_cuda_getCurrentRawStream"));  // lives for the process
-  }
-  return reinterpret_cast<void*>(nb::cast<uintptr_t>((*fn)(device_index)));
-}
-
 nb::dict layer_info(const PyLayer& self) {
   const LayerInfo& li = self.layer->info();
   const MoeDesc& d = li.desc;

@@ -40,6 +40,10 @@ bool imports_through_exchange_api(nb::handle tensor);
 // its DLPack C exchange API; empty when its type has none.
 std::optional<void*> exchange_current_stream(nb::handle tensor, int device_index);
 
+// torch's current stream of CUDA device `device_index` (torch._C._cuda_getCurrentRawStream),
+// when torch is imported (never imports it); else nullptr, the legacy default stream.
+void* torch_current_stream(int device_index);
+
 // "cpu", "cuda", "cuda:N" -> Device; kInvalidArgument naming `device` otherwise.
 Device parse_device(const std::string& text);
 

@@ -166,7 +166,7 @@ def test_route_deepseek_v4_on_numpy():
         moe_ep.route_deepseek_v4(logits, top_k=E + 1)
 
 
-def test_route_deepseek_v4_on_torch_cpu_and_cuda_refusal():
+def test_route_deepseek_v4_on_torch_cpu_and_cuda():
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     rng = np.random.default_rng(8)
     logits = rng.standard_normal((5, 16)).astype(np.float32)
@@ -175,9 +175,90 @@ def test_route_deepseek_v4_on_torch_cpu_and_cuda_refusal():
     assert isinstance(t_ids, torch.Tensor) and t_ids.dtype == torch.int32
     np.testing.assert_array_equal(t_ids.numpy(), n_ids)
     np.testing.assert_array_equal(t_w.numpy(), n_w)
-    if torch.cuda.is_available():
-        with pytest.raises(moe_ep.UnsupportedError, match="CPU tensors"):
-            moe_ep.route_deepseek_v4(torch.from_numpy(logits).cuda(), top_k=3)
+    if torch.cuda.is_available() and moe_ep.info()["cuda"]:
+        bias = (rng.standard_normal(16) * 0.1).astype(np.float32)
+        c_ids, c_w = moe_ep.route_deepseek_v4(torch.from_numpy(logits).cuda(), top_k=3,
+                                              routed_scaling_factor=2.5,
+                                              bias=torch.from_numpy(bias).cuda())
+        h_ids, h_w = moe_ep.route_deepseek_v4(logits, top_k=3, routed_scaling_factor=2.5, bias=bias)
+        assert c_ids.device.type == "cuda"
+        np.testing.assert_array_equal(c_ids.cpu().numpy(), h_ids)
+        np.testing.assert_array_equal(c_w.cpu().numpy().view(np.uint32), h_w.view(np.uint32))
+
+
+def _placement(L, redundant):
+    """A placement that replicates hot experts (every 5th) several times: [L, R] and [L]."""
+    extra = [(5 * j) % L for j in range(redundant)]
+    rows = [[l] + [L + j for j, e in enumerate(extra) if e == l] for l in range(L)]
+    R = max(len(r) for r in rows)
+    l2p = np.array([r + [-1] * (R - len(r)) for r in rows], np.int32)
+    return l2p, np.array([len(r) for r in rows], np.int32)
+
+
+def _remap(ids, l2p, counts):
+    """include/moe_ep/eplb.h's rule in numpy: slot (t, k) of logical l -> l2p[l, (t*K+k) % n[l]]."""
+    T, K = ids.shape
+    out = np.full_like(ids, -1)
+    for t in range(T):
+        for k in range(K):
+            l = ids[t, k]
+            if 0 <= l < l2p.shape[0]:
+                out[t, k] = l2p[l, (t * K + k) % counts[l]]
+    return out
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_routing_stage_routes_remaps_and_counts(device):
+    if device == "cuda":
+        torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+        if not (torch.cuda.is_available() and moe_ep.info()["cuda"]):
+            pytest.skip("no CUDA device or a build without CUDA")
+    rng = np.random.default_rng(11)
+    T, L, K = 37, 20, 4
+    logits = rng.standard_normal((T, L)).astype(np.float32)
+    l2p, counts = _placement(L, 6)
+    want_logical, want_w = moe_ep.route_deepseek_v4(logits, top_k=K, routed_scaling_factor=1.5)
+    want = _remap(want_logical, l2p, counts)
+    stage = moe_ep.RoutingStage(device, L, K, routed_scaling_factor=1.5,
+                                logical_to_physical=l2p, replica_count=counts)
+    assert stage.num_physical == L + 6 and stage.has_router and stage.has_placement
+    stage.set_recording(True)
+    if device == "cpu":
+        ids = np.full((T, K), 0x7F7F7F7F, np.int32)
+        w = np.full((T, K), np.nan, np.float32)
+        stage.route(ids, logits, topk_weights=w)
+    else:
+        ids = torch.full((T, K), 0x7F7F7F7F, dtype=torch.int32, device="cuda")
+        w = torch.full((T, K), float("nan"), device="cuda")
+        stage.route(ids, torch.from_numpy(logits).cuda(), topk_weights=w)
+        torch.cuda.synchronize()
+        ids, w = ids.cpu().numpy(), w.cpu().numpy()
+    np.testing.assert_array_equal(ids, want)
+    np.testing.assert_array_equal(w.view(np.uint32), want_w.view(np.uint32))
+    np.testing.assert_array_equal(stage.counter_values(),
+                                  np.bincount(want.ravel(), minlength=L + 6))
+    stage.reset_counters()
+    assert sum(stage.counter_values()) == 0
+    assert stage.read_error_flags() == 0
+    # remap only, on the caller's logical ids (holes and out-of-range ids become -1)
+    remap = moe_ep.RoutingStage(device, L, K, router=False, logical_to_physical=l2p,
+                                replica_count=counts)
+    logical = want_logical.astype(np.int64)
+    logical[0, 0], logical[1, 1] = -1, L + 3
+    out = np.zeros((T, K), np.int64)
+    if device == "cpu":
+        remap.route(out, logical_ids=logical)
+    else:
+        d_out = torch.zeros((T, K), dtype=torch.int64, device="cuda")
+        remap.route(d_out, logical_ids=torch.from_numpy(logical).cuda())
+        out = d_out.cpu().numpy()
+    np.testing.assert_array_equal(out, _remap(logical, l2p, counts))
+    with pytest.raises(ValueError, match="router"):
+        moe_ep.RoutingStage(device, L, K, router=False)
+    with pytest.raises(ValueError, match="topk_weights"):
+        stage.route(np.zeros((T, K), np.int32) if device == "cpu" else
+                    torch.zeros((T, K), dtype=torch.int32, device="cuda"),
+                    logits if device == "cpu" else torch.from_numpy(logits).cuda())
 
 
 def test_version_is_single_sourced():
