@@ -13,8 +13,8 @@ forward context resolves it)::
     torch.ops.moe_ep.forward_named_out(x, topk_ids, topk_weights, "model.layers.3.mlp.experts", out)
 
 ``torch.ops.moe_ep.route_deepseek_v4(logits, top_k, routed_scaling_factor, bias, layer_idx,
-num_hash_layers, token_ids, hash_table) -> (ids int32, weights f32)`` is the router (CPU tensors;
-see :func:`moe_ep.route_deepseek_v4`) as an op, so a compiled model calls it without a graph
+num_hash_layers, token_ids, hash_table) -> (ids int32, weights f32)`` is the router (CPU and CUDA
+tensors; see :func:`moe_ep.route_deepseek_v4`) as an op, so a compiled model calls it without a graph
 break. ``forward_out`` / ``forward_named_out`` declare ``mutates_args=("out",)``. Names resolve
 through :func:`set_layer_resolver` when an engine installs one (e.g. a lookup in its forward
 context's layer table), else through this module's registry. The real kernels (CPU and CUDA
@@ -159,7 +159,7 @@ def _forward_named_out_fake(x, topk_ids, topk_weights, layer_name, out):
     return None
 
 
-@torch.library.custom_op("moe_ep::route_deepseek_v4", mutates_args=(), device_types=("cpu",))
+@torch.library.custom_op("moe_ep::route_deepseek_v4", mutates_args=(), device_types=("cpu", "cuda"))
 def route_deepseek_v4(logits: torch.Tensor, top_k: int, routed_scaling_factor: float,
                       bias: Optional[torch.Tensor], layer_idx: int, num_hash_layers: int,
                       token_ids: Optional[torch.Tensor],

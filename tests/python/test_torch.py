@@ -411,3 +411,42 @@ def test_cpu_router_op_compiles_with_the_layer():
     np.testing.assert_array_equal(w.numpy(), want_w)
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     np.testing.assert_array_equal(bits(compiled(x)), bits(model(x)))
+
+
+@needs_cuda
+def test_cuda_router_op_captures_and_compiles_with_the_layer():
+    """The router op on CUDA tensors (the library's routing stage) equals the CPU router bitwise,
+    replays in a captured CUDA graph with the layer, and compiles with fullgraph=True."""
+    p = problems.make_problem("mxfp4", "mxfp4", 9)
+    gpu = layer_on(p, "cuda:0")
+    handle = ops.register(gpu)
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(24, p.H, generator=g)).to(torch.bfloat16)
+    gate = torch.randn(p.E, p.H, generator=g) / p.H ** 0.5
+    bias = torch.randn(p.E, generator=g) * 0.1
+    logits = x.float() @ gate.t()
+    want_ids, want_w = moe_ep.route_deepseek_v4(logits.numpy(), top_k=p.K, routed_scaling_factor=1.5,
+                                                bias=bias.numpy())
+    dx, dgate, dbias = x.cuda(), gate.cuda(), bias.cuda()
+    ids, w = torch.ops.moe_ep.route_deepseek_v4(logits.cuda(), p.K, 1.5, dbias, 0, 0, None, None)
+    np.testing.assert_array_equal(ids.cpu().numpy(), want_ids)
+    np.testing.assert_array_equal(w.cpu().numpy().view(np.uint32), want_w.view(np.uint32))
+
+    def model(a):
+        r_ids, r_w = torch.ops.moe_ep.route_deepseek_v4(a.float() @ dgate.t(), p.K, 1.5, dbias, 0, 0,
+                                                        None, None)
+        return torch.ops.moe_ep.forward(a, r_ids, r_w, handle)
+    eager = model(dx).clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        model(dx)  # warm-up on the side stream, as torch.cuda.graph asks
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = model(dx)
+    graph.replay()
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(bits(static_y), bits(eager))
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")  # the gate matmul as eager's
+    np.testing.assert_array_equal(bits(compiled(dx)), bits(eager))
