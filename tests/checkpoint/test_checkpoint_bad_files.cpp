@@ -68,7 +68,7 @@ const std::vector<BadCase>& bad_cases() {
         "dtype F32; expected U8 or F8_E8M0"}},
       {"wrong_weight_dtype", Stage::kLoad,
        {"wrong_weight_dtype/model.safetensors", "tensor '" + kL1 + "6.up_proj.weight'",
-        "dtype I16; expected U8 or F4"}},
+        "dtype I16; expected U8 or I8 or F4"}},
       {"missing_expert", Stage::kLoad,
        {"missing_expert", "tensor '" + kL1 + "5.gate_proj.weight'", "layer 1 expert 5", "is missing",
         "8 experts"}},

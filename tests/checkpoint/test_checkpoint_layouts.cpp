@@ -176,8 +176,8 @@ TEST(CheckpointLayouts, RouterAndSharedExpertAreLoaded) {
   const int64_t shared_i = testckpt::manifest().at("shared_intermediate");
   for (const auto& [layer_idx, ref, fp8] : {std::tuple{1, "mx_l1", true}, std::tuple{2, "mx_l2", false}}) {
     const auto layer = load_checkpoint_layer(ck, layer_idx);
-    EXPECT_TRUE(layer->router_weight == testckpt::ref_array<float>(ref, "router_w")) << ref;
-    EXPECT_TRUE(layer->router_bias == testckpt::ref_array<float>(ref, "router_b")) << ref;
+    EXPECT_TRUE(layer->router.weight == testckpt::ref_array<float>(ref, "router_w")) << ref;
+    EXPECT_TRUE(layer->router.bias == testckpt::ref_array<float>(ref, "router_b")) << ref;
     EXPECT_EQ(layer->shared_intermediate_size, shared_i);
     // FP8 e4m3 with [64, 32] block scales (partial row blocks) dequantized to bf16 on load.
     EXPECT_TRUE(layer->shared_w13 == testckpt::ref_array<uint16_t>(ref, "shared_w13")) << ref << " fp8 " << fp8;
@@ -294,7 +294,7 @@ TEST(CheckpointLayouts, LayoutMismatchesAreNamed) {
   o.layout = "fused";
   expect_error("mxfp4_per_expert", 1, o, {"tensor 'model.layers.1.mlp.experts.w13_weight'", "is missing"});
   o.layout = "stacked";
-  expect_error("mxfp4_per_expert", 1, o, {"layout 'stacked' is unknown", "auto, per-expert, fused"});
+  expect_error("mxfp4_per_expert", 1, o, {"layout 'stacked' is unknown", "auto, per-expert, deepseek-v4, compressed-tensors, fused, transformers, gpt-oss"});
 
   o = {};
   o.tensor_pattern = "model.layers.{L}.mlp.experts.{e}.weight";
