@@ -160,7 +160,8 @@ std::vector<Resolved> candidate_layouts(const LayerLoadOptions& o) {
     const bool fits = o.proj_names.empty() || o.proj_names.size() == l.pattern.proj_names.size();
     if (!fits && o.layout == "auto") continue;
     out.push_back({std::string(l.name),
-                   TensorPattern::parse(l.pattern.text, fits ? o.proj_names : std::vector<std::string>{},
+                   TensorPattern::parse(l.pattern.text, fits && !o.proj_names.empty() ? o.proj_names
+                                                                                 : l.pattern.proj_names,
                                         "tensor pattern")});
   }
   return out;

@@ -44,7 +44,8 @@ CheckpointPreset* find_entry(const ProblemSetup& setup) {
 
 template <class T>
 std::vector<T> copy_view(const TensorView& t) {
-  std::vector<T> out(static_cast<size_t>(t.numel()));
+  if (!t.defined()) return {};  // a bf16 pack has no scales
+  std::vector<T> out(static_cast<size_t>(t.nbytes()) / sizeof(T));  // bf16 weights as bytes
   if (!out.empty()) std::memcpy(out.data(), t.data, static_cast<size_t>(t.nbytes()));
   return out;
 }
