@@ -159,6 +159,9 @@ std::vector<Resolved> candidate_layouts(const LayerLoadOptions& o) {
     if (o.layout != "auto" && o.layout != l.name) continue;
     const bool fits = o.proj_names.empty() || o.proj_names.size() == l.pattern.proj_names.size();
     if (!fits && o.layout == "auto") continue;
+    MOE_EP_CHECK(fits, "layout '{}' has {} projections ({}); {} projection names given ({})", l.name,
+                 l.pattern.proj_names.size(), fmt::join(l.pattern.proj_names, ", "), o.proj_names.size(),
+                 fmt::join(o.proj_names, ", "));
     out.push_back({std::string(l.name),
                    TensorPattern::parse(l.pattern.text, fits && !o.proj_names.empty() ? o.proj_names
                                                                                  : l.pattern.proj_names,

@@ -198,6 +198,18 @@ TEST(CheckpointModelLayouts, LayoutsTheLayerCannotComputeAreRefusedWithTheReason
                   "'model.layers.1.mlp.experts.gate_up_proj_bias'", "'model.layers.1.mlp.experts.down_proj_bias'"});
   expect_refused(testckpt::refused_dir("compressed_tensors_int4"), ErrorCode::kUnsupported,
                  {"weight_packed'", "dtype I32", "pack-quantized"});
+  // Projection names that do not fit a named layout are refused, not dropped.
+  LayerLoadOptions o;
+  o.layout = "deepseek-v4";
+  o.proj_names = {"gate", "down"};
+  std::string message = "no error";
+  try {
+    load_checkpoint_layer(Checkpoint::open(testckpt::checkpoint_dir("deepseek_v4_native")), 1, o);
+  } catch (const Error& e) {
+    message = e.message();
+  }
+  EXPECT_NE(message.find("layout 'deepseek-v4' has 3 projections (w1, w3, w2); 2 projection names given"),
+            std::string::npos) << message;
   // A missing shared-expert tensor names the flag that loads the layer without it.
   expect_refused(testckpt::bad_dir("fp8_shared_block_size_number"), ErrorCode::kInvalidArgument,
                  {"quantization_config.weight_block_size is 128", "--no-shared-expert"});
