@@ -10,6 +10,9 @@ passed zero-copy through DLPack::
                          weights=moe_ep.WeightPack.mxfp4(w13, w13_scale, w2, w2_scale))
     y = layer.forward(x, topk_ids, topk_weights)
 
+    layer = moe_ep.load_layer(rt, "/models/DeepSeek-V4-Flash", layer=3)   # a checkpoint's layer
+    y = layer.forward(x, *layer.router.route(x))                           # with its own router
+
 Errors of the library arrive as ValueError (bad argument), TypeError (not a tensor / unknown
 dtype), UnsupportedError (a NotImplementedError), TimeoutError, DeviceError and RuntimeError,
 with the library's message naming the parameter, the value and what was expected.
@@ -25,6 +28,12 @@ from moe_ep._core import (  # noqa: F401
 )
 from moe_ep._core import __version__  # noqa: F401  (importing opens no CUDA or NCCL library)
 from moe_ep._core import info as _build_info
+from moe_ep.checkpoint import (  # noqa: F401
+    CheckpointLayer,
+    CheckpointRouter,
+    known_checkpoint_layouts,
+    load_layer,
+)
 from moe_ep.router import route_deepseek_v4  # noqa: F401
 from moe_ep.runtime import runtime_from_process_group  # noqa: F401
 from moe_ep.weights import WeightPack  # noqa: F401
@@ -41,5 +50,6 @@ def info() -> dict:
     return _build_info()
 
 
-__all__ = ["DeviceError", "Layer", "RoutingStage", "Runtime", "UnsupportedError", "WeightPack", "info",
+__all__ = ["CheckpointLayer", "CheckpointRouter", "DeviceError", "Layer", "RoutingStage", "Runtime",
+           "UnsupportedError", "WeightPack", "info", "known_checkpoint_layouts", "load_layer",
            "route_deepseek_v4", "runtime_from_process_group", "workspace_bytes", "__version__"]

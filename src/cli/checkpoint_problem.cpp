@@ -5,12 +5,15 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <random>
 
 #include <fmt/format.h>
 
 #include "core/check.h"
 #include "moe_ep/checkpoint.h"
+#include "moe_ep/formats.h"
 #include "moe_ep/quant.h"
+#include "moe_ep/router.h"
 
 namespace moe_ep::cli {
 namespace {
@@ -21,6 +24,8 @@ struct CheckpointPreset {
   std::string name, description;
   testing::Preset preset{};
   std::unique_ptr<CheckpointLayer> layer;
+  CheckpointRouter router;  // kept when the layer's weights are taken
+  std::string model_type;   // config.json's, for the router's scoring function
   Json info;
 };
 
@@ -39,12 +44,25 @@ CheckpointPreset* find_entry(const ProblemSetup& setup) {
 
 template <class T>
 std::vector<T> copy_view(const TensorView& t) {
-  std::vector<T> out(static_cast<size_t>(t.numel()));
+  if (!t.defined()) return {};  // a bf16 pack has no scales
+  std::vector<T> out(static_cast<size_t>(t.nbytes()) / sizeof(T));  // bf16 weights as bytes
   if (!out.empty()) std::memcpy(out.data(), t.data, static_cast<size_t>(t.nbytes()));
   return out;
 }
 
 }  // namespace
+
+std::vector<std::string> checkpoint_layout_choices() {
+  std::vector<std::string> names = {"auto"};
+  for (const CheckpointLayoutInfo& l : known_checkpoint_layouts()) names.push_back(l.name);
+  return names;
+}
+
+std::string checkpoint_layout_list() {
+  std::string s;
+  for (const CheckpointLayoutInfo& l : known_checkpoint_layouts()) s += (s.empty() ? "" : ", ") + l.name;
+  return s;
+}
 
 void add_checkpoint_run_options(CLI::App& cmd, CheckpointRunOptions& o) {
   o.command = &cmd;
@@ -55,8 +73,9 @@ void add_checkpoint_run_options(CLI::App& cmd, CheckpointRunOptions& o) {
       ->group(group);
   cmd.add_option("--layer", o.layer, "--checkpoint: the layer to run (default: the first MoE layer)")
       ->check(integer_at_least(0))->group(group);
-  cmd.add_option("--layout", o.layout, "--checkpoint: expert tensors per-expert, fused, or auto")
-      ->check(CLI::IsMember({"auto", "per-expert", "fused"}))->capture_default_str()->group(group);
+  cmd.add_option("--layout", o.layout, "--checkpoint: the expert tensors' layout: auto, " +
+                                           checkpoint_layout_list() + " (docs/checkpoints.md)")
+      ->check(CLI::IsMember(checkpoint_layout_choices()))->capture_default_str()->group(group);
   cmd.add_option("--tensor-pattern", o.tensor_pattern,
                  "--checkpoint: name of the expert weight tensors with {L}, {proj} and (per expert) "
                  "{e}, e.g. model.layers.{L}.block_sparse_moe.experts.{e}.{proj}.weight")
@@ -66,6 +85,9 @@ void add_checkpoint_run_options(CLI::App& cmd, CheckpointRunOptions& o) {
       ->delimiter(',')->group(group);
   cmd.add_option("--top-k", o.top_k, "--checkpoint: K (default: num_experts_per_tok of config.json)")
       ->check(integer_at_least(1))->group(group);
+  cmd.add_flag("--no-shared-expert{false}", o.shared_expert,
+               "--checkpoint: load the layer without the checkpoint's shared expert")
+      ->group(group);
 }
 
 void check_checkpoint_flags(const CheckpointRunOptions& o) {
@@ -75,7 +97,8 @@ void check_checkpoint_flags(const CheckpointRunOptions& o) {
                  "checkpoint gives the shapes; drop --preset", o.path);
     return;
   }
-  for (const char* flag : {"--layer", "--layout", "--tensor-pattern", "--proj-names", "--top-k"})
+  for (const char* flag : {"--layer", "--layout", "--tensor-pattern", "--proj-names", "--top-k",
+                           "--no-shared-expert"})
     MOE_EP_CHECK(o.command->count(flag) == 0, "{} is a checkpoint flag; it needs --checkpoint DIR",
                  flag);
 }
@@ -83,7 +106,8 @@ void check_checkpoint_flags(const CheckpointRunOptions& o) {
 void refuse_checkpoint_expert_parallel(const CheckpointRunOptions& o, bool expert_parallel) {
   MOE_EP_CHECK_CODE(!o.given() || !expert_parallel, ErrorCode::kUnsupported,
                     "--checkpoint runs one layer on one rank; it cannot be combined with --ranks, "
-                    "--layers, --eplb-redundant, --router or GPU ranks yet");
+                    "--layers, --eplb-redundant, --shared-expert or GPU ranks yet (`run --router` "
+                    "routes with the checkpoint's own router)");
 }
 
 ProblemSetup plan_checkpoint_problem(const ProblemOptions& problem, const CheckpointRunOptions& o,
@@ -96,6 +120,7 @@ ProblemSetup plan_checkpoint_problem(const ProblemOptions& problem, const Checkp
   load.tensor_pattern = o.tensor_pattern;
   load.proj_names = o.proj_names;
   load.num_threads = problem.threads;
+  load.shared_expert = o.shared_expert;
   int64_t layer_idx = o.layer;
   if (layer_idx < 0) {
     const std::vector<int64_t> layers = find_moe_layers(*ck, load);
@@ -110,6 +135,7 @@ ProblemSetup plan_checkpoint_problem(const ProblemOptions& problem, const Checkp
 
   const bool backend_given = o.command && o.command->count("--backend") > 0;
   ProblemOptions options = problem;
+  // bf16 experts (unquantized checkpoints) are quantized by the layer to --backend's recipe.
   if (!backend_given) options.backend = layer->format == WeightFormat::kNVFP4 ? "nvfp4" : "mxfp4";
   const std::string format = std::string(weight_format_name(layer->format));
   MOE_EP_CHECK(problem.weights == "native" || problem.weights == format,
@@ -151,9 +177,13 @@ ProblemSetup plan_checkpoint_problem(const ProblemOptions& problem, const Checkp
                 {"load_ms", json_number(layer->stats.seconds * 1e3)},
                 {"load_gbps", json_number(layer->stats.gbps())},
                 {"load_threads", layer->stats.num_threads},
-                {"router", !layer->router_weight.empty()},
+                {"router", layer->router.present()},
+                {"hash_layer", layer->router.hash_layer()},
                 {"shared_intermediate", layer->shared_intermediate_size},
+                {"shared_source", layer->shared_source},
                 {"notes", notes}};
+  entry.router = layer->router;
+  entry.model_type = config ? config->model_type : "";
   entry.layer = std::move(layer);
   return s;
 }
@@ -199,6 +229,56 @@ void release_checkpoint(const ProblemSetup& setup) {
   if (CheckpointPreset* entry = find_entry(setup)) entry->layer.reset();
 }
 
+std::string route_with_checkpoint_router(const ProblemSetup& setup, testing::HostInputs& in,
+                                         uint64_t seed) {
+  CheckpointPreset* entry = find_entry(setup);
+  MOE_EP_ASSERT(entry != nullptr);
+  const CheckpointRouter& r = entry->router;
+  const int64_t T = in.num_tokens, K = setup.desc.top_k, E = r.num_experts, H = r.hidden_size;
+  const std::string reason = r.unsupported_reason(K, entry->model_type);
+  MOE_EP_CHECK_CODE(reason.empty(), ErrorCode::kUnsupported, "--router with --checkpoint {}: {}; run "
+                    "without --router (the generated routing)", entry->info["path"].get<std::string>(),
+                    reason);
+  MOE_EP_CHECK_CODE(setup.desc.fleet.num_experts == E, ErrorCode::kUnsupported,
+                    "--router with --checkpoint: the layer holds {} of the router's {} experts; the "
+                    "router's ids index all of them", setup.desc.fleet.num_experts, E);
+  MOE_EP_ASSERT(in.hidden_size == H && in.top_k == K);
+  std::vector<float> logits(static_cast<size_t>(T * E));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t e = 0; e < E; ++e) {
+      float acc = 0.0f;
+      for (int64_t h = 0; h < H; ++h) acc += bf16_to_float(in.x[t * H + h]) * r.weight[e * H + h];
+      logits[t * E + e] = acc;
+    }
+  std::vector<int32_t> tokens;
+  RouterArgs args;
+  args.layer_idx = 0;  // CheckpointRouter::config: num_hash_layers 1 for a hash layer
+  args.logits = TensorView::contiguous(logits.data(), DType::kF32, {T, E});
+  if (!r.bias.empty())
+    args.bias = TensorView::contiguous(const_cast<float*>(r.bias.data()), DType::kF32, {E});
+  if (r.hash_layer()) {
+    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 41);
+    tokens.resize(static_cast<size_t>(T));
+    for (int32_t& id : tokens) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(r.vocab_size));
+    args.token_ids = TensorView::contiguous(tokens.data(), DType::kI32, {T});
+    args.hash_table = TensorView::contiguous(const_cast<int32_t*>(r.hash_table.data()), DType::kI32,
+                                             {r.vocab_size, r.hash_top_k});
+  }
+  args.topk_ids = TensorView::contiguous(in.topk_ids.data(), DType::kI32, {T, K});
+  args.topk_weights = TensorView::contiguous(in.topk_weights.data(), DType::kF32, {T, K});
+  route_deepseek_v4(r.config(K), args);
+  const std::string what =
+      r.hash_layer()
+          ? fmt::format("hash table '{}' [{}, {}] at random token ids, weights sqrt(softplus) of '{}'",
+                        r.hash_table_name, r.vocab_size, r.hash_top_k, r.weight_name)
+          : fmt::format("sqrt(softplus) of '{}'{}, top {}", r.weight_name,
+                        r.bias.empty() ? std::string() : fmt::format(" with bias '{}'", r.bias_name), K);
+  const std::string line = fmt::format("checkpoint router: {}, routed_scaling_factor {}", what,
+                                       r.routed_scaling_factor);
+  entry->info["routing"] = line;
+  return line;
+}
+
 void print_checkpoint_summary(const ProblemSetup& setup) {
   const CheckpointPreset* entry = find_entry(setup);
   if (!entry) return;
@@ -209,10 +289,12 @@ void print_checkpoint_summary(const ProblemSetup& setup) {
              j["layout"].get<std::string>(), j["tensor_pattern"].get<std::string>(),
              j["experts"].get<int64_t>(), j["checkpoint_bytes"].get<int64_t>() / 1e6,
              j["load_ms"].get<double>(), j["load_gbps"].get<double>(), j["load_threads"].get<int>(),
-             j["router"].get<bool>() ? ", router present" : "",
+             j["router"].get<bool>() ? (j["hash_layer"].get<bool>() ? ", router with hash table" : ", router present") : "",
              j["shared_intermediate"].get<int64_t>() > 0
-                 ? fmt::format(", shared expert Is = {} (run inside the layer)", j["shared_intermediate"].get<int64_t>())
+                 ? fmt::format(", shared expert Is = {} from {} (run inside the layer)",
+                               j["shared_intermediate"].get<int64_t>(), j["shared_source"].get<std::string>())
                  : std::string());
+  if (j.contains("routing")) fmt::print("  routing: {}\n", j["routing"].get<std::string>());
 }
 
 void add_checkpoint_json(const ProblemSetup& setup, Json& json) {

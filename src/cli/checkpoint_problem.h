@@ -5,6 +5,9 @@
 //   setup   = checkpoint.given() ? plan_checkpoint_problem(...) : plan_problem(...);
 //   weights = checkpoint.given() ? checkpoint_weights(setup)    : generate_weights(...);
 //   print_checkpoint_summary(setup) / add_checkpoint_json(setup, json)   (no-ops otherwise)
+//
+// With --router the checkpoint's own router replaces the synthetic routing:
+//   route_with_checkpoint_router(setup, inputs, seed)   (after generate_inputs)
 #pragma once
 
 #include <cstdint>
@@ -26,20 +29,26 @@ struct CheckpointRunOptions {
   std::string tensor_pattern;           // --tensor-pattern
   std::vector<std::string> proj_names;  // --proj-names
   int64_t top_k = 0;                    // --top-k; 0: num_experts_per_tok of config.json
+  bool shared_expert = true;            // false: --no-shared-expert
   const CLI::App* command = nullptr;    // to tell whether --backend was typed
 
   bool given() const { return !path.empty(); }
 };
 
-// Registers --checkpoint --layer --layout --tensor-pattern --proj-names --top-k.
+// The values of --layout: "auto" and the known layouts' names; the names alone, comma-separated.
+std::vector<std::string> checkpoint_layout_choices();
+std::string checkpoint_layout_list();
+
+// Registers --checkpoint --layer --layout --tensor-pattern --proj-names --top-k --no-shared-expert.
 void add_checkpoint_run_options(CLI::App& cmd, CheckpointRunOptions& options);
 
-// Throws kUnsupported when --checkpoint is combined with expert parallelism (--ranks,
-// --layers, --router, EPLB, GPU ranks): those runs generate their own weights.
+// Throws kUnsupported when --checkpoint is combined with what generates its own weights
+// (expert parallelism: --ranks, --layers, EPLB, --shared-expert, GPU ranks; and for bench
+// --router): a checkpoint runs one layer on one rank. `run --router` is the caller's to allow.
 void refuse_checkpoint_expert_parallel(const CheckpointRunOptions& options, bool expert_parallel);
 
 // Throws kInvalidArgument when a checkpoint-only flag (--layer, --layout, --tensor-pattern,
-// --proj-names, --top-k) is given without --checkpoint, or --preset with it (the checkpoint's
+// --proj-names, --top-k, --no-shared-expert) is given without --checkpoint, or --preset with it (the checkpoint's
 // config and tensors give the shapes).
 void check_checkpoint_flags(const CheckpointRunOptions& options);
 
@@ -58,6 +67,14 @@ testing::HostWeights checkpoint_weights(const ProblemSetup& setup);
 WeightPack checkpoint_pack(const ProblemSetup& setup);
 double checkpoint_load_seconds(const ProblemSetup& setup);
 void release_checkpoint(const ProblemSetup& setup);
+
+// `moe_ep run --checkpoint --router`: replaces the generated ids and weights of `inputs` by the
+// checkpoint router's (route_deepseek_v4 on the host): logits[t, e] = the fp32 sum over h, in
+// order, of x[t, h] * W[e, h]; a hash layer's token ids are drawn uniformly from [0, vocab) with
+// `seed`. Throws kUnsupported naming the reason when the router is absent or is not DeepSeek
+// V4's (CheckpointRouter::unsupported_reason). Returns a one-line description.
+std::string route_with_checkpoint_router(const ProblemSetup& setup, testing::HostInputs& inputs,
+                                         uint64_t seed);
 
 // Nothing for setups of plan_problem.
 void print_checkpoint_summary(const ProblemSetup& setup);

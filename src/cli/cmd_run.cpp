@@ -214,13 +214,22 @@ int run_command(const RunOptions& options, const CheckpointRunOptions& ck) {
   check_run_flags(options, ck);
   RunOptions o = options;
   o.problem.budget = {o.ranks, o.layers, o.eplb_redundant};
-  refuse_checkpoint_expert_parallel(ck, wants_cuda_expert_parallel_run(o) || wants_expert_parallel_run(o));
-  if (wants_cuda_expert_parallel_run(o)) return run_cuda_expert_parallel(o);  // cmd_run_ep_cuda.cpp
-  if (wants_cuda_layers_run(o)) return run_cuda_layers(o);  // cli/cmd_run_layers_cuda.cpp
-  if (wants_expert_parallel_run(o)) return run_expert_parallel(o);  // cli/cmd_run_ep.cpp
+  // A checkpoint's layer routes with its own router on the host, in the one-layer path below
+  // (on --device cuda too: the ids and weights are uploaded like generated ones).
+  RunOptions path = o;
+  if (ck.given()) {
+    MOE_EP_CHECK(o.hash_layers == 0, "--hash-layers {} with --checkpoint: the checkpoint's tid2eid "
+                 "tables decide which layers route by hash; drop --hash-layers", o.hash_layers);
+    path.router = false;
+  }
+  refuse_checkpoint_expert_parallel(ck, wants_cuda_expert_parallel_run(path) || wants_expert_parallel_run(path));
+  if (wants_cuda_expert_parallel_run(path)) return run_cuda_expert_parallel(o);  // cmd_run_ep_cuda.cpp
+  if (wants_cuda_layers_run(path)) return run_cuda_layers(o);  // cli/cmd_run_layers_cuda.cpp
+  if (wants_expert_parallel_run(path)) return run_expert_parallel(o);  // cli/cmd_run_ep.cpp
   const ProblemSetup setup = ck.given() ? plan_checkpoint_problem(o.problem, ck, o.tokens, o.ranks)
                                         : plan_problem(o.problem, o.tokens, o.ranks);
-  const testing::HostInputs inputs = generate_inputs(setup, o.problem, o.tokens);
+  testing::HostInputs inputs = generate_inputs(setup, o.problem, o.tokens);
+  if (ck.given() && o.router) route_with_checkpoint_router(setup, inputs, o.problem.seed);
   const auto generate_start = Clock::now();
   const testing::HostWeights weights =
       ck.given() ? checkpoint_weights(setup) : generate_weights(setup, o.problem.seed);
@@ -282,7 +291,8 @@ Command add_run_command(CLI::App& app) {
       ->check(integer_at_least(1))->capture_default_str();
   cmd->add_option("--eplb-redundant", o->eplb_redundant, "redundant physical experts (EPLB)")
       ->check(integer_at_least(0))->capture_default_str();
-  cmd->add_flag("--router", o->router, "run the DeepSeek V4 router on synthetic logits first");
+  cmd->add_flag("--router", o->router, "run the DeepSeek V4 router on synthetic logits first (with "
+                "--checkpoint: the checkpoint's own router or hash table on the layer's input)");
   cmd->add_flag("--shared-expert", o->shared_expert, "give every layer a synthetic bf16 shared expert "
                 "(Is = the preset's I), which the layer adds to y in its combine");
   cmd->add_option("--hash-layers", o->hash_layers, "--router: the first N layers route by a synthetic "

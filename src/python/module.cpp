@@ -127,4 +127,5 @@ NB_MODULE(_core, m) {
   bind_runtime(m);
   bind_layer(m);
   bind_router(m);
+  bind_checkpoint(m);
 }

@@ -6,9 +6,12 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "core/test_formats_vector_file.h"
+#include "moe_ep/layer.h"
 #include "moe_ep/quant.h"
+#include "support/layer_problem.h"
 
 namespace moe_ep::testckpt {
 namespace {
@@ -28,6 +31,7 @@ constexpr const char* descr();
 template <> constexpr const char* descr<uint8_t>() { return "|u1"; }
 template <> constexpr const char* descr<uint16_t>() { return "<u2"; }
 template <> constexpr const char* descr<float>() { return "<f4"; }
+template <> constexpr const char* descr<int64_t>() { return "<i8"; }
 
 }  // namespace
 
@@ -39,6 +43,7 @@ std::string data_dir() {
 
 std::string checkpoint_dir(const std::string& name) { return data_dir() + "/ckpt/" + name; }
 std::string bad_dir(const std::string& name) { return data_dir() + "/bad/" + name; }
+std::string refused_dir(const std::string& name) { return data_dir() + "/refused/" + name; }
 
 const nlohmann::json& manifest() {
   static const nlohmann::json m = [] {
@@ -66,6 +71,7 @@ std::vector<T> ref_array(const std::string& name, const std::string& array) {
 template std::vector<uint8_t> ref_array<uint8_t>(const std::string&, const std::string&);
 template std::vector<uint16_t> ref_array<uint16_t>(const std::string&, const std::string&);
 template std::vector<float> ref_array<float>(const std::string&, const std::string&);
+template std::vector<int64_t> ref_array<int64_t>(const std::string&, const std::string&);
 
 RefLayer ref_layer(const std::string& name, WeightFormat format) {
   RefLayer r;
@@ -107,6 +113,42 @@ std::vector<uint8_t> bytes_of(const TensorView& t) {
   if (!t.defined()) return {};
   const auto* p = static_cast<const uint8_t*>(t.data);
   return std::vector<uint8_t>(p, p + t.nbytes());
+}
+
+void expect_same_pack(const WeightPack& got, const WeightPack& want, const std::string& what) {
+  EXPECT_EQ(got.format, want.format) << what;
+  const std::pair<const char*, std::pair<const TensorView*, const TensorView*>> tensors[] = {
+      {"w13", {&got.w13, &want.w13}},           {"w13_scale", {&got.w13_scale, &want.w13_scale}},
+      {"w13_global", {&got.w13_global, &want.w13_global}}, {"w2", {&got.w2, &want.w2}},
+      {"w2_scale", {&got.w2_scale, &want.w2_scale}}, {"w2_global", {&got.w2_global, &want.w2_global}}};
+  for (const auto& [name, t] : tensors) {
+    EXPECT_EQ(t.first->shape_str(), t.second->shape_str()) << what << " " << name;
+    EXPECT_EQ(t.first->dtype, t.second->dtype) << what << " " << name;
+    EXPECT_TRUE(bytes_of(*t.first) == bytes_of(*t.second)) << what << " " << name << " bytes differ";
+  }
+}
+
+void expect_same_forward(const WeightPack& got, const WeightPack& want, Recipe recipe,
+                         const std::string& what) {
+  testsupport::Problem p;
+  p.recipe = recipe;
+  p.num_experts = 8;
+  p.hidden = manifest().at("H");
+  p.intermediate = manifest().at("I");
+  p.top_k = manifest().at("top_k");
+  p.max_tokens = 48;
+  auto runtime = testsupport::cpu_runtime();
+  auto a = Layer::create(runtime, p.desc(), got, p.overrides);
+  auto b = Layer::create(runtime, p.desc(), want, p.overrides);
+  for (uint64_t seed : {1u, 2u}) {
+    const testsupport::Inputs in = testsupport::random_inputs(p, 37, seed, {0.1});
+    const auto ya = testsupport::run_forward(*a, p, in);
+    const auto yb = testsupport::run_forward(*b, p, in);
+    EXPECT_TRUE(ya.values() == yb.values()) << what << " seed " << seed << ": y differs";
+    int64_t nonzero = 0;
+    for (uint16_t v : ya.values()) nonzero += (v & 0x7FFF) != 0;
+    EXPECT_GT(nonzero, 0) << what;  // a forward of zeros would match trivially
+  }
 }
 
 }  // namespace moe_ep::testckpt

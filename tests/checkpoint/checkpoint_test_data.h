@@ -3,6 +3,7 @@
 //
 //   $MOE_EP_TEST_DATA/checkpoints/ckpt/<case>/   checkpoints in each layout
 //   $MOE_EP_TEST_DATA/checkpoints/bad/<case>/    one defect each
+//   $MOE_EP_TEST_DATA/checkpoints/refused/<case>/  layouts the layer cannot compute (gpt-oss, ...)
 //   $MOE_EP_TEST_DATA/checkpoints/ref/<name>.<array>.npy   the same weights, stacked as in
 //                                                weights.h, with fp32 sources and dequantized values
 //   $MOE_EP_TEST_DATA/checkpoints/manifest.json  written last
@@ -17,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "moe_ep/recipe.h"
 #include "moe_ep/weights.h"
 #include "support/host_tensor.h"
 
@@ -25,6 +27,7 @@ namespace moe_ep::testckpt {
 std::string data_dir();                        // .../checkpoints
 std::string checkpoint_dir(const std::string& name);  // .../ckpt/<name>
 std::string bad_dir(const std::string& name);         // .../bad/<name>
+std::string refused_dir(const std::string& name);     // .../refused/<name>
 const nlohmann::json& manifest();
 
 // ref/<name>.<array>.npy as a flat vector (its dtype must be T's).
@@ -44,5 +47,11 @@ RefLayer ref_layer(const std::string& name, WeightFormat format);
 
 // Bytes of a contiguous TensorView.
 std::vector<uint8_t> bytes_of(const TensorView& t);
+
+// gtest expectations: the two packs hold the same tensors byte for byte; layers of `recipe` built
+// from them (E, H, I, K of the manifest, up to 8 experts) give bitwise equal y on seeded inputs.
+void expect_same_pack(const WeightPack& got, const WeightPack& want, const std::string& what);
+void expect_same_forward(const WeightPack& got, const WeightPack& want, Recipe recipe,
+                         const std::string& what);
 
 }  // namespace moe_ep::testckpt

@@ -7,6 +7,7 @@ ml_dtypes).
 Output under OUT_DIR:
   ckpt/<case>/        checkpoints in each layout (config.json, *.safetensors, index)
   bad/<case>/         broken checkpoints, one defect each
+  refused/<case>/     well-formed checkpoints of layouts the layer cannot compute (gpt-oss, ...)
   ref/<name>.<array>.npy   the same weights in the library's stacked layout (weights.h), the fp32
                       source weights, dequantized values, router and shared-expert weights
   manifest.json       written last: the cases, shapes and the expected FP8-window statistics
@@ -34,6 +35,7 @@ E, H, I, TOP_K = 8, 128, 128, 2
 SHARED_I = 96                  # shared expert intermediate size (partial 64-row FP8 blocks)
 FP8_BLOCK = (64, 32)           # quantization_config.weight_block_size
 PER_EXPERT = "model.layers.{L}.mlp.experts.{e}.{proj}.weight"
+VOCAB = 64                     # token ids of the hash layers' tid2eid tables
 
 
 # ------------------------------------------------------------------ element formats (SPEC §5)
@@ -185,12 +187,51 @@ def dequantize_fp8_block(q, scale, block):
     return bf16_bits((e4m3_decode(q).astype(F32) * s).astype(F32))
 
 
+def quantize_fp8_e8m0_block(w, block):
+    """DeepSeek V4 FP8: e4m3 with one E8M0 scale per (bn x bk) block, s = 2^ceil(log2(amax/448))."""
+    bn, bk = block
+    rows, k = w.shape
+    sr, sc = -(-rows // bn), -(-k // bk)
+    scale = np.zeros((sr, sc), np.uint8)
+    q = np.zeros(w.shape, np.uint8)
+    for i in range(sr):
+        for j in range(sc):
+            blk = w[i * bn:(i + 1) * bn, j * bk:(j + 1) * bk].astype(np.float64)
+            amax = np.abs(blk).max()
+            exp = int(ceil_log2(np.float64(amax / 448.0))) if amax > 0 else 0
+            scale[i, j] = 127 + exp
+            q[i * bn:(i + 1) * bn, j * bk:(j + 1) * bk] = e4m3_encode(blk / 2.0 ** exp)
+    return q, scale
+
+
+def dequantize_fp8_e8m0_block(q, scale, block):
+    """bf16(e4m3 * 2^(b - 127)): the product is exact, so is its bf16 (3 mantissa bits)."""
+    bn, bk = block
+    s = np.ldexp(1.0, np.repeat(np.repeat(scale.astype(np.int64), bn, axis=0), bk, axis=1) - 127)
+    return bf16_bits((e4m3_decode(q) * s[:q.shape[0], :q.shape[1]]).astype(F32))
+
+
+def quantize_nvfp4_tensor(w):
+    """ModelOpt NVFP4 of one projection: (packed, e4m3 scales, weight_scale_2 = 1 / g)."""
+    g = nvfp4_global_encode(np.abs(w).max())
+    packed, scales = quantize_nvfp4(w, g)
+    return packed, scales, (F32(1) / g).astype(F32)
+
+
+def dequantize_nvfp4_shared(packed, scales, ws2):
+    """bf16(fp32(e2m1 * e4m3) * weight_scale_2): the first product is exact in fp32, the second
+    rounds to fp32, then to bf16 (nearest even)."""
+    return bf16_bits((nvfp4_block_values(packed, scales) * F32(ws2)).astype(F32))
+
+
 # ------------------------------------------------------------------ weights of one layer
 
 class Layer:
     """One MoE layer: fp32 source weights, quantized (MXFP4 or NVFP4), router, shared expert."""
 
-    def __init__(self, rng, fmt, w13_src=None, w2_src=None, shared_fp8=False):
+    def __init__(self, rng, fmt, w13_src=None, w2_src=None, shared_fp8=False, shared_kind=None):
+        """fmt: mxfp4, nvfp4 or bf16 (unquantized experts); shared_kind: bf16, fp8 (F32
+        scale_inv per block), fp8_e8m0 (E8M0 .scale per block, DeepSeek V4) or nvfp4 (ModelOpt)."""
         self.fmt = fmt
         self.w13_src = (w13_src if w13_src is not None else
                         rng.standard_normal((E, 2 * I, H)) / np.sqrt(H)).astype(F32)
@@ -199,14 +240,30 @@ class Layer:
         if fmt == "mxfp4":
             self.w13, self.w13_scale = quantize_mxfp4(self.w13_src)
             self.w2, self.w2_scale = quantize_mxfp4(self.w2_src)
-        else:
+        elif fmt == "nvfp4":
             self._quantize_nvfp4()
+        else:
+            self.w13, self.w2 = bf16_bits(self.w13_src), bf16_bits(self.w2_src)
         self.router_w = bf16_bits(rng.standard_normal((E, H)).astype(F32) * F32(0.1))
         self.router_b = (rng.standard_normal(E) * 0.01).astype(F32)
-        self.shared_fp8 = shared_fp8
+        self.shared_kind = shared_kind or ("fp8" if shared_fp8 else "bf16")
         shared13 = (rng.standard_normal((2 * SHARED_I, H)) / np.sqrt(H)).astype(F32)
         shared2 = (rng.standard_normal((H, SHARED_I)) / np.sqrt(SHARED_I)).astype(F32)
-        if shared_fp8:
+        if self.shared_kind == "fp8_e8m0":
+            self.sh_gate = quantize_fp8_e8m0_block(shared13[:SHARED_I], FP8_BLOCK)
+            self.sh_up = quantize_fp8_e8m0_block(shared13[SHARED_I:], FP8_BLOCK)
+            self.sh_down = quantize_fp8_e8m0_block(shared2, FP8_BLOCK)
+            self.shared_w13 = np.concatenate([dequantize_fp8_e8m0_block(*self.sh_gate, FP8_BLOCK),
+                                              dequantize_fp8_e8m0_block(*self.sh_up, FP8_BLOCK)])
+            self.shared_w2 = dequantize_fp8_e8m0_block(*self.sh_down, FP8_BLOCK)
+        elif self.shared_kind == "nvfp4":
+            self.sh_gate = quantize_nvfp4_tensor(shared13[:SHARED_I])
+            self.sh_up = quantize_nvfp4_tensor(shared13[SHARED_I:])
+            self.sh_down = quantize_nvfp4_tensor(shared2)
+            self.shared_w13 = np.concatenate([dequantize_nvfp4_shared(*self.sh_gate),
+                                              dequantize_nvfp4_shared(*self.sh_up)])
+            self.shared_w2 = dequantize_nvfp4_shared(*self.sh_down)
+        elif self.shared_kind == "fp8":
             self.sh_gate = quantize_fp8_block(shared13[:SHARED_I], FP8_BLOCK)
             self.sh_up = quantize_fp8_block(shared13[SHARED_I:], FP8_BLOCK)
             self.sh_down = quantize_fp8_block(shared2, FP8_BLOCK)
@@ -278,21 +335,101 @@ class Layer:
         p = f"model.layers.{L}.mlp."
         t = {p + "gate.weight": ("bfloat16", self.router_w),
              p + "gate.e_score_correction_bias": ("float32", self.router_b)}
-        if self.shared_fp8:
+        if self.shared_kind == "fp8":
             for name, (q, s) in (("gate_proj", self.sh_gate), ("up_proj", self.sh_up), ("down_proj", self.sh_down)):
                 t[p + f"shared_experts.{name}.weight"] = ("float8_e4m3fn", q)
                 t[p + f"shared_experts.{name}.weight_scale_inv"] = ("float32", s)
+        elif self.shared_kind == "nvfp4":
+            for name, (q, s, ws2) in (("gate_proj", self.sh_gate), ("up_proj", self.sh_up), ("down_proj", self.sh_down)):
+                t[p + f"shared_experts.{name}.weight"] = ("uint8", q)
+                t[p + f"shared_experts.{name}.weight_scale"] = ("float8_e4m3fn", s)
+                t[p + f"shared_experts.{name}.weight_scale_2"] = ("float32", np.array(ws2, F32))
+                t[p + f"shared_experts.{name}.input_scale"] = ("float32", np.array(0.5, F32))
         else:
             t[p + "shared_experts.gate_proj.weight"] = ("bfloat16", self.shared_w13[:SHARED_I].copy())
             t[p + "shared_experts.up_proj.weight"] = ("bfloat16", self.shared_w13[SHARED_I:].copy())
             t[p + "shared_experts.down_proj.weight"] = ("bfloat16", self.shared_w2)
         return t
 
+    def native_tensors(self, L, hash_table=None):
+        """DeepSeek V4's own names: layers.{L}.ffn.experts.{e}.w1/w3/w2.weight I8 + .scale E8M0;
+        the gate with its bias (or, in a hash layer, its tid2eid table); FP8 shared experts with
+        E8M0 block scales."""
+        assert self.fmt == "mxfp4" and self.shared_kind == "fp8_e8m0"
+        p = f"layers.{L}.ffn."
+        t = {}
+        for e in range(E):
+            parts = [(self.w13[e, :I], self.w13_scale[e, :I]), (self.w13[e, I:], self.w13_scale[e, I:]),
+                     (self.w2[e], self.w2_scale[e])]
+            for n, (w, sc) in zip(("w1", "w3", "w2"), parts):
+                t[p + f"experts.{e}.{n}.weight"] = ("int8", np.ascontiguousarray(w).view(np.int8))
+                t[p + f"experts.{e}.{n}.scale"] = ("float8_e8m0fnu", sc)
+        t[p + "gate.weight"] = ("bfloat16", self.router_w)
+        if hash_table is not None:
+            t[p + "gate.tid2eid"] = ("int64", hash_table)
+        else:
+            t[p + "gate.bias"] = ("float32", self.router_b)
+        for n, (q, sc) in (("w1", self.sh_gate), ("w3", self.sh_up), ("w2", self.sh_down)):
+            t[p + f"shared_experts.{n}.weight"] = ("float8_e4m3fn", q)
+            t[p + f"shared_experts.{n}.scale"] = ("float8_e8m0fnu", sc)
+        return t
+
+    def transformers_tensors(self, L, hash_table=None):
+        """transformers' names for DeepSeek V4 after conversion: fused gate_up_proj [E, 2I, H] /
+        down_proj [E, H, I] in bf16, mlp.gate.{weight, e_score_correction_bias | tid2eid}, bf16
+        shared experts."""
+        assert self.fmt == "bf16" and self.shared_kind == "bf16"
+        p = f"model.layers.{L}.mlp."
+        t = {p + "experts.gate_up_proj": ("bfloat16", self.w13), p + "experts.down_proj": ("bfloat16", self.w2),
+             p + "gate.weight": ("bfloat16", self.router_w)}
+        if hash_table is not None:
+            t[p + "gate.tid2eid"] = ("int64", hash_table)
+        else:
+            t[p + "gate.e_score_correction_bias"] = ("float32", self.router_b)
+        t[p + "shared_experts.gate_proj.weight"] = ("bfloat16", self.shared_w13[:SHARED_I].copy())
+        t[p + "shared_experts.up_proj.weight"] = ("bfloat16", self.shared_w13[SHARED_I:].copy())
+        t[p + "shared_experts.down_proj.weight"] = ("bfloat16", self.shared_w2)
+        return t
+
+    def compressed_tensors(self, L):
+        """llm-compressor NVFP4: weight_packed, weight_scale (e4m3), weight_global_scale = g (the
+        encode factor, 1 / weight_scale_2), input_global_scale."""
+        assert self.fmt == "nvfp4"
+        t = {}
+        for e in range(E):
+            parts = [(self.w13[e, :I], self.w13_scale[e, :I], self.g13[e, 0]),
+                     (self.w13[e, I:], self.w13_scale[e, I:], self.g13[e, 1]),
+                     (self.w2[e], self.w2_scale[e], self.g2[e])]
+            for n, (w, sc, g) in zip(("gate_proj", "up_proj", "down_proj"), parts):
+                base = f"model.layers.{L}.mlp.experts.{e}.{n}."
+                t[base + "weight_packed"] = ("uint8", w)
+                t[base + "weight_scale"] = ("float8_e4m3fn", sc)
+                t[base + "weight_global_scale"] = ("float32", np.array([g], F32))
+                t[base + "input_global_scale"] = ("float32", np.array([2.0], F32))
+        return t
+
+    def gpt_oss_tensors(self, L):
+        """gpt-oss's MXFP4 names: *_blocks [E, N, K/32, 16], *_scales, and expert biases."""
+        assert self.fmt == "mxfp4"
+        p = f"model.layers.{L}.mlp."
+        return {p + "experts.gate_up_proj_blocks": ("uint8", self.w13.reshape(E, 2 * I, H // 32, 16)),
+                p + "experts.gate_up_proj_scales": ("uint8", self.w13_scale),
+                p + "experts.gate_up_proj_bias": ("bfloat16", np.zeros((E, 2 * I), np.uint16)),
+                p + "experts.down_proj_blocks": ("uint8", self.w2.reshape(E, H, I // 32, 16)),
+                p + "experts.down_proj_scales": ("uint8", self.w2_scale),
+                p + "experts.down_proj_bias": ("bfloat16", np.zeros((E, H), np.uint16)),
+                p + "router.weight": ("bfloat16", self.router_w),
+                p + "router.bias": ("bfloat16", bf16_bits(self.router_b))}
+
     def write_reference(self, ref_dir, name):
-        arrays = {"w13": self.w13, "w13_scale": self.w13_scale, "w2": self.w2, "w2_scale": self.w2_scale,
+        arrays = {"w13": self.w13, "w13_scale": getattr(self, "w13_scale", None), "w2": self.w2,
+                  "w2_scale": getattr(self, "w2_scale", None),
                   "w13_src": self.w13_src, "w2_src": self.w2_src, "router_w": bf16_to_f32(self.router_w),
                   "router_b": self.router_b, "shared_w13": self.shared_w13, "shared_w2": self.shared_w2}
-        if self.fmt == "mxfp4":
+        if self.fmt == "bf16":
+            for k in ("w13_scale", "w2_scale"):
+                del arrays[k]
+        elif self.fmt == "mxfp4":
             arrays["w13_deq"] = dequantize_mxfp4(self.w13, self.w13_scale)
             arrays["w2_deq"] = dequantize_mxfp4(self.w2, self.w2_scale)
         else:
@@ -577,6 +714,118 @@ def write_nvfp4_bad_cases(root, nv_layer, cases):
     cases.append("nvfp4_global_nan")
 
 
+# ------------------------------------------------------------------ model families' own layouts
+
+def hash_table(rng):
+    """A tid2eid table [VOCAB, TOP_K] of distinct expert ids per row (int64, as DeepSeek V4 ships)."""
+    return np.stack([rng.permutation(E)[:TOP_K] for _ in range(VOCAB)]).astype(np.int64)
+
+
+def v4_config(**extra):
+    """config.json of DeepSeek V4 (its own files' keys), shapes scaled down."""
+    c = {"model_type": "deepseek_v4", "hidden_size": H, "moe_intermediate_size": I,
+         "n_routed_experts": E, "n_shared_experts": 1, "num_experts_per_tok": TOP_K,
+         "num_hidden_layers": 2, "num_hash_layers": 1, "vocab_size": VOCAB,
+         "scoring_func": "sqrtsoftplus", "routed_scaling_factor": 1.5, "swiglu_limit": 10.0,
+         "expert_dtype": "fp4", "norm_topk_prob": True, "topk_method": "noaux_tc",
+         "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                 "scale_fmt": "ue8m0", "weight_block_size": list(FP8_BLOCK)}}
+    c.update(extra)
+    return c
+
+
+def write_model_layouts(ck, refused, bad, ref, rng, mx1, mx2, nv1, bad_cases):
+    """Checkpoints in the layouts model families ship: DeepSeek V4's own files, transformers'
+    conversion of them, ModelOpt NVFP4 with an NVFP4 shared expert, Qwen3-MoE, compressed-tensors;
+    gpt-oss and integer compressed-tensors (refused with their reasons); configs with keys no
+    layout reads."""
+    # DeepSeek V4's own names: layer 0 a hash layer (tid2eid), layer 1 scored with a bias.
+    ds0 = Layer(rng, "mxfp4", shared_kind="fp8_e8m0")
+    ds1 = Layer(rng, "mxfp4", shared_kind="fp8_e8m0")
+    table = hash_table(rng)
+    ds0.write_reference(ref, "ds_l0")
+    ds1.write_reference(ref, "ds_l1")
+    np.save(os.path.join(ref, "ds_l0.tid2eid.npy"), table)
+    d = new_dir(ck, "deepseek_v4_native", v4_config())
+    t = ds0.native_tensors(0, table)
+    t.update(ds1.native_tensors(1))
+    save_sharded(d, t, 2)
+
+    # transformers' converted names (unquantized bf16 fused experts), hash layer 0 by
+    # mlp_layer_types.
+    tf0 = Layer(rng, "bf16")
+    tf1 = Layer(rng, "bf16")
+    tf_table = hash_table(rng)
+    tf0.write_reference(ref, "tf_l0")
+    tf1.write_reference(ref, "tf_l1")
+    np.save(os.path.join(ref, "tf_l0.tid2eid.npy"), tf_table)
+    cfg = v4_config(mlp_layer_types=["hash_moe", "moe"])
+    del cfg["num_hash_layers"], cfg["quantization_config"], cfg["expert_dtype"]
+    d = new_dir(ck, "transformers_deepseek_v4", cfg)
+    t = tf0.transformers_tensors(0, tf_table)
+    t.update(tf1.transformers_tensors(1))
+    save(os.path.join(d, "model.safetensors"), t)
+
+    # ModelOpt NVFP4 with an NVFP4 shared expert.
+    nvs = Layer(rng, "nvfp4", shared_kind="nvfp4")
+    nvs.write_reference(ref, "nvs_l1")
+    d = new_dir(ck, "nvfp4_shared_nvfp4", config(NV_QUANT, layers=2))
+    t = nvs.per_expert_tensors(1)
+    t.update(nvs.aux_tensors(1))
+    save(os.path.join(d, "model.safetensors"), t)
+
+    # Qwen3-MoE NVFP4: num_experts names E; a gate without bias; no shared expert.
+    d = new_dir(ck, "qwen3_moe_nvfp4",
+                {"model_type": "qwen3_moe", "hidden_size": H, "intermediate_size": 4 * I,
+                 "moe_intermediate_size": I, "num_experts": E, "num_experts_per_tok": TOP_K,
+                 "num_hidden_layers": 2, "decoder_sparse_step": 1, "norm_topk_prob": True,
+                 "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}})
+    t = nv1.per_expert_tensors(1)
+    t["model.layers.1.mlp.gate.weight"] = ("bfloat16", nv1.router_w)
+    save(os.path.join(d, "model.safetensors"), t)
+
+    # compressed-tensors NVFP4 (llm-compressor): the weights of nv_l1, globals stored as g.
+    ct_config = {"model_type": "qwen3_moe", "hidden_size": H, "moe_intermediate_size": I,
+                 "num_experts": E, "num_experts_per_tok": TOP_K, "num_hidden_layers": 2,
+                 "quantization_config": {"quant_method": "compressed-tensors",
+                                         "format": "nvfp4-pack-quantized"}}
+    d = new_dir(ck, "compressed_tensors_nvfp4", ct_config)
+    save(os.path.join(d, "model.safetensors"), nv1.compressed_tensors(1))
+
+    # A config whose quantization_config.weight_block_size is a number: no MXFP4 expert and no
+    # bf16 shared expert reads it, so the checkpoint loads (and inspect lists the key ignored).
+    cfg = config(dict(MX_QUANT, weight_block_size=128))
+    d = new_dir(ck, "block_size_number", cfg)
+    t = mx2.per_expert_tensors(1)
+    t.update(mx2.aux_tensors(1))
+    save(os.path.join(d, "model.safetensors"), t)
+    # ... while an FP8 shared expert with one fp32 scale per block does read it.
+    d = new_dir(bad, "fp8_shared_block_size_number", cfg)
+    t = mx1.per_expert_tensors(1)
+    t.update(mx1.aux_tensors(1))
+    save(os.path.join(d, "model.safetensors"), t)
+    bad_cases.append("fp8_shared_block_size_number")
+
+    # gpt-oss: MXFP4 *_blocks / *_scales with expert biases and its own activation (refused).
+    d = new_dir(refused, "gpt_oss", {"model_type": "gpt_oss", "hidden_size": H, "intermediate_size": I,
+                                     "num_local_experts": E, "num_experts_per_tok": TOP_K,
+                                     "num_hidden_layers": 2, "swiglu_limit": 7.0,
+                                     "quantization_config": {"quant_method": "mxfp4"}})
+    save(os.path.join(d, "model.safetensors"), mx1.gpt_oss_tensors(1))
+
+    # compressed-tensors pack-quantized int4: weight_packed in int32 words (refused).
+    d = new_dir(refused, "compressed_tensors_int4", dict(ct_config, quantization_config={
+        "quant_method": "compressed-tensors", "format": "pack-quantized"}))
+    t = {}
+    for e in range(E):
+        for n, (rows, k) in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+            base = f"model.layers.1.mlp.experts.{e}.{n}."
+            t[base + "weight_packed"] = ("int32", np.zeros((rows, k // 8), np.int32))
+            t[base + "weight_scale"] = ("bfloat16", np.full((rows, k // 32), 0x3F80, np.uint16))
+            t[base + "weight_shape"] = ("int64", np.array([rows, k], np.int64))
+    save(os.path.join(d, "model.safetensors"), t)
+
+
 # ------------------------------------------------------------------ main
 
 def main():
@@ -585,8 +834,8 @@ def main():
     out = ap.parse_args().out_dir
     if os.path.exists(out):
         shutil.rmtree(out)
-    ck, bad, ref = (os.path.join(out, d) for d in ("ckpt", "bad", "ref"))
-    for d in (ck, bad, ref):
+    ck, bad, ref, refused = (os.path.join(out, d) for d in ("ckpt", "bad", "ref", "refused"))
+    for d in (ck, bad, ref, refused):
         os.makedirs(d)
     rng = np.random.default_rng(20261215)
 
@@ -635,10 +884,12 @@ def main():
 
     bad_cases = write_bad_cases(bad, mx1)
     write_nvfp4_bad_cases(bad, nv1, bad_cases)
+    write_model_layouts(ck, refused, bad, ref, rng, mx1, mx2, nv1, bad_cases)
 
     manifest = {"E": E, "H": H, "I": I, "top_k": TOP_K, "shared_intermediate": SHARED_I,
-                "fp8_block": list(FP8_BLOCK),
+                "fp8_block": list(FP8_BLOCK), "vocab": VOCAB,
                 "checkpoints": sorted(os.listdir(ck)), "bad": bad_cases,
+                "refused": sorted(os.listdir(refused)),
                 "heavy_tailed_window": window_stats(heavy), "mx_l1_window": window_stats(mx1)}
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
