@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/layer_impl.h"
 #include "core/transport.h"
@@ -27,6 +28,9 @@ struct BackendEntry {
   // option and what is allowed. Null: every validated descriptor.
   std::string (*can_implement)(const MoeDesc& desc, int world_size, Device device, int cc) = nullptr;
   std::unique_ptr<Layer::Impl> (*create)(const LayerRequest& request) = nullptr;
+  // The devices of the entry's kind it can see (moe_ep/backend.h list_devices); empty with
+  // `status` saying why. Null: none listed.
+  std::vector<DeviceProperties> (*list_devices)(std::string* status) = nullptr;
 };
 
 struct TransportEntry {

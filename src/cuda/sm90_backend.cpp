@@ -1,6 +1,6 @@
 // Registers the SM90 backend: both recipes on compute capability 9.0. The layer it makes depends
 // on the runtime's transport: world size 1 here, other transports through their registered
-// factories (cuda_layers.h).
+// factories (cuda_layers.h). Also the listing of the visible GPUs.
 #include <map>
 #include <mutex>
 #include <string>
@@ -40,6 +40,13 @@ std::unique_ptr<Layer::Impl> create_layer(const LayerRequest& request) {
   return make_cuda_layer(request);
 }
 
+std::vector<DeviceProperties> list_cuda_devices(std::string* status) {
+  std::vector<DeviceProperties> out;
+  for (const CudaDeviceInfo& d : list_devices(status))
+    out.push_back({Device::cuda(d.index), d.name, d.compute_capability, d.memory_bytes, d.sm_count});
+  return out;
+}
+
 }  // namespace
 
 void register_layer_factory(std::string_view transport, LayerFactory factory) {
@@ -65,6 +72,7 @@ void register_cuda_sm90_backend() {
             DeviceType::kCUDA, 90, 90, cuda::kRecipes};
   e.compute_capability = &cuda::read_compute_capability;
   e.create = &cuda::create_layer;
+  e.list_devices = &cuda::list_cuda_devices;
   register_backend(e);
   cuda::register_layer_factory("simulated", &cuda::ep::make_sim_gpu_layer);
 }
