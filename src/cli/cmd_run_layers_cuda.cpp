@@ -4,7 +4,7 @@
 //   1. the synthetic problem of cmd_run_ep.cpp with R = 1: L logical experts, E = L + M physical
 //      ones (the M replicas planned from layer 0's logical load, identical weights), per layer the
 //      router's ids and weights on synthetic logits (or the generated routing);
-//   2. N CUDA layers on one runtime, sharing its one scratch (cuda/layer_scratch.h); per layer
+//   2. N CUDA layers on one runtime, sharing its one scratch (config entry scratch_bytes); per layer
 //      the device routing stage (cuda/sm90_routing.h: router or hash table, EPLB remap, load
 //      counters) and the layer, whose shared expert (MoeDesc::shared_intermediate_size) runs on
 //      a second stream beside its routed experts and is added in its combine; back to back on one
@@ -37,7 +37,6 @@
 #include "testing/tolerances.h"
 #ifdef MOE_EP_WITH_CUDA
 #include "cli/device_routing.h"
-#include "cuda/layer_scratch.h"
 #include "cuda/sm90_shared_expert.h"
 #endif
 
@@ -109,9 +108,12 @@ int run_cuda_layers(const RunOptions& o) {
     config = layers[0]->info().config;
     notes = layers[0]->info().notes;
     const int dev = setup.device.device.index;
-    scratch_bytes = static_cast<int64_t>(cuda::shared_layer_scratch(runtime.get(), dev, 0)->buffer().bytes());
-    for (const ConfigEntry& e : config.entries)
+    // The plan's bytes, and the scratch the layers share: the last layer holds the runtime's
+    // current buffer, the largest.
+    for (const ConfigEntry& e : layers.back()->info().config.entries) {
       if (e.key == "workspace_bytes") plan_bytes = std::stoll(e.value);
+      if (e.key == "scratch_bytes") scratch_bytes = std::stoll(e.value);
+    }
 
     DeviceRouting routing(*driver, routes, o.eplb_redundant, dev);
     std::vector<std::unique_ptr<cuda::Sm90SharedExpert>> shared;
