@@ -109,3 +109,21 @@ std::string_view select_implementation(const MoeDesc& desc, int world_size, Devi
 }
 
 }  // namespace moe_ep
+
+namespace moe_ep::detail {
+
+const BackendEntry& backend_for(Device device, std::string_view what) {
+  const BackendEntry* e = find_backend(device.type);
+  MOE_EP_CHECK_CODE(e != nullptr, ErrorCode::kUnsupported,
+                    "{} on {}: this build has no backend for the device (built in: {})", what,
+                    device.str(), built_in_backends());
+  const int cc = e->compute_capability ? e->compute_capability(device) : 0;
+  MOE_EP_CHECK_CODE(in_cc_range(*e, device, cc), ErrorCode::kUnsupported,
+                    "{} on {}: backend '{}' needs compute capability {}..{}; the device has {}",
+                    what, device.str(), e->info.name, cc_str(e->info.min_compute_capability),
+                    cc_str(e->info.max_compute_capability),
+                    cc ? cc_str(cc) : std::string("none (it cannot be used)"));
+  return *e;
+}
+
+}  // namespace moe_ep::detail

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/layer_impl.h"
+#include "core/shared_expert_impl.h"
 #include "core/transport.h"
 #include "moe_ep/backend.h"
 #include "moe_ep/runtime.h"
@@ -31,6 +32,9 @@ struct BackendEntry {
   // The devices of the entry's kind it can see (moe_ep/backend.h list_devices); empty with
   // `status` saying why. Null: none listed.
   std::vector<DeviceProperties> (*list_devices)(std::string* status) = nullptr;
+  // The optional parts, null where the backend has none (the public create then throws
+  // kUnsupported): a standalone shared expert (validated request).
+  std::unique_ptr<SharedExpert::Impl> (*create_shared_expert)(const SharedExpertRequest& request) = nullptr;
 };
 
 struct TransportEntry {
@@ -52,6 +56,10 @@ std::span<const TransportEntry> transports();
 
 // The backend of `device`'s kind, or nullptr.
 const BackendEntry* find_backend(DeviceType device);
+// The backend that runs `what` ("a standalone shared expert") on `device`: the one of its kind,
+// with the device's compute capability in its range. Throws kUnsupported naming `what`, the
+// device and the reason.
+const BackendEntry& backend_for(Device device, std::string_view what);
 // The transport serving `comm` on `device`; nullptr with `reason` naming what this build has.
 const TransportEntry* find_transport(CommSource comm, DeviceType device, std::string* reason);
 

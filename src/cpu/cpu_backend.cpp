@@ -1,6 +1,6 @@
 // Registers the CPU backend: every recipe, any CPU; one rank (CommSource::kSingleProcess) or
-// simulated in-process ranks (CommSource::kSimulated, core/sim_transport.h); the host as its
-// one device.
+// simulated in-process ranks (CommSource::kSimulated, core/sim_transport.h); the standalone
+// shared expert; the host as its one device.
 #include <fstream>
 #include <thread>
 
@@ -71,6 +71,7 @@ void register_cpu_backend() {
             DeviceType::kCPU, 0, 0, kRecipes};
   e.create = &create_cpu_layer;
   e.list_devices = &list_cpu_devices;
+  e.create_shared_expert = &make_cpu_shared_expert;
   detail::register_backend(e);
 }
 
