@@ -14,6 +14,7 @@
 
 #include "core/layer_impl.h"
 #include "core/shared_expert_impl.h"
+#include "core/simulated_group_impl.h"
 #include "core/transport.h"
 #include "moe_ep/backend.h"
 #include "moe_ep/runtime.h"
@@ -33,8 +34,11 @@ struct BackendEntry {
   // `status` saying why. Null: none listed.
   std::vector<DeviceProperties> (*list_devices)(std::string* status) = nullptr;
   // The optional parts, null where the backend has none (the public create then throws
-  // kUnsupported): a standalone shared expert (validated request).
+  // kUnsupported): a standalone shared expert (validated request), a simulated EP group (options
+  // checked by validate_simulated_group).
   std::unique_ptr<SharedExpert::Impl> (*create_shared_expert)(const SharedExpertRequest& request) = nullptr;
+  std::unique_ptr<SimulatedEpGroup::Impl> (*create_simulated_group)(
+      const SimulatedGroupOptions& options, std::span<const WeightPack> weights) = nullptr;
 };
 
 struct TransportEntry {

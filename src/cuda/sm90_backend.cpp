@@ -1,7 +1,7 @@
 // Registers the SM90 backend: both recipes on compute capability 9.0. The layer it makes depends
 // on the runtime's transport: world size 1 here, other transports through their registered
-// factories (cuda_layers.h). Also the standalone shared expert and the listing of the visible
-// GPUs.
+// factories (cuda_layers.h). Also the standalone shared expert, the one-GPU simulated EP group
+// and the listing of the visible GPUs.
 #include <map>
 #include <mutex>
 #include <string>
@@ -12,6 +12,7 @@
 #include "core/registry.h"
 #include "cuda/cuda_layers.h"
 #include "cuda/device_info.h"
+#include "cuda/ep/sim_group.h"
 #include "cuda/sm90_shared_expert.h"
 
 namespace moe_ep::cuda {
@@ -76,6 +77,7 @@ void register_cuda_sm90_backend() {
   e.create = &cuda::create_layer;
   e.list_devices = &cuda::list_cuda_devices;
   e.create_shared_expert = &cuda::make_sm90_shared_expert;
+  e.create_simulated_group = &cuda::ep::make_sim_group;
   register_backend(e);
   cuda::register_layer_factory("simulated", &cuda::ep::make_sim_gpu_layer);
 }
