@@ -31,6 +31,22 @@ std::vector<BackendInfo> registered_backends();
 // for a device this build has no backend for, or when it cannot be read.
 int device_compute_capability(Device device);
 
+// A device as its backend sees it.
+struct DeviceProperties {
+  Device device;
+  std::string name;            // "NVIDIA H200", or the CPU's model name
+  int compute_capability = 0;  // major*10+minor; 0 for the CPU
+  int64_t memory_bytes = 0;    // device memory (host RAM for the CPU); 0 when unknown
+  int num_units = 0;           // streaming multiprocessors, or the CPU's hardware threads
+};
+
+// The devices of kind `type` that this build can see: the one host for kCPU; every visible GPU
+// for kCUDA, whether or not a backend can run layers on it (compare compute_capability with
+// registered_backends()). Empty when there is none, with `status` saying why (no backend for
+// the kind in this build, no device, the driver's error); else `status` counts them. Never
+// throws.
+std::vector<DeviceProperties> list_devices(DeviceType type, std::string* status = nullptr);
+
 // The communicator sources registered in this build ("simulated", "nccl", ...) with their
 // status lines (e.g. the NCCL library found at run time), for `moe_ep info`.
 struct TransportInfo {

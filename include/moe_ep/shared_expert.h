@@ -16,36 +16,58 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <vector>
+#include <string>
 
 #include "moe_ep/tensor.h"
 
 namespace moe_ep {
 
+// A shared expert that runs on one device. On the CPU, exactly the recipe above. On an SM90 GPU,
+// on the caller's stream with no allocation or host synchronization per call (CUDA-graph
+// capturable): decode-sized batches take dot-product kernels that match the recipe up to the
+// last bit of an h element (the device's exp), larger ones tensor-core GEMMs whose fp32 sums
+// have their own order (compared by the recipe's threshold, docs/spec.md §6).
 class SharedExpert {
  public:
-  // w13 bf16 [2I, H], w2 bf16 [H, I], host memory; copied. H and I multiples of 16; clamp
-  // finite and >= 0 when given.
+  class Impl;
+
+  // w13 bf16 [2I, H], w2 bf16 [H, I], row-major, in host memory or on `device`; copied (values in
+  // host memory are checked finite). H and I multiples of 16; clamp finite and >= 0 when given.
+  // `device`: where it runs; a device kind whose backend has no shared expert (or a build without
+  // one) gives kUnsupported with the reason. `max_tokens`: the most tokens one call takes, which
+  // sizes the device scratch; a GPU needs it >= 1, the CPU takes 0 for no bound.
   static std::unique_ptr<SharedExpert> create(int64_t hidden_size, int64_t intermediate_size,
                                               std::optional<float> activation_clamp,
-                                              const TensorView& w13, const TensorView& w2);
+                                              const TensorView& w13, const TensorView& w2,
+                                              Device device = Device::cpu(), int64_t max_tokens = 0);
+  ~SharedExpert();
+  SharedExpert(const SharedExpert&) = delete;
+  SharedExpert& operator=(const SharedExpert&) = delete;
 
   int64_t hidden_size() const { return H_; }
   int64_t intermediate_size() const { return I_; }
+  Device device() const { return device_; }
+  int64_t max_tokens() const { return max_tokens_; }  // 0: no bound
+  int64_t weight_bytes() const { return 3 * H_ * I_ * 2; }
 
-  // out bf16 [T, H] = o for x bf16 [T, H].
-  void forward(const TensorView& x, const TensorView& out) const;
-  // y bf16 [T, H] = bf16(y + o), in place.
-  void add_to(const TensorView& x, const TensorView& y) const;
+  // x, out, y: bf16 [T, H] on the expert's device, T <= max_tokens when bounded. `stream` is the
+  // cudaStream_t of a GPU expert (nullptr: the legacy default stream); the CPU ignores it.
+  // out = o.
+  void forward(const TensorView& x, const TensorView& out, void* stream = nullptr) const;
+  // y = bf16(y + o), in place.
+  void add_to(const TensorView& x, const TensorView& y, void* stream = nullptr) const;
+
+  // What runs a call of `num_tokens` tokens ("dot products", "tensor cores", ...), for reports.
+  std::string kernels(int64_t num_tokens) const;
 
  private:
-  SharedExpert(int64_t H, int64_t I, float clamp, std::vector<float> w13, std::vector<float> w2)
-      : H_(H), I_(I), clamp_(clamp), w13_(std::move(w13)), w2_(std::move(w2)) {}
-  void run(const TensorView& x, const TensorView& y, bool accumulate) const;
+  SharedExpert(std::unique_ptr<Impl> impl, int64_t H, int64_t I, Device device, int64_t max_tokens);
+  void run(const TensorView& x, const TensorView& y, bool accumulate, void* stream) const;
 
+  std::unique_ptr<Impl> impl_;
   int64_t H_, I_;
-  float clamp_;
-  std::vector<float> w13_, w2_;  // widened bf16 values
+  Device device_;
+  int64_t max_tokens_;
 };
 
 }  // namespace moe_ep

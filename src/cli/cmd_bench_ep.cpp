@@ -23,10 +23,7 @@
 #include "moe_ep/layer.h"
 #include "moe_ep/quant.h"
 #include "moe_ep/runtime.h"
-
-#ifdef MOE_EP_WITH_CUDA
-#include "cuda/ep/sim_group.h"
-#endif
+#include "moe_ep/simulated_group.h"
 
 namespace moe_ep::cli {
 namespace {
@@ -61,9 +58,9 @@ std::vector<Row> bench_simulated(const BenchEpOptions& o, const ProblemSetup& fi
   for (int64_t T : o.tokens) {
     const ProblemOptions po = options_for(o, T);
     const ProblemSetup s = plan_problem(po, T, R);
-    cuda::ep::SimGroupOptions go{R, s.device.device, s.desc, s.overrides, o.timeout_ms};
-    cuda::ep::SimEpGroup group(go, packs);
-    if (notes->empty()) *notes = group.notes();
+    const SimulatedGroupOptions go{R, s.device.device, s.desc, s.overrides, o.timeout_ms};
+    const std::unique_ptr<SimulatedEpGroup> group = SimulatedEpGroup::create(go, packs);
+    if (notes->empty()) *notes = group->notes();
     std::vector<DeviceBatch> batches;
     std::vector<ForwardArgs> args;
     Row row;
@@ -79,13 +76,13 @@ std::vector<Row> bench_simulated(const BenchEpOptions& o, const ProblemSetup& fi
     const std::vector<double> times = driver->time_forward(
         [&](void* stream) {
           for (ForwardArgs& a : args) a.stream = stream;
-          group.forward(args, stream);
+          group->forward(args, stream);
         },
         warmup, iters, !o.eager);
     row.time_us = median(times);
     std::vector<double> d, c, l, q, red;
     for (int i = 0; i < iters; ++i) {
-      const cuda::ep::SimStepTimes st = group.forward_timed(args, driver->stream());
+      const EpStepTimes st = group->forward_timed(args, driver->stream());
       d.push_back(st.dispatch_us);
       c.push_back(st.combine_us);
       l.push_back(st.local_experts_us);
@@ -97,7 +94,7 @@ std::vector<Row> bench_simulated(const BenchEpOptions& o, const ProblemSetup& fi
     row.local_us = median(l);
     row.quantize_us = median(q);
     row.reduce_us = median(red);
-    group.read_error_flags();
+    group->read_error_flags();
     rows.push_back(row);
     if (!o.json)
       fmt::print("  {:>6} {:>7} {:>11.1f} {:>11.1f} {:>9.1f} {:>11.1f} {:>9.1f} {:>11.1f}\n", T,

@@ -1,6 +1,6 @@
 // `moe_ep run --ranks R --device cuda`: expert parallelism on GPUs.
 //
-//   --simulate-ranks-on-one-gpu   R simulated ranks on the one --device GPU (cuda/ep/sim_group.h):
+//   --simulate-ranks-on-one-gpu   R simulated ranks on the one --device GPU (moe_ep/simulated_group.h):
 //                                 every rank its own workspace and local experts, the NCCL path's
 //                                 dispatch/combine kernels with the simulation's peer policy;
 //                                 --router / --eplb-redundant M route every rank's tokens through
@@ -33,11 +33,8 @@
 #include "core/check.h"
 #include "moe_ep/layer.h"
 #include "moe_ep/runtime.h"
+#include "moe_ep/simulated_group.h"
 #include "testing/tolerances.h"
-
-#ifdef MOE_EP_WITH_CUDA
-#include "cuda/ep/sim_group.h"
-#endif
 
 namespace moe_ep::cli {
 namespace {
@@ -170,7 +167,7 @@ int run_simulated(const RunOptions& o) {
   const WeightPack all = physical.pack();
   const int64_t E_loc = E / R, H = s.desc.fleet.hidden_size;
 
-  cuda::ep::SimGroupOptions go;
+  SimulatedGroupOptions go;
   go.world_size = R;
   go.device = s.device.device;
   go.desc = desc;
@@ -179,7 +176,7 @@ int run_simulated(const RunOptions& o) {
   std::vector<WeightPack> packs;
   for (int r = 0; r < R; ++r) packs.push_back(slice_pack(all, r * E_loc, E_loc));
   auto driver = make_driver(s.device.device);
-  cuda::ep::SimEpGroup group(go, packs);
+  const std::unique_ptr<SimulatedEpGroup> group = SimulatedEpGroup::create(go, packs);
   DeviceRouting routing(*driver, routes, o.eplb_redundant, s.device.device.index);
   std::vector<DeviceBatch> batches;
   std::vector<ForwardArgs> args;
@@ -193,7 +190,7 @@ int run_simulated(const RunOptions& o) {
   auto forward = [&](void* stream) {
     for (int r = 0; r < R; ++r) routing.route(0, r, stream);
     for (ForwardArgs& a : args) a.stream = stream;
-    group.forward(args, stream);
+    group->forward(args, stream);
   };
   auto y_all = [&] {
     std::vector<uint16_t> y;
@@ -208,7 +205,7 @@ int run_simulated(const RunOptions& o) {
   routing.set_recording(true);
   forward(driver->stream());
   driver->synchronize();
-  const uint32_t flags = group.read_error_flags();
+  const uint32_t flags = group->read_error_flags();
   const uint32_t routing_flags = routing.read_error_flags();
   routing.set_recording(false);  // the timed replays leave the counters alone
   const std::vector<int64_t> counters = routing.counters();
@@ -217,8 +214,8 @@ int run_simulated(const RunOptions& o) {
   const int iters = o.iters > 0 ? o.iters : 20, warmup = o.warmup >= 0 ? o.warmup : 3;
   for (const DeviceBatch& b : batches) poison_y(*driver, b);
   const std::vector<double> times = driver->time_forward(forward, warmup, iters, !o.eager);
-  const cuda::ep::SimStepTimes steps = group.forward_timed(args, driver->stream());
-  group.read_error_flags();
+  const EpStepTimes steps = group->forward_timed(args, driver->stream());
+  group->read_error_flags();
   const bool rerun_equal = y_all() == y;
   const bool routing_equal = routing_mismatch.empty() && routing_flags == 0;
   const bool counters_equal = o.eplb_redundant == 0 || (counters == routes.counters && routing.counters() == counters);
@@ -263,11 +260,11 @@ int run_simulated(const RunOptions& o) {
   j["steps_us"] = {{"quantize", steps.quantize_us}, {"dispatch", steps.dispatch_us},
                    {"local_experts", steps.local_experts_us}, {"combine", steps.combine_us},
                    {"reduce", steps.reduce_us}};
-  j["workspace_bytes"] = group.layout().total_bytes;
-  j["workspace"] = device_workspace_json(group.layout());
+  j["workspace_bytes"] = group->layout().total_bytes;
+  j["workspace"] = device_workspace_json(group->layout());
   j["device_error_flags"] = flags;
   j["rerun_bitwise_equal"] = rerun_equal;
-  j["layer_notes"] = group.notes();
+  j["layer_notes"] = group->notes();
   fill_check_json(j, c, o);
   if (!passed)
     j["failure"] = fmt::format("error flags 0x{:x}, rerun bitwise equal {}, rel_err {} (threshold {}), "
@@ -283,7 +280,7 @@ int run_simulated(const RunOptions& o) {
       "  rerun: y {} the first forward's bitwise\n  check: {}\n         rel_err {:.3e} (threshold "
       "{:g}); sanity: {}\n  result: {}\n",
       s.preset->name, H, s.desc.intermediate_size, L, E, s.desc.top_k, s.desc.traits().name, R,
-      s.device.device.str(), s.device.name, o.tokens, s.desc.fleet.max_tokens_per_rank, group.layout().total_bytes,
+      s.device.device.str(), s.device.name, o.tokens, s.desc.fleet.max_tokens_per_rank, group->layout().total_bytes,
       o.router ? fmt::format("; DeepSeek V4 router on the device ({} hash layer(s))", o.hash_layers) : "",
       o.shared_expert ? fmt::format("; shared expert Is = {}", s.desc.shared_intermediate_size) : "",
       median(times), j["timing"].get<std::string>(), steps.quantize_us,

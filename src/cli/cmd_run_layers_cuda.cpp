@@ -4,12 +4,12 @@
 //   1. the synthetic problem of cmd_run_ep.cpp with R = 1: L logical experts, E = L + M physical
 //      ones (the M replicas planned from layer 0's logical load, identical weights), per layer the
 //      router's ids and weights on synthetic logits (or the generated routing);
-//   2. N CUDA layers on one runtime, sharing its one scratch (cuda/layer_scratch.h); per layer
+//   2. N CUDA layers on one runtime, sharing its one scratch (config entry scratch_bytes); per layer
 //      the device routing stage (cuda/sm90_routing.h: router or hash table, EPLB remap, load
 //      counters) and the layer, whose shared expert (MoeDesc::shared_intermediate_size) runs on
 //      a second stream beside its routed experts and is added in its combine; back to back on one
 //      stream; layer l + 1 takes layer l's y as x; timed as one CUDA graph of all N layers; the
-//      shared expert alone (cuda/sm90_shared_expert.h) timed as a stage of its own, and (bench)
+//      shared expert alone (moe_ep/shared_expert.h on the GPU) timed as a stage of its own, and (bench)
 //      the same chain rebuilt without it, so its added cost per layer is measured beside the
 //      routed experts it overlaps;
 //   3. checks: the device ids, weights and load counters bitwise equal to the CPU router and CPU
@@ -34,11 +34,10 @@
 #include "moe_ep/layer.h"
 #include "moe_ep/router.h"
 #include "moe_ep/runtime.h"
+#include "moe_ep/shared_expert.h"
 #include "testing/tolerances.h"
 #ifdef MOE_EP_WITH_CUDA
 #include "cli/device_routing.h"
-#include "cuda/layer_scratch.h"
-#include "cuda/sm90_shared_expert.h"
 #endif
 
 namespace moe_ep::cli {
@@ -93,7 +92,7 @@ int run_cuda_layers(const RunOptions& o) {
   std::vector<double> times_us, routing_times_us, shared_times_us, routed_only_times_us;
   double copy_bandwidth = NAN;
   int64_t shared_weight_bytes = 0;
-  bool shared_tensor_cores = false;
+  std::string shared_kernels;  // what runs the shared expert alone at T
   int64_t scratch_bytes = 0, plan_bytes = 0;
   bool rerun_equal = false;
   uint32_t routing_flags = 0;
@@ -109,18 +108,21 @@ int run_cuda_layers(const RunOptions& o) {
     config = layers[0]->info().config;
     notes = layers[0]->info().notes;
     const int dev = setup.device.device.index;
-    scratch_bytes = static_cast<int64_t>(cuda::shared_layer_scratch(runtime.get(), dev, 0)->buffer().bytes());
-    for (const ConfigEntry& e : config.entries)
+    // The plan's bytes, and the scratch the layers share: the last layer holds the runtime's
+    // current buffer, the largest.
+    for (const ConfigEntry& e : layers.back()->info().config.entries) {
       if (e.key == "workspace_bytes") plan_bytes = std::stoll(e.value);
+      if (e.key == "scratch_bytes") scratch_bytes = std::stoll(e.value);
+    }
 
     DeviceRouting routing(*driver, routes, o.eplb_redundant, dev);
-    std::vector<std::unique_ptr<cuda::Sm90SharedExpert>> shared;
+    std::vector<std::unique_ptr<SharedExpert>> shared;  // each layer's, alone on the GPU
     for (int l = 0; l < static_cast<int>(shared_w.size()); ++l)
-      shared.push_back(std::make_unique<cuda::Sm90SharedExpert>(H, I, setup.desc.activation_clamp,
-                                                                shared_w[l].w13_view(), shared_w[l].w2_view(), T, dev));
+      shared.push_back(SharedExpert::create(H, I, setup.desc.activation_clamp, shared_w[l].w13_view(),
+                                            shared_w[l].w2_view(), setup.device.device, T));
     if (!shared.empty()) {
       shared_weight_bytes = shared[0]->weight_bytes();
-      shared_tensor_cores = shared[0]->uses_tensor_cores(T);
+      shared_kernels = shared[0]->kernels(T);
     }
     void* d_x = upload_vector(*driver, inputs.x);
     std::vector<void*> y(N);
@@ -163,8 +165,8 @@ int run_cuda_layers(const RunOptions& o) {
       shared_times_us = driver->time_forward(
           [&](void* s) {
             for (int l = 0; l < N; ++l)
-              shared[l]->forward(static_cast<const uint16_t*>(l == 0 ? d_x : y[l - 1]),
-                                 static_cast<uint16_t*>(scratch_out), T, s);
+              shared[l]->forward(TensorView::contiguous(l == 0 ? d_x : y[l - 1], DType::kBF16, {T, H}, driver->device()),
+                                 TensorView::contiguous(scratch_out, DType::kBF16, {T, H}, driver->device()), s);
           },
           warmup, iters, !o.eager);
     }
@@ -263,8 +265,7 @@ int run_cuda_layers(const RunOptions& o) {
     j["shared_expert_weight_bytes"] = shared_weight_bytes;
     j["shared_expert_floor_us"] = json_number(shared_floor_us);
     j["shared_expert_floor_kind"] = o.shared_expert ? Json(shared_floor_kind) : Json(nullptr);
-    j["shared_expert_kernels"] = o.shared_expert ? Json(shared_tensor_cores ? "tensor cores" : "dot products")
-                                                 : Json(nullptr);
+    j["shared_expert_kernels"] = o.shared_expert ? Json(shared_kernels) : Json(nullptr);
     j["shared_expert_in_layer"] = o.shared_expert ? Json("second stream beside the routed experts, added in the combine")
                                                   : Json(nullptr);
     j["shared_expert_tflops"] = json_number(shared_tflops);
@@ -310,7 +311,7 @@ int run_cuda_layers(const RunOptions& o) {
     if (o.shared_expert)
       fmt::print("  shared expert (bf16, Is = {}, {}; inside each layer on a second stream, added in its combine): "
                  "alone {:.2f} us per layer, floor {:.2f} us ({}; {:.2f}x), {:.1f} TFLOP/s\n", I,
-                 shared_tensor_cores ? "tensor cores" : "dot products", shared_us, shared_floor_us,
+                 shared_kernels, shared_us, shared_floor_us,
                  shared_floor_kind, shared_us / shared_floor_us, shared_tflops);
     if (!routed_only_times_us.empty())
       fmt::print("  shared expert in the chain: +{:.2f} us per layer over the same layers without it ({:.1f} us), "

@@ -1,5 +1,6 @@
 // Driver for one CUDA device: cudaMalloc'd buffers, one non-blocking stream, forwards timed as
-// CUDA graph replays with events.
+// CUDA graph replays with events. It calls the CUDA runtime itself; the device's description
+// comes from the library (moe_ep/backend.h list_devices).
 #include <algorithm>
 #include <vector>
 
@@ -7,8 +8,16 @@
 
 #include "cli/device_driver.h"
 #include "core/check.h"
-#include "cuda/device_info.h"
-#include "cuda/errors.h"
+#include "moe_ep/backend.h"
+
+// A failing CUDA runtime call throws kDevice naming the statement, the error and its description.
+#define CLI_CUDA_CHECK(stmt)                                                             \
+  do {                                                                                   \
+    const cudaError_t cli_cuda_err_ = (stmt);                                            \
+    if (cli_cuda_err_ != cudaSuccess)                                                    \
+      MOE_EP_FAIL(::moe_ep::ErrorCode::kDevice, "CUDA call failed: {} returned {} ({})", \
+                  #stmt, cudaGetErrorName(cli_cuda_err_), cudaGetErrorString(cli_cuda_err_)); \
+  } while (0)
 
 namespace moe_ep::cli {
 namespace {
@@ -17,24 +26,25 @@ namespace {
 // machines; the SM90 kernels' own ceiling. Not re-measured by this driver.
 constexpr double kH200Fp8FlopPerS = 1400e12;
 
-DeviceDescription describe(const cuda::CudaDeviceInfo& d) {
-  DeviceDescription out;
-  out.device = Device::cuda(d.index);
-  out.name = d.name;
-  out.compute_capability = d.compute_capability;
-  out.memory_bytes = d.memory_bytes;
-  out.num_units = d.sm_count;
-  return out;
+// cuda:index as the library lists it; kUnsupported naming the index when it cannot be used.
+DeviceDescription describe_device(int index) {
+  std::string status;
+  const std::vector<DeviceDescription> devices = list_devices(DeviceType::kCUDA, &status);
+  MOE_EP_CHECK_CODE(!devices.empty(), ErrorCode::kUnsupported, "cuda:{} is not available: {}", index, status);
+  for (const DeviceDescription& d : devices)
+    if (d.device.index == index) return d;
+  MOE_EP_FAIL(ErrorCode::kUnsupported, "cuda:{} does not exist; this machine has {} CUDA device(s) (cuda:0..cuda:{})",
+              index, devices.size(), devices.size() - 1);
 }
 
 class Events {
  public:
   explicit Events(size_t n) : events_(n, nullptr) {
-    for (auto& e : events_) MOE_EP_CUDA_CHECK(cudaEventCreate(&e));
+    for (auto& e : events_) CLI_CUDA_CHECK(cudaEventCreate(&e));
   }
   ~Events() {
     for (auto e : events_)
-      if (e) MOE_EP_CUDA_IGNORE(cudaEventDestroy(e));
+      if (e) cudaEventDestroy(e);
   }
   cudaEvent_t operator[](size_t i) const { return events_[i]; }
 
@@ -44,18 +54,18 @@ class Events {
 
 class CudaDriver final : public Driver {
  public:
-  explicit CudaDriver(int index) : info_(cuda::device_info(index)) {
-    MOE_EP_CUDA_CHECK(cudaSetDevice(index));
-    MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  explicit CudaDriver(int index) : info_(describe_device(index)) {
+    CLI_CUDA_CHECK(cudaSetDevice(index));
+    CLI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
-  ~CudaDriver() override {
-    cudaSetDevice(info_.index);
+  ~CudaDriver() override {  // must not throw: errors here are dropped
+    cudaSetDevice(info_.device.index);
     cudaStreamSynchronize(stream_);
-    for (void* p : buffers_) MOE_EP_CUDA_IGNORE(cudaFree(p));
-    MOE_EP_CUDA_IGNORE(cudaStreamDestroy(stream_));
+    for (void* p : buffers_) cudaFree(p);
+    cudaStreamDestroy(stream_);
   }
 
-  DeviceDescription describe() const override { return cli::describe(info_); }
+  DeviceDescription describe() const override { return info_; }
 
   void* allocate(int64_t bytes) override {
     MOE_EP_CHECK(bytes >= 0, "allocate: bytes = {}; expected >= 0", bytes);
@@ -64,40 +74,40 @@ class CudaDriver final : public Driver {
     if (err != cudaSuccess) {
       cudaGetLastError();
       MOE_EP_FAIL(ErrorCode::kDevice, "cudaMalloc of {} bytes on cuda:{} failed: {} ({})", bytes,
-                  info_.index, cudaGetErrorName(err), cudaGetErrorString(err));
+                  info_.device.index, cudaGetErrorName(err), cudaGetErrorString(err));
     }
     buffers_.push_back(p);
     return p;
   }
   void upload(void* dst, const void* src, int64_t bytes) override {
     if (bytes > 0) {
-      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
-      MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      CLI_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
+      CLI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
   }
   void download(void* dst, const void* src, int64_t bytes) override {
     if (bytes > 0) {
-      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_));
-      MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      CLI_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_));
+      CLI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
   }
   void fill(void* dst, uint8_t byte, int64_t bytes) override {
     if (bytes > 0) {
-      MOE_EP_CUDA_CHECK(cudaMemsetAsync(dst, byte, static_cast<size_t>(bytes), stream_));
-      MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      CLI_CUDA_CHECK(cudaMemsetAsync(dst, byte, static_cast<size_t>(bytes), stream_));
+      CLI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
   }
   void* stream() override { return stream_; }
-  void synchronize() override { MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override { CLI_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   std::vector<double> time_forward(const std::function<void(void*)>& forward, int warmup,
                                    int iters, bool capture) override {
     for (int i = 0; i < warmup; ++i) forward(stream_);
-    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CLI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     cudaGraphExec_t exec = nullptr;
     if (capture) {
       cudaGraph_t graph = nullptr;
-      MOE_EP_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      CLI_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       try {
         forward(stream_);
       } catch (...) {
@@ -106,28 +116,28 @@ class CudaDriver final : public Driver {
         cudaGetLastError();
         throw;
       }
-      MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      CLI_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
       const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
       cudaGraphDestroy(graph);
-      MOE_EP_CUDA_CHECK(err);
-      MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream_));  // one untimed replay
+      CLI_CUDA_CHECK(err);
+      CLI_CUDA_CHECK(cudaGraphLaunch(exec, stream_));  // one untimed replay
     }
     const size_t n = static_cast<size_t>(std::max(iters, 0));
     Events start(n), stop(n);
     for (size_t i = 0; i < n; ++i) {
-      MOE_EP_CUDA_CHECK(cudaEventRecord(start[i], stream_));
+      CLI_CUDA_CHECK(cudaEventRecord(start[i], stream_));
       if (capture)
-        MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+        CLI_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
       else
         forward(stream_);
-      MOE_EP_CUDA_CHECK(cudaEventRecord(stop[i], stream_));
+      CLI_CUDA_CHECK(cudaEventRecord(stop[i], stream_));
     }
-    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (exec) MOE_EP_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CLI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (exec) CLI_CUDA_CHECK(cudaGraphExecDestroy(exec));
     std::vector<double> times_us(n);
     for (size_t i = 0; i < n; ++i) {
       float ms = 0.0f;
-      MOE_EP_CUDA_CHECK(cudaEventElapsedTime(&ms, start[i], stop[i]));
+      CLI_CUDA_CHECK(cudaEventElapsedTime(&ms, start[i], stop[i]));
       times_us[i] = ms * 1e3;
     }
     return times_us;
@@ -138,16 +148,16 @@ class CudaDriver final : public Driver {
     constexpr size_t kBytes = size_t{2} << 30;
     void* a = allocate(kBytes);
     void* b = allocate(kBytes);
-    MOE_EP_CUDA_CHECK(cudaMemsetAsync(a, 0x5A, kBytes, stream_));
+    CLI_CUDA_CHECK(cudaMemsetAsync(a, 0x5A, kBytes, stream_));
     Events ev(2);
     double best = 0.0;
     for (int rep = 0; rep < 6; ++rep) {
-      MOE_EP_CUDA_CHECK(cudaEventRecord(ev[0], stream_));
-      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(b, a, kBytes, cudaMemcpyDeviceToDevice, stream_));
-      MOE_EP_CUDA_CHECK(cudaEventRecord(ev[1], stream_));
-      MOE_EP_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+      CLI_CUDA_CHECK(cudaEventRecord(ev[0], stream_));
+      CLI_CUDA_CHECK(cudaMemcpyAsync(b, a, kBytes, cudaMemcpyDeviceToDevice, stream_));
+      CLI_CUDA_CHECK(cudaEventRecord(ev[1], stream_));
+      CLI_CUDA_CHECK(cudaEventSynchronize(ev[1]));
       float ms = 0.0f;
-      MOE_EP_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+      CLI_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
       if (rep > 0) best = std::max(best, 2.0 * kBytes / (ms * 1e-3));
     }
     release(a);
@@ -160,12 +170,12 @@ class CudaDriver final : public Driver {
 
  private:
   void release(void* p) {
-    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CLI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     buffers_.erase(std::find(buffers_.begin(), buffers_.end(), p));
-    MOE_EP_CUDA_CHECK(cudaFree(p));
+    CLI_CUDA_CHECK(cudaFree(p));
   }
 
-  cuda::CudaDeviceInfo info_;
+  DeviceDescription info_;
   cudaStream_t stream_ = nullptr;
   std::vector<void*> buffers_;
 };
@@ -174,12 +184,6 @@ class CudaDriver final : public Driver {
 
 std::unique_ptr<Driver> make_cuda_driver(int device_index) {
   return std::make_unique<CudaDriver>(device_index);
-}
-
-std::vector<DeviceDescription> cuda_driver_list_devices(std::string* status) {
-  std::vector<DeviceDescription> out;
-  for (const auto& d : cuda::list_devices(status)) out.push_back(describe(d));
-  return out;
 }
 
 }  // namespace moe_ep::cli

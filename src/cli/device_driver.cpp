@@ -1,8 +1,6 @@
 #include "cli/device_driver.h"
 
-#include <fstream>
 #include <string>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -26,42 +24,9 @@ std::unique_ptr<Driver> make_driver(Device device) {
 }
 
 std::vector<DeviceDescription> list_cuda_devices(std::string* status) {
-#ifdef MOE_EP_CLI_HAS_CUDA_DRIVER
-  return cuda_driver_list_devices(status);
-#else
-#ifdef MOE_EP_WITH_CUDA
-  if (status) *status = "cuda: compiled, but the tool's CUDA driver is not built yet";
-#else
-  if (status) *status = "cuda: not compiled";
-#endif
-  return {};
-#endif
+  return list_devices(DeviceType::kCUDA, status);
 }
 
-DeviceDescription describe_cpu() {
-  DeviceDescription d;
-  d.device = Device::cpu();
-  d.num_units = static_cast<int>(std::thread::hardware_concurrency());
-  d.name = "cpu";
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) d.name = line.substr(line.find_first_not_of(' ', colon + 1));
-      break;
-    }
-  }
-  std::ifstream meminfo("/proc/meminfo");
-  for (std::string key; meminfo >> key;) {
-    int64_t kib = 0;
-    meminfo >> kib;
-    if (key == "MemTotal:") {
-      d.memory_bytes = kib * 1024;
-      break;
-    }
-    meminfo.ignore(1 << 10, '\n');
-  }
-  return d;
-}
+DeviceDescription describe_cpu() { return list_devices(DeviceType::kCPU).at(0); }
 
 }  // namespace moe_ep::cli

@@ -3,7 +3,8 @@
 // The library's Layer is device-agnostic; what differs per device is where the per-call tensors
 // live and how a forward is timed. cpu_driver.cpp implements this for host memory;
 // cuda_driver.cpp (compiled only with MOE_EP_WITH_CUDA, and only when the file exists) for one
-// CUDA device. The CLI never includes a CUDA header.
+// CUDA device (it calls the CUDA runtime directly; the library's CUDA backend stays behind the
+// public API).
 #pragma once
 
 #include <cstdint>
@@ -12,17 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "moe_ep/backend.h"
 #include "moe_ep/tensor.h"
 
 namespace moe_ep::cli {
 
-struct DeviceDescription {
-  Device device;
-  std::string name;             // "NVIDIA H200", or the CPU model name
-  int compute_capability = 0;   // major*10+minor (90 for H100/H200); 0 for the CPU
-  int64_t memory_bytes = 0;     // device memory (host RAM for the CPU); 0 when unknown
-  int num_units = 0;            // streaming multiprocessors, or CPU hardware threads
-};
+// A device as the library lists it (moe_ep/backend.h).
+using DeviceDescription = DeviceProperties;
 
 // Owns every buffer it allocates (freed with the driver) and one stream.
 class Driver {
@@ -63,8 +60,8 @@ class Driver {
 // the device type is not compiled into this build or the device does not exist.
 std::unique_ptr<Driver> make_driver(Device device);
 
-// CUDA devices visible to this process. Empty when the build has no CUDA or no device is
-// present; `status` then says which ("cuda: not compiled", "no CUDA device (<reason>)").
+// CUDA devices visible to this process (list_devices). Empty when the build has no CUDA or no
+// device is present; `status` then says which.
 std::vector<DeviceDescription> list_cuda_devices(std::string* status);
 
 // The host CPU (name from /proc/cpuinfo where available, hardware threads).
@@ -75,7 +72,6 @@ std::unique_ptr<Driver> make_cpu_driver();
 #ifdef MOE_EP_CLI_HAS_CUDA_DRIVER
 // cuda_driver.cpp: throws kUnsupported naming the index when the device does not exist.
 std::unique_ptr<Driver> make_cuda_driver(int device_index);
-std::vector<DeviceDescription> cuda_driver_list_devices(std::string* status);
 #endif
 
 }  // namespace moe_ep::cli

@@ -10,6 +10,19 @@ namespace {
 
 std::string cc_str(int cc) { return fmt::format("{}.{}", cc / 10, cc % 10); }
 
+std::string built_in_backends() {
+  std::string names;
+  for (const detail::BackendEntry& e : detail::backends())
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", e.info.name);
+  return names;
+}
+
+// Whether `device`'s compute capability `cc` is in the backend's range (always on the CPU).
+bool in_cc_range(const detail::BackendEntry& e, Device device, int cc) {
+  return device.type == DeviceType::kCPU ||
+         (cc >= e.info.min_compute_capability && cc <= e.info.max_compute_capability);
+}
+
 // "" or why not; *entry is the backend of the device's kind when there is one.
 std::string check_request(const MoeDesc& desc, int world_size, Device device, WeightFormat format,
                           const detail::BackendEntry** entry) {
@@ -27,13 +40,9 @@ std::string check_request(const MoeDesc& desc, int world_size, Device device, We
                        weight_format_name(format), recipe.name, allowed);
   }
   const detail::BackendEntry* e = detail::find_backend(device.type);
-  if (!e) {
-    std::string names;
-    for (const BackendInfo& b : registered_backends())
-      names += fmt::format("{}{}", names.empty() ? "" : ", ", b.name);
+  if (!e)
     return fmt::format("device {}: this build has no backend for it (built in: {}); use device "
-                       "cpu or rebuild with the CUDA toolkit", device.str(), names);
-  }
+                       "cpu or rebuild with the CUDA toolkit", device.str(), built_in_backends());
   *entry = e;
   const BackendInfo& info = e->info;
   bool recipe_ok = false;
@@ -41,8 +50,7 @@ std::string check_request(const MoeDesc& desc, int world_size, Device device, We
   if (!recipe_ok)
     return fmt::format("recipe '{}' has no implementation in backend '{}'", recipe.name, info.name);
   const int cc = e->compute_capability ? e->compute_capability(device) : 0;
-  if (device.type != DeviceType::kCPU &&
-      (cc < info.min_compute_capability || cc > info.max_compute_capability))
+  if (!in_cc_range(*e, device, cc))
     return fmt::format("backend '{}' (recipe '{}') needs compute capability {}..{} on {}; the "
                        "device has {}", info.name, recipe.name, cc_str(info.min_compute_capability),
                        cc_str(info.max_compute_capability), device.str(),
@@ -61,6 +69,22 @@ std::vector<BackendInfo> registered_backends() {
 int device_compute_capability(Device device) {
   const detail::BackendEntry* e = detail::find_backend(device.type);
   return e && e->compute_capability ? e->compute_capability(device) : 0;
+}
+
+std::vector<DeviceProperties> list_devices(DeviceType type, std::string* status) {
+  const detail::BackendEntry* e = detail::find_backend(type);
+  const char* kind = type == DeviceType::kCPU ? "cpu" : "cuda";
+  std::string why;
+  if (!e)
+    why = fmt::format("{}: this build has no backend for these devices (built in: {})", kind,
+                      built_in_backends());
+  else if (!e->list_devices)
+    why = fmt::format("{}: backend '{}' lists no devices", kind, e->info.name);
+  if (!why.empty()) {
+    if (status) *status = why;
+    return {};
+  }
+  return e->list_devices(status);
 }
 
 std::vector<TransportInfo> registered_transports() {
@@ -85,3 +109,21 @@ std::string_view select_implementation(const MoeDesc& desc, int world_size, Devi
 }
 
 }  // namespace moe_ep
+
+namespace moe_ep::detail {
+
+const BackendEntry& backend_for(Device device, std::string_view what) {
+  const BackendEntry* e = find_backend(device.type);
+  MOE_EP_CHECK_CODE(e != nullptr, ErrorCode::kUnsupported,
+                    "{} on {}: this build has no backend for the device (built in: {})", what,
+                    device.str(), built_in_backends());
+  const int cc = e->compute_capability ? e->compute_capability(device) : 0;
+  MOE_EP_CHECK_CODE(in_cc_range(*e, device, cc), ErrorCode::kUnsupported,
+                    "{} on {}: backend '{}' needs compute capability {}..{}; the device has {}",
+                    what, device.str(), e->info.name, cc_str(e->info.min_compute_capability),
+                    cc_str(e->info.max_compute_capability),
+                    cc ? cc_str(cc) : std::string("none (it cannot be used)"));
+  return *e;
+}
+
+}  // namespace moe_ep::detail

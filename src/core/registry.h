@@ -10,9 +10,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/layer_impl.h"
 #include "core/routing_stage_impl.h"
+#include "core/shared_expert_impl.h"
+#include "core/simulated_group_impl.h"
 #include "core/transport.h"
 #include "moe_ep/backend.h"
 #include "moe_ep/runtime.h"
@@ -30,6 +33,15 @@ struct BackendEntry {
   std::unique_ptr<Layer::Impl> (*create)(const LayerRequest& request) = nullptr;
   // The routing stage on a device of this kind (options validated); null: none.
   std::unique_ptr<RoutingStage::Impl> (*create_routing_stage)(const RoutingStageOptions& options) = nullptr;
+  // The devices of the entry's kind it can see (moe_ep/backend.h list_devices); empty with
+  // `status` saying why. Null: none listed.
+  std::vector<DeviceProperties> (*list_devices)(std::string* status) = nullptr;
+  // The optional parts, null where the backend has none (the public create then throws
+  // kUnsupported): a standalone shared expert (validated request), a simulated EP group (options
+  // checked by validate_simulated_group).
+  std::unique_ptr<SharedExpert::Impl> (*create_shared_expert)(const SharedExpertRequest& request) = nullptr;
+  std::unique_ptr<SimulatedEpGroup::Impl> (*create_simulated_group)(
+      const SimulatedGroupOptions& options, std::span<const WeightPack> weights) = nullptr;
 };
 
 struct TransportEntry {
@@ -51,6 +63,10 @@ std::span<const TransportEntry> transports();
 
 // The backend of `device`'s kind, or nullptr.
 const BackendEntry* find_backend(DeviceType device);
+// The backend that runs `what` ("a standalone shared expert") on `device`: the one of its kind,
+// with the device's compute capability in its range. Throws kUnsupported naming `what`, the
+// device and the reason.
+const BackendEntry& backend_for(Device device, std::string_view what);
 // The transport serving `comm` on `device`; nullptr with `reason` naming what this build has.
 const TransportEntry* find_transport(CommSource comm, DeviceType device, std::string* reason);
 

@@ -1,6 +1,7 @@
 // Registers the SM90 backend: both recipes on compute capability 9.0. The layer it makes depends
 // on the runtime's transport: world size 1 here, other transports through their registered
-// factories (cuda_layers.h).
+// factories (cuda_layers.h). Also the standalone shared expert, the one-GPU simulated EP group
+// and the listing of the visible GPUs.
 #include <map>
 #include <mutex>
 #include <string>
@@ -12,6 +13,8 @@
 #include "cuda/cuda_layers.h"
 #include "cuda/device_info.h"
 #include "cuda/sm90_routing_stage.h"
+#include "cuda/ep/sim_group.h"
+#include "cuda/sm90_shared_expert.h"
 
 namespace moe_ep::cuda {
 namespace {
@@ -41,6 +44,13 @@ std::unique_ptr<Layer::Impl> create_layer(const LayerRequest& request) {
   return make_cuda_layer(request);
 }
 
+std::vector<DeviceProperties> list_cuda_devices(std::string* status) {
+  std::vector<DeviceProperties> out;
+  for (const CudaDeviceInfo& d : list_devices(status))
+    out.push_back({Device::cuda(d.index), d.name, d.compute_capability, d.memory_bytes, d.sm_count});
+  return out;
+}
+
 }  // namespace
 
 void register_layer_factory(std::string_view transport, LayerFactory factory) {
@@ -67,6 +77,9 @@ void register_cuda_sm90_backend() {
   e.compute_capability = &cuda::read_compute_capability;
   e.create = &cuda::create_layer;
   e.create_routing_stage = &cuda::create_routing_stage;
+  e.list_devices = &cuda::list_cuda_devices;
+  e.create_shared_expert = &cuda::make_sm90_shared_expert;
+  e.create_simulated_group = &cuda::ep::make_sim_group;
   register_backend(e);
   cuda::register_layer_factory("simulated", &cuda::ep::make_sim_gpu_layer);
 }

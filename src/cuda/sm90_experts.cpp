@@ -195,11 +195,13 @@ SelectedConfig Sm90ExpertEngine::selected() const {
                         shared_->uses_tensor_cores(plan_.shape.max_tokens)
                             ? fmt::format("dot products below T = {}, tensor cores from it", kSharedExpertMmaMinTokens)
                             : std::string("dot products")));
-  out.add("workspace_bytes", fmt::format("{} ({:.1f} MiB, this layer's plan; max rows {}, max m-tiles {}); "
-                                         "scratch buffer {} bytes{}",
+  out.add("workspace_bytes", fmt::format("{} ({:.1f} MiB, this layer's plan; max rows {}, max m-tiles {})",
                                          plan_.workspace.total_bytes, plan_.workspace.total_bytes / 1048576.0,
-                                         plan_.max_rows, plan_.max_m_tiles, workspace_->bytes(),
-                                         shared_scratch_ ? ", shared with the runtime's other layers" : ""));
+                                         plan_.max_rows, plan_.max_m_tiles));
+  // The buffer the plan runs in: at least the plan's bytes, more when an earlier, larger layer
+  // of the runtime sized the shared one.
+  out.add("scratch_bytes", fmt::format("{} ({:.1f} MiB), {}", workspace_->bytes(), workspace_->bytes() / 1048576.0,
+                                       shared_scratch_ ? "shared with the runtime's other layers" : "this layer's own"));
   pipeline_->describe(out);
   return out;
 }

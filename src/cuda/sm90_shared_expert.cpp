@@ -124,4 +124,40 @@ void Sm90SharedExpert::run(const uint16_t* x, uint16_t* y, uint16_t* h, int64_t 
   MOE_EP_CUDA_CHECK(launch_sm90_shared_expert(p, static_cast<cudaStream_t>(stream)));
 }
 
+namespace {
+
+class Sm90StandaloneSharedExpert final : public SharedExpert::Impl {
+ public:
+  explicit Sm90StandaloneSharedExpert(const SharedExpertRequest& r)
+      : expert_(r.hidden_size, r.intermediate_size, r.activation_clamp, r.w13, r.w2, r.max_tokens,
+                r.device.index) {}
+
+  void run(const TensorView& x, const TensorView& y, bool accumulate, void* stream) const override {
+    int current = -1;
+    MOE_EP_CUDA_CHECK(cudaGetDevice(&current));
+    const int device = y.device.index;
+    if (current != device) MOE_EP_CUDA_CHECK(cudaSetDevice(device));
+    const int64_t T = x.shape[0];
+    const auto* xp = x.ptr<const uint16_t>();
+    auto* yp = y.ptr<uint16_t>();
+    if (accumulate)
+      expert_.add_to(xp, yp, T, stream);
+    else
+      expert_.forward(xp, yp, T, stream);
+  }
+
+  std::string kernels(int64_t num_tokens) const override {
+    return expert_.uses_tensor_cores(num_tokens) ? "tensor cores" : "dot products";
+  }
+
+ private:
+  Sm90SharedExpert expert_;
+};
+
+}  // namespace
+
+std::unique_ptr<SharedExpert::Impl> make_sm90_shared_expert(const SharedExpertRequest& request) {
+  return std::make_unique<Sm90StandaloneSharedExpert>(request);
+}
+
 }  // namespace moe_ep::cuda

@@ -3,15 +3,15 @@
 // call (CUDA-graph capturable). add_to fuses y = bf16(y + o) into the down projection's store.
 // Decode (T < 64) takes the dot-product kernels, which match the CPU SharedExpert up to the last
 // bf16 bit of an h element (expf vs std::exp); prefill takes the tensor-core kernels (fp32 sums
-// in the tensor cores' order: within the recipe's threshold of the CPU).
-//
-// This header includes no CUDA header (the CLI uses it).
+// in the tensor cores' order: within the recipe's threshold of the CPU). The expert engine runs
+// it inside a layer; make_sm90_shared_expert is the public SharedExpert on a GPU.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 
+#include "core/shared_expert_impl.h"
 #include "moe_ep/tensor.h"
 
 namespace moe_ep::cuda {
@@ -61,5 +61,9 @@ class Sm90SharedExpert {
   Way way_ = Way::kAuto;
   std::unique_ptr<Buffers> buf_;
 };
+
+// SharedExpert::create on a CUDA device (sm90_backend.cpp registers it): its own h scratch for
+// max_tokens tokens, the kernels' own choice of way and layout.
+std::unique_ptr<SharedExpert::Impl> make_sm90_shared_expert(const SharedExpertRequest& request);
 
 }  // namespace moe_ep::cuda

@@ -1,8 +1,12 @@
-// Shared expert: exact small-value cases, a float64 re-implementation of the recipe, the clamp.
+// Shared expert: exact small-value cases, a float64 re-implementation of the recipe, the clamp;
+// bad input; a device without a shared expert (kUnsupported with the reason). On a GPU:
+// tests/cuda/test_sm90_shared_expert.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
+#include <string>
 
 #include "moe_ep/error.h"
 #include "moe_ep/formats.h"
@@ -134,6 +138,59 @@ TEST(SharedExpert, BadInputNamesTheField) {
   auto se = SharedExpert::create(16, 16, 1.0f, w13.view(), w2.view());
   HostTensor<uint16_t> x(DType::kBF16, {2, 16}), y(DType::kBF16, {3, 16});
   EXPECT_THROW(se->add_to(x.view(), y.view()), Error);
+}
+
+// The error of `call`: its code and message ("" when it succeeds).
+std::string error_of(const std::function<void()>& call, ErrorCode* code) {
+  try {
+    call();
+  } catch (const Error& e) {
+    *code = e.code();
+    return e.message();
+  }
+  return "";
+}
+
+TEST(SharedExpert, MaxTokensBoundsACallAndTensorsMustBeOnItsDevice) {
+  HostTensor<uint16_t> w13(DType::kBF16, {32, 16}), w2(DType::kBF16, {16, 16});
+  auto se = SharedExpert::create(16, 16, 1.0f, w13.view(), w2.view(), Device::cpu(), 4);
+  EXPECT_EQ(se->device(), Device::cpu());
+  EXPECT_EQ(se->max_tokens(), 4);
+  EXPECT_EQ(se->weight_bytes(), 3 * 16 * 16 * 2);
+  EXPECT_FALSE(se->kernels(4).empty());
+  HostTensor<uint16_t> x4(DType::kBF16, {4, 16}), y4(DType::kBF16, {4, 16});
+  HostTensor<uint16_t> x5(DType::kBF16, {5, 16}), y5(DType::kBF16, {5, 16});
+  EXPECT_NO_THROW(se->forward(x4.view(), y4.view()));
+  ErrorCode code = ErrorCode::kInternal;
+  std::string m = error_of([&] { se->forward(x5.view(), y5.view()); }, &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument) << m;
+  EXPECT_NE(m.find("T = 5 tokens; expected at most max_tokens = 4"), std::string::npos) << m;
+  TensorView on_gpu = y4.view();
+  on_gpu.device = Device::cuda(0);
+  m = error_of([&] { se->add_to(x4.view(), on_gpu); }, &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument) << m;
+  EXPECT_NE(m.find("shared expert y is on cuda:0; expected cpu"), std::string::npos) << m;
+  m = error_of([&] { SharedExpert::create(16, 16, 1.0f, w13.view(), w2.view(), Device::cpu(), -1); }, &code);
+  EXPECT_NE(m.find("max_tokens = -1"), std::string::npos) << m;
+  // Weights on a device other than the expert's.
+  TensorView w13_gpu = w13.view();
+  w13_gpu.device = Device::cuda(1);
+  m = error_of([&] { SharedExpert::create(16, 16, 1.0f, w13_gpu, w2.view()); }, &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument) << m;
+  EXPECT_NE(m.find("shared w13 is on cuda:1; expected cpu"), std::string::npos) << m;
+}
+
+// cuda:999 exists on no machine: a build without CUDA has no backend for it, a CUDA build cannot
+// read its compute capability. The weights are checked first (kInvalidArgument on any build).
+TEST(SharedExpert, AGpuThisBuildOrMachineCannotUseIsUnsupported) {
+  HostTensor<uint16_t> w13(DType::kBF16, {32, 16}), w2(DType::kBF16, {16, 16});
+  ErrorCode code = ErrorCode::kInternal;
+  std::string m = error_of([&] { SharedExpert::create(16, 16, 1.0f, w13.view(), w2.view(), Device::cuda(999), 8); }, &code);
+  EXPECT_EQ(code, ErrorCode::kUnsupported) << m;
+  EXPECT_NE(m.find("a standalone shared expert on cuda:999"), std::string::npos) << m;
+  m = error_of([&] { SharedExpert::create(16, 16, 1.0f, w2.view(), w2.view(), Device::cuda(999), 8); }, &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument) << m;
+  EXPECT_NE(m.find("shared w13 has shape [16, 16]"), std::string::npos) << m;
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 // Inputs: Gaussian with holes, T different per rank (0 included), every slot to one expert,
 // structured x that encodes (rank, token), caller-quantized activations; then graph replay,
 // reruns, an out-of-range id, and a rank that never arrives (bounded wait, no hang); a shared
-// expert added in the reduce.
+// expert added in the reduce; the public SimulatedEpGroup giving this group's bits.
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -26,6 +26,7 @@
 #include "cuda/errors.h"
 #include "cuda_test_util.h"
 #include "moe_ep/formats.h"
+#include "moe_ep/simulated_group.h"
 #include "support/ep_harness.h"
 
 namespace moe_ep::cudatest {
@@ -70,8 +71,9 @@ std::vector<WeightPack> rank_weights(const Problem& p, const WeightSet& w, int R
 }
 
 // Runs one forward of every rank with y NaN-poisoned; `stream` may be captured by the caller.
-SimRun run_group(cuda::ep::SimEpGroup& group, const Problem& p, const std::vector<Inputs>& per_rank,
-                 int forwards = 1) {
+// Group: cuda::ep::SimEpGroup, or the public SimulatedEpGroup that wraps it.
+template <class Group>
+SimRun run_group(Group& group, const Problem& p, const std::vector<Inputs>& per_rank, int forwards = 1) {
   std::vector<DeviceInputs> d;
   std::vector<ForwardArgs> args;
   for (const Inputs& in : per_rank) d.push_back(to_device(p, in));
@@ -329,6 +331,45 @@ TEST_P(EpSimOneGpu, ARankThatNeverArrivesEndsInATimeoutNamingRankAndPhase) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, EpSimOneGpu, ::testing::Values("mxfp4", "nvfp4"));
+
+// SimulatedEpGroup::create on cuda:0 (moe_ep/simulated_group.h) is this group behind the
+// registry: the same y bits and workspace, step times for every step, the absent-rank timeout.
+TEST_P(EpSimOneGpu, ThePublicGroupIsThisGroup) {
+  const int R = 4;
+  Problem p = testsupport::tiny_problem(GetParam());
+  p.max_tokens = 48;
+  const WeightSet w = testsupport::random_weights(p, native_format(p), 91);
+  const Inputs global = testsupport::random_inputs(p, 48 + 0 + 40 + 33, 92, {.skip_fraction = 0.1});
+  const std::vector<Inputs> per_rank = split(global, {48, 0, 40, 33});
+  cuda::ep::SimEpGroup direct(options(p, R), rank_weights(p, w, R));
+  const std::unique_ptr<SimulatedEpGroup> group = SimulatedEpGroup::create(options(p, R), rank_weights(p, w, R));
+  EXPECT_EQ(group->world_size(), R);
+  EXPECT_EQ(group->layout().total_bytes, direct.layout().total_bytes);
+  EXPECT_EQ(group->notes(), direct.notes());
+  const SimRun a = run_group(direct, p, per_rank), b = run_group(*group, p, per_rank);
+  EXPECT_EQ(a.flags, 0u);
+  EXPECT_EQ(b.flags, 0u);
+  EXPECT_EQ(a.y, b.y) << p.str();
+  std::vector<DeviceInputs> d;
+  std::vector<ForwardArgs> args;
+  for (const Inputs& in : per_rank) d.push_back(to_device(p, in));
+  for (const DeviceInputs& di : d) args.push_back(di.args(nullptr));
+  const EpStepTimes t = group->forward_timed(args);
+  for (const double us : {t.quantize_us, t.dispatch_us, t.local_experts_us, t.combine_us, t.reduce_us})
+    EXPECT_GT(us, 0.0) << p.str();
+  EXPECT_EQ(group->read_error_flags(), 0u);
+  SimulatedGroupOptions bounded = options(p, R, /*timeout_ms=*/200);
+  const std::unique_ptr<SimulatedEpGroup> broken = SimulatedEpGroup::create(bounded, rank_weights(p, w, R));
+  broken->set_absent_ranks(1u << 2);
+  broken->forward(args);
+  try {
+    broken->read_error_flags();
+    ADD_FAILURE() << "an absent rank went unnoticed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+    EXPECT_NE(e.message().find("waiting for rank 2"), std::string::npos) << e.message();
+  }
+}
 
 // Host-side parts, no GPU needed: launch sizes, the timeout message, bad group options.
 TEST(EpSimHost, BlocksPerRankCoverTheRowsAndStayBounded) {

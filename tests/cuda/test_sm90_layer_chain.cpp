@@ -37,12 +37,16 @@ TEST(Sm90LayerChain, LayersShareTheScratchAndChainInOneGraph) {
       for (const auto& layer : layers) {
         bool shared = false;
         for (const ConfigEntry& e : layer->info().config.entries)
-          shared = shared || (e.key == "workspace_bytes" && e.value.find("shared") != std::string::npos);
+          shared = shared || (e.key == "scratch_bytes" && e.value.find("shared") != std::string::npos);
         EXPECT_TRUE(shared) << recipe << ": " << layer->info().config.str();
       }
       // One scratch for all N: asking again for 0 bytes gives the buffer the layers hold.
       const auto scratch = cuda::shared_layer_scratch(rt.get(), 0, 0);
       EXPECT_EQ(scratch.use_count(), 2 * N + 1) << "the N layers (layer and engine) and this copy";
+      // Each layer reports that buffer's size (what `moe_ep run --layers N` prints).
+      for (const auto& layer : layers)
+        for (const ConfigEntry& e : layer->info().config.entries)
+          if (e.key == "scratch_bytes") EXPECT_EQ(std::stoll(e.value), static_cast<long long>(scratch->buffer().bytes()));
       cudatest::DeviceInputs d = cudatest::to_device(p, in);
       std::vector<cuda::DeviceBuffer> y;
       for (int l = 0; l < N; ++l) y.emplace_back(T * H * 2);

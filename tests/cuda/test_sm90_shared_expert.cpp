@@ -1,11 +1,12 @@
 // The shared expert on the GPU (cuda/sm90_shared_expert.h) against the CPU SharedExpert:
 // forward and add_to, tiny and deepseek-v4-flash shapes, clamp on and off, partial token
 // groups and tiles, both kernel ways; outputs poisoned first; float64 relative error within the
-// mxfp4 threshold; reruns bitwise equal.
+// mxfp4 threshold; reruns bitwise equal. The public SharedExpert on the GPU gives its bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -198,6 +199,73 @@ TEST(Sm90SharedExpert, TiledLayoutGivesTheRowMajorBitsBothWays) {
   EXPECT_EQ(cuda::launch_sm90_shared_expert_tile_weights(scratch.get<uint16_t>(), scratch.get<uint16_t>() + 8 * 256,
                                                          8, 128, 0, nullptr),
             cudaErrorInvalidValue);  // k % 256 != 0
+}
+
+// SharedExpert::create on cuda:0 (moe_ep/shared_expert.h) is this expert behind the registry:
+// the automatic way's bits, forward and add_to, at a decode and a prefill T, eager and replayed
+// from a captured graph; tensors elsewhere than on the device and calls above max_tokens are
+// refused before any launch.
+TEST(Sm90SharedExpert, ThePublicSharedExpertOnTheGpuIsThisOne) {
+  MOE_EP_REQUIRE_CUDA();
+  const int64_t H = 256, I = 128, max_tokens = 128;
+  const std::vector<uint16_t> w13 = gaussian_bf16(2 * I * H, 4.0f / std::sqrt(float(H)), 91);
+  const std::vector<uint16_t> w2 = gaussian_bf16(H * I, 1.0f / std::sqrt(float(I)), 92);
+  const TensorView w13v = TensorView::contiguous(const_cast<uint16_t*>(w13.data()), DType::kBF16, {2 * I, H});
+  const TensorView w2v = TensorView::contiguous(const_cast<uint16_t*>(w2.data()), DType::kBF16, {H, I});
+  const cuda::Sm90SharedExpert direct(H, I, 10.0f, w13v, w2v, max_tokens, 0);
+  const auto pub = SharedExpert::create(H, I, 10.0f, w13v, w2v, Device::cuda(0), max_tokens);
+  EXPECT_EQ(pub->device(), Device::cuda(0));
+  cudaStream_t s;
+  MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (const int64_t T : {int64_t{5}, int64_t{100}}) {
+    EXPECT_EQ(pub->kernels(T), direct.uses_tensor_cores(T) ? "tensor cores" : "dot products") << "T = " << T;
+    const std::vector<uint16_t> x = gaussian_bf16(T * H, 1.0f, 93 + T), y0 = gaussian_bf16(T * H, 0.5f, 94 + T);
+    const cuda::DeviceBuffer dx = cuda::DeviceBuffer::upload(x);
+    cuda::DeviceBuffer dy(T * H * 2);
+    const TensorView xv = TensorView::contiguous(dx.get(), DType::kBF16, {T, H}, Device::cuda(0));
+    const TensorView yv = TensorView::contiguous(dy.get(), DType::kBF16, {T, H}, Device::cuda(0));
+    auto result = [&](const std::function<void()>& call, const std::vector<uint16_t>* start) {
+      if (start)
+        MOE_EP_CUDA_CHECK(cudaMemcpy(dy.get(), start->data(), dy.bytes(), cudaMemcpyHostToDevice));
+      else
+        MOE_EP_CUDA_CHECK(cudaMemset(dy.get(), 0xFF, dy.bytes()));
+      call();
+      MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<uint16_t> out(T * H);
+      MOE_EP_CUDA_CHECK(cudaMemcpy(out.data(), dy.get(), dy.bytes(), cudaMemcpyDeviceToHost));
+      return out;
+    };
+    const auto* xp = dx.get<uint16_t>();
+    auto* yp = dy.get<uint16_t>();
+    const std::vector<uint16_t> out = result([&] { direct.forward(xp, yp, T, s); }, nullptr);
+    const std::vector<uint16_t> add = result([&] { direct.add_to(xp, yp, T, s); }, &y0);
+    EXPECT_EQ(result([&] { pub->forward(xv, yv, s); }, nullptr), out) << "forward, T = " << T;
+    EXPECT_EQ(result([&] { pub->add_to(xv, yv, s); }, &y0), add) << "add_to, T = " << T;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    MOE_EP_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    pub->forward(xv, yv, s);
+    MOE_EP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    MOE_EP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    EXPECT_EQ(result([&] { MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, nullptr), out) << "replay, T = " << T;
+    MOE_EP_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    MOE_EP_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+  MOE_EP_CUDA_CHECK(cudaStreamDestroy(s));
+  std::vector<uint16_t> host(2 * max_tokens * H);
+  const TensorView on_host = TensorView::contiguous(host.data(), DType::kBF16, {4, H});
+  const TensorView too_many = TensorView::contiguous(host.data(), DType::kBF16, {max_tokens + 1, H});
+  for (const auto& [x, expected] : {std::pair{on_host, "shared expert x is on cpu; expected cuda:0"},
+                                    std::pair{too_many, "expected at most max_tokens = 128"}}) {
+    try {
+      pub->forward(x, x);
+      ADD_FAILURE() << expected;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.message();
+      EXPECT_NE(e.message().find(expected), std::string::npos) << e.message();
+    }
+  }
+  EXPECT_THROW(SharedExpert::create(H, I, 10.0f, w13v, w2v, Device::cuda(0), 0), Error);  // a GPU needs max_tokens
 }
 
 // ---- the tiled weight layout (SharedExpertParams::tiled_weights), kernel level ---------------

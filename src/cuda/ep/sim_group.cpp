@@ -77,10 +77,7 @@ SimEpGroup::SimEpGroup(const SimGroupOptions& o, std::span<const WeightPack> wei
                kMaxLaunchRanks);
   MOE_EP_CHECK(o.device.type == DeviceType::kCUDA,
                "the one-GPU simulation runs on a CUDA device; got device = {}", o.device.str());
-  MOE_EP_CHECK(static_cast<int>(weights.size()) == R,
-               "weights has {} entries; expected one per rank (world_size = {})", weights.size(), R);
-  MOE_EP_CHECK(o.timeout_ms >= 1, "timeout_ms = {} is invalid; expected >= 1", o.timeout_ms);
-  validate_desc(o.desc, R);
+  validate_simulated_group(o, weights.size());
   State& s = *s_;
   s.options = o;
   MOE_EP_CUDA_CHECK(cudaSetDevice(o.device.index));
@@ -166,6 +163,11 @@ SimStepTimes SimEpGroup::forward_timed(std::span<const ForwardArgs> args, void* 
   for (int i = 0; i < 5; ++i)
     MOE_EP_CUDA_CHECK(cudaEventElapsedTime(&ms[i], s_->events[i], s_->events[i + 1]));
   return {ms[0] * 1e3, ms[1] * 1e3, ms[2] * 1e3, ms[3] * 1e3, ms[4] * 1e3};
+}
+
+std::unique_ptr<SimulatedEpGroup::Impl> make_sim_group(const SimulatedGroupOptions& options,
+                                                       std::span<const WeightPack> weights) {
+  return std::make_unique<SimEpGroup>(options, weights);
 }
 
 uint32_t SimEpGroup::read_error_flags(bool clear) {
