@@ -18,6 +18,7 @@ figures are printed (pytest -s) and recorded in TESTING.md.
 """
 
 import copy
+import gc
 import os
 import re
 import subprocess
@@ -140,6 +141,14 @@ def greedy(model, prompts, new_tokens):
         out = model.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=new_tokens,
                              min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
     return out[:, prompts.shape[1]:]
+
+
+@pytest.fixture(autouse=True)
+def release_layers():
+    """Each test's models (and with them their layers and the runtime) go when it ends: a process
+    holds one moe_ep world at a time, so the CUDA tests need the CPU runtime gone."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="module")
@@ -322,10 +331,22 @@ def test_save_pretrained_writes_deepseek_v4_naming(tmp_path):
         assert names[p + "gate.weight"].get_shape() == [NUM_EXPERTS, 256]
         assert (p + "gate.tid2eid" in names) == (layer < 2)
         assert (p + "gate.bias" in names) == (layer >= 2)
+    # from_pretrained with moe_ep runs the same layers as the model that was saved.
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(directory, experts_implementation="moe_ep")
+    saved = tiny_model()
+    saved.set_experts_implementation("moe_ep")
+    tokens = torch.tensor([[2, 3, 5, 7, 11, 13]])
+    with torch.no_grad():
+        assert torch.equal(loaded(tokens).logits, saved(tokens).logits)
+    assert loaded.model.layers[0].mlp.experts._moe_ep_state.layer is not None
+
+
+def test_moe_ep_inspect_reads_the_saved_checkpoint(tmp_path):
     cli = os.environ.get("MOE_EP_CLI")
     if not cli:
         pytest.skip("set MOE_EP_CLI to a moe_ep binary to check `moe_ep inspect` on this checkpoint "
-                    "(transformers' naming: issue 39 item 1)")
+                    "(DeepSeek V4's naming with bf16 experts, as save_pretrained writes it: issue 39 item 1)")
+    directory = write_tiny_checkpoint(tmp_path / "tiny-v4")
     r = subprocess.run([cli, "inspect", str(directory)], capture_output=True, text=True)
     assert r.returncode == 0 and re.search(r"MoE layers found: 4\b", r.stdout), r.stdout + r.stderr
 
@@ -349,7 +370,13 @@ def test_cuda_experts_calls_are_the_recipe(model, tokens, recipe):
         err = rel(y.float().cpu().numpy(), want)
         print(f"\ncuda {recipe} {name}: experts vs the recipe's oracle: {err:.2e}")
         assert err <= LAYER_TOLERANCE[recipe], f"{name}: {err:.3e}"
+    same_weights = with_dequantized_experts(model, recipe).to("cuda")
+    with torch.no_grad():
+        err = rel(m(tokens.cuda()).logits.double().cpu().numpy(),
+                  same_weights(tokens.cuda()).logits.double().cpu().numpy())
+    print(f"cuda {recipe}: logits vs transformers' experts with the layer's weights {err:.2e}")
+    assert err <= LOGITS_TOLERANCE[recipe]
     c = torch.compile(m.model.layers[2].mlp, fullgraph=True)
     x = torch.randn(1, 5, model.config.hidden_size, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
-        assert rel(c(x).float().cpu().numpy(), m.model.layers[2].mlp(x).float().cpu().numpy()) < 1e-2
+        assert rel(c(x).float().cpu().numpy(), m.model.layers[2].mlp(x).float().cpu().numpy()) < 2e-2
