@@ -256,6 +256,47 @@ def test_logits_and_greedy_tokens_match_the_eager_model(model, tokens, prompts, 
     assert agree >= GREEDY_FLOOR[recipe]
 
 
+def fp8_interface_experts(config, **kw):
+    """transformers' experts module for a checkpoint loaded with quant_method "fp8" (what
+    from_pretrained puts in place of DeepseekV4Experts on a GPU), built here on the CPU."""
+    from transformers.integrations.finegrained_fp8 import ALL_FP8_EXPERTS_FUNCTIONS, FP8Experts
+    from transformers.integrations.moe import use_experts_implementation
+    cls = use_experts_implementation(experts_class=FP8Experts, experts_interface=ALL_FP8_EXPERTS_FUNCTIONS)
+    return cls(config=config, **kw)
+
+
+def test_fp4_checkpoint_experts_are_taken_as_loaded(model):
+    # DeepSeek V4's FP4 experts as transformers loads them: int8 e2m1 pairs + float8_e8m0fnu
+    # scales per 32, which is MXFP4: the layer takes them as they are, so they give bitwise what
+    # the bf16 experts they were quantized from give (the library's quantizer is the same one).
+    pytest.importorskip("transformers.integrations.finegrained_fp8", reason="transformers without FP8 experts")
+    if not hasattr(torch, "float8_e8m0fnu"):
+        pytest.skip(f"torch {torch.__version__} has no float8_e8m0fnu")
+    config = tiny_config(experts_implementation="moe_ep")
+    dense = copy.deepcopy(model.model.layers[2].mlp.experts)
+    dense.config = config
+    fp4 = fp8_interface_experts(config, block_size=None, scale_fmt="ue8m0", expert_dtype="fp4",
+                                swiglu_limit=config.swiglu_limit)
+    with torch.no_grad():
+        for name in ("gate_up_proj", "down_proj"):
+            codes, scales = ref.mxfp4_quantize(getattr(dense, name).float().numpy().astype(np.float64))
+            getattr(fp4, name).copy_(torch.from_numpy(codes).view(torch.int8))
+            getattr(fp4, name + "_scale_inv").copy_(torch.from_numpy(scales).view(torch.float8_e8m0fnu))
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 256, generator=gen).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(NUM_EXPERTS, generator=gen)[:TOP_K] for _ in range(6)])
+    w = torch.rand(6, TOP_K, generator=gen).to(torch.bfloat16)
+    with torch.no_grad():
+        got = fp4(x, ids, w)
+        assert torch.equal(got, dense(x, ids, w))
+    assert fp4._moe_ep_state.layer.info()["recipe"] == "mxfp4"
+    # FP8 block-scaled experts have no moe_ep recipe: refused with the way out.
+    fp8 = fp8_interface_experts(config, block_size=(128, 128), expert_dtype="fp8", swiglu_limit=10.0)
+    with pytest.raises(moe_ep.UnsupportedError, match=r"experts in torch.float8_e4m3fn .*dequantize=True"), \
+            torch.no_grad():
+        fp8(x, ids, w)
+
+
 # ---- the cache, options, compile -------------------------------------------------------------
 
 

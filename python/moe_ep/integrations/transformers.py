@@ -8,10 +8,13 @@ registers moe_ep in ``transformers.integrations.moe.ExpertsInterface``::
     model.set_experts_implementation("moe_ep")                 # or switch a loaded model
 
 Names (:data:`IMPLEMENTATIONS`): ``moe_ep`` runs the mxfp4 recipe, ``moe_ep_nvfp4`` the nvfp4
-one. The model's routed experts (``gate_up_proj`` [E, 2I, H], ``down_proj`` [E, H, I], bf16 or
-fp32) are quantized by the library at their first forward (``moe_ep.Layer`` from a bf16
-``WeightPack``: fp32 weights are rounded to bf16 first), and the layer is cached on the experts
-module until the parameters change (another tensor, or an in-place write: the tensor's version
+one; both are also registered in transformers' ``FP8ExpertsInterface``, which serves the experts
+of a checkpoint loaded with quant_method "fp8". The model's routed experts (``gate_up_proj``
+[E, 2I, H], ``down_proj`` [E, H, I], bf16 or fp32) are quantized by the library at their first
+forward (``moe_ep.Layer`` from a bf16 ``WeightPack``: fp32 weights are rounded to bf16 first);
+packed FP4 experts with UE8M0 scales per 32 (DeepSeek V4's FP4 checkpoint as transformers loads
+it: ``gate_up_proj`` int8 [E, 2I, H/2] + ``gate_up_proj_scale_inv``) are MXFP4 and taken as
+loaded. The layer is cached on the experts module until the parameters change (another tensor, or an in-place write: the tensor's version
 counter), the recipe changes or :func:`configure` is called. Every layer of a device shares one
 runtime (:class:`moe_ep.integrations.SharedRuntime`), so one workspace serves the whole model.
 
@@ -47,6 +50,11 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 from transformers.integrations.moe import ExpertsInterface
+
+try:  # transformers' FP8 / FP4 checkpoint experts (quantization_config quant_method "fp8")
+    from transformers.integrations.finegrained_fp8 import FP8ExpertsInterface
+except ImportError:
+    FP8ExpertsInterface = None
 
 import moe_ep
 from moe_ep.integrations import SharedRuntime, validate_config
@@ -136,6 +144,45 @@ def activation_clamp(module: Any) -> Optional[float]:
     return clamp
 
 
+def _host(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """The library reads expert weights from host memory (it converts and uploads them itself)."""
+    return t.detach().to(device="cpu", dtype=dtype).contiguous()
+
+
+def _weight_pack(name: str, gate_up: torch.Tensor, down: torch.Tensor,
+                 gate_up_scale: Optional[torch.Tensor], down_scale: Optional[torch.Tensor]) -> WeightPack:
+    """The experts' weights as the layer takes them: bf16 / fp32 (rounded to bf16; quantized by
+    the library, docs/spec.md §4.3, §5.1), or packed FP4 with a UE8M0 scale per 32 along K, as
+    transformers loads DeepSeek V4's FP4 experts (int8 or float4_e2m1fn_x2 e2m1 pairs, low nibble
+    first, and float8_e8m0fnu scales): MXFP4 taken as it is."""
+    shapes = f"gate_up_proj {list(gate_up.shape)} and down_proj {list(down.shape)}"
+    if gate_up.dim() != 3 or down.dim() != 3:
+        raise ValueError(f"moe_ep: {name}: {shapes}; expected [E, 2I, H] and [E, H, I]")
+    if gate_up.is_floating_point() and gate_up.element_size() > 1:
+        num_experts, two_i, hidden = (int(d) for d in gate_up.shape)
+        if two_i % 2 or tuple(down.shape) != (num_experts, hidden, two_i // 2):
+            raise ValueError(f"moe_ep: {name}: {shapes}; expected [E, 2I, H] and [E, H, I]")
+        return WeightPack.bf16(_host(gate_up, torch.bfloat16), _host(down, torch.bfloat16))
+    packed = (torch.int8, torch.uint8) + tuple(getattr(torch, n) for n in ("float4_e2m1fn_x2",) if hasattr(torch, n))
+    if gate_up.dtype in packed and down.dtype == gate_up.dtype:
+        e8m0 = getattr(torch, "float8_e8m0fnu", None)
+        for scale, of in ((gate_up_scale, "gate_up_proj"), (down_scale, "down_proj")):
+            if scale is None or scale.dtype not in (e8m0, torch.uint8):
+                raise moe_ep.UnsupportedError(
+                    f"moe_ep: {name}: packed FP4 {of} needs UE8M0 scales per 32 along K "
+                    f"({of}_scale_inv float8_e8m0fnu); got {None if scale is None else scale.dtype}")
+        try:
+            return WeightPack.mxfp4(_host(gate_up).view(torch.uint8), _host(gate_up_scale).view(torch.uint8),
+                                    _host(down).view(torch.uint8), _host(down_scale).view(torch.uint8))
+        except ValueError as e:
+            raise moe_ep.UnsupportedError(f"moe_ep: {name}: packed FP4 experts whose scales are not one "
+                                          f"UE8M0 per 32 along K ({e})") from None
+    raise moe_ep.UnsupportedError(
+        f"moe_ep: {name}: experts in {gate_up.dtype} ({shapes}); moe_ep takes bf16 / fp32 experts "
+        f"(quantized at first use) or packed FP4 with UE8M0 scales per 32 (MXFP4). FP8 experts: "
+        f"load with quantization_config dequantize=True")
+
+
 class _ExpertsState:
     """What moe_ep keeps on one experts module (``module._moe_ep_state``): its options and the
     layer built from its weights, with the key those weights had. A copy of a module gets a
@@ -172,42 +219,34 @@ class _ExpertsState:
     def __reduce__(self):
         return (_ExpertsState, (self.options,))
 
-    def layer_for(self, gate_up: torch.Tensor, down: torch.Tensor, recipe: str, top_k: int,
-                  device: str) -> moe_ep.Layer:
-        key = (_tensor_key(gate_up), _tensor_key(down), recipe, top_k, device, self.options)
+    def layer_for(self, gate_up: torch.Tensor, down: torch.Tensor, gate_up_scale: Optional[torch.Tensor],
+                  down_scale: Optional[torch.Tensor], recipe: str, top_k: int, device: str) -> moe_ep.Layer:
+        key = tuple(None if t is None else _tensor_key(t) for t in (gate_up, down, gate_up_scale, down_scale))
+        key += (recipe, top_k, device, self.options)
         layer = self.layer
         if layer is not None and self.key == key:
             return layer
         with self._build_lock:
             if self.layer is None or self.key != key:
-                self._build(gate_up, down, recipe, top_k, device, key)
+                self._build(_weight_pack(self.module_name, gate_up, down, gate_up_scale, down_scale),
+                            recipe, top_k, device, key)
             return self.layer
 
-    def _build(self, gate_up: torch.Tensor, down: torch.Tensor, recipe: str, top_k: int,
-               device: str, key: tuple) -> None:
+    def _build(self, weights: WeightPack, recipe: str, top_k: int, device: str, key: tuple) -> None:
         self.drop()
-        if gate_up.dim() != 3 or down.dim() != 3:
-            raise ValueError(f"moe_ep: {self.module_name}: gate_up_proj {list(gate_up.shape)} and "
-                             f"down_proj {list(down.shape)}; expected [E, 2I, H] and [E, H, I]")
-        num_experts, two_i, hidden = (int(d) for d in gate_up.shape)
-        inter = two_i // 2
-        if two_i % 2 or tuple(down.shape) != (num_experts, hidden, inter):
-            raise ValueError(f"moe_ep: {self.module_name}: gate_up_proj {list(gate_up.shape)} and "
-                             f"down_proj {list(down.shape)}; expected [E, 2I, H] and [E, H, I]")
         capability = None
         if device.startswith("cuda"):
             capability = torch.cuda.get_device_capability(torch.device(device))
-        validate_config(recipe, num_experts=num_experts, hidden_size=hidden, intermediate_size=inter,
-                        top_k=top_k, weight_format="bf16", device_capability=capability)
-        # The library quantizes bf16 weights from host memory (docs/spec.md §4.3, §5.1).
-        w13 = gate_up.detach().to(device="cpu", dtype=torch.bfloat16).contiguous()
-        w2 = down.detach().to(device="cpu", dtype=torch.bfloat16).contiguous()
+        validate_config(recipe, num_experts=weights.num_experts, hidden_size=weights.hidden_size,
+                        intermediate_size=weights.intermediate_size, top_k=top_k,
+                        weight_format=weights.format, device_capability=capability)
         runtime = SharedRuntime.acquire(device=device)
         try:
-            layer = moe_ep.Layer(runtime.runtime, num_experts=num_experts, hidden_size=hidden,
-                                 intermediate_size=inter, top_k=top_k,
+            layer = moe_ep.Layer(runtime.runtime, num_experts=weights.num_experts,
+                                 hidden_size=weights.hidden_size,
+                                 intermediate_size=weights.intermediate_size, top_k=top_k,
                                  max_tokens_per_rank=self.options.max_tokens,
-                                 weights=WeightPack.bf16(w13, w2), recipe=recipe,
+                                 weights=weights, recipe=recipe,
                                  activation_clamp=self.clamp, fast_math=self.options.fast_math,
                                  exact_accumulation=self.options.exact_accumulation)
         except BaseException:
@@ -243,13 +282,15 @@ def state_of(module: torch.nn.Module) -> _ExpertsState:
 
 @torch.library.custom_op("moe_ep::hf_experts", mutates_args=(), device_types=("cpu", "cuda"))
 def hf_experts(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
-               gate_up_proj: torch.Tensor, down_proj: torch.Tensor, handle: int,
-               recipe: str) -> torch.Tensor:
+               gate_up_proj: torch.Tensor, down_proj: torch.Tensor,
+               gate_up_proj_scale: Optional[torch.Tensor], down_proj_scale: Optional[torch.Tensor],
+               handle: int, recipe: str) -> torch.Tensor:
     """y bf16 [T, H] of the experts module's moe_ep layer (`handle`): x bf16 [T, H], topk_ids
-    [T, K] (-1 skips a slot), topk_weights f32 [T, K]. The layer is built, or rebuilt, from
-    gate_up_proj / down_proj when their key differs from the cached one."""
+    [T, K] (-1 skips a slot), topk_weights f32 [T, K]. The layer is built, or rebuilt, from the
+    weights (and, for packed FP4 experts, their scales) when their key differs from the cached one."""
     state = _state(handle)
-    layer = state.layer_for(gate_up_proj, down_proj, recipe, int(topk_ids.shape[-1]), _layer_device(x))
+    layer = state.layer_for(gate_up_proj, down_proj, gate_up_proj_scale, down_proj_scale, recipe,
+                            int(topk_ids.shape[-1]), _layer_device(x))
     x = x.contiguous()
     topk_ids = topk_ids.contiguous()
     topk_weights = topk_weights.contiguous()
@@ -262,7 +303,8 @@ def hf_experts(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
 
 
 @hf_experts.register_fake
-def _hf_experts_fake(x, topk_ids, topk_weights, gate_up_proj, down_proj, handle, recipe):
+def _hf_experts_fake(x, topk_ids, topk_weights, gate_up_proj, down_proj, gate_up_proj_scale,
+                     down_proj_scale, handle, recipe):
     return torch.empty_like(x)
 
 
@@ -283,7 +325,8 @@ def _experts_forward(recipe: str) -> Callable:
             ids = torch.where(ids < self.num_experts, ids, torch.full_like(ids, -1))
         y = torch.ops.moe_ep.hf_experts(hidden_states.to(torch.bfloat16), ids,
                                         top_k_weights.to(torch.float32), self.gate_up_proj,
-                                        self.down_proj, handle, recipe)
+                                        self.down_proj, getattr(self, "gate_up_proj_scale_inv", None),
+                                        getattr(self, "down_proj_scale_inv", None), handle, recipe)
         return y.to(hidden_states.dtype)
 
     experts_forward.__name__ = f"moe_ep_{recipe}_experts_forward"
@@ -292,10 +335,13 @@ def _experts_forward(recipe: str) -> Callable:
 
 
 def register() -> None:
-    """Register every name of :data:`IMPLEMENTATIONS` in transformers' ExpertsInterface (done at
-    import; again after something replaced them)."""
+    """Register every name of :data:`IMPLEMENTATIONS` in transformers' ExpertsInterface and, where
+    transformers has it, its FP8ExpertsInterface (the experts of a checkpoint loaded with
+    quant_method "fp8"); done at import, again after something replaced them."""
+    interfaces = [ExpertsInterface] + ([FP8ExpertsInterface] if FP8ExpertsInterface is not None else [])
     for name, recipe in IMPLEMENTATIONS.items():
-        ExpertsInterface.register(name, _experts_forward(recipe))
+        for interface in interfaces:
+            interface.register(name, _experts_forward(recipe))
 
 
 register()
@@ -338,7 +384,8 @@ def prepare(model: torch.nn.Module, top_k: Optional[int] = None) -> int:
             raise ValueError(f"moe_ep: {name}: the config has no num_experts_per_tok; pass top_k=")
         state = state_of(module)
         state.module_name = name
-        state.layer_for(module.gate_up_proj, module.down_proj, recipe, int(k),
+        state.layer_for(module.gate_up_proj, module.down_proj, getattr(module, "gate_up_proj_scale_inv", None),
+                        getattr(module, "down_proj_scale_inv", None), recipe, int(k),
                         _layer_device(module.gate_up_proj))
         count += 1
     return count
