@@ -200,6 +200,24 @@ def test_clamp_is_swiglu_limit_and_other_activations_are_refused(model):
         mt.activation_clamp(experts)
 
 
+def test_the_clamp_reaches_the_layer(model):
+    # Weights large enough that most gate / up values pass swiglu_limit: the layer's output is
+    # the oracle's with the clamp, and far from the oracle's without it.
+    experts = copy.deepcopy(model.model.layers[2].mlp.experts)
+    experts.config = tiny_config(experts_implementation="moe_ep")
+    with torch.no_grad():
+        experts.gate_up_proj.mul_(64.0)
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(6, 256, generator=gen).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(NUM_EXPERTS, generator=gen)[:TOP_K] for _ in range(6)])
+    w = torch.rand(6, TOP_K, generator=gen)
+    with torch.no_grad():
+        y = experts(x, ids, w).float().numpy()
+    weights = oracle_weights(experts, "mxfp4")
+    assert rel(y, oracle_experts("mxfp4", weights, x, ids, w, 10.0)) <= LAYER_TOLERANCE["mxfp4"]
+    assert rel(y, oracle_experts("mxfp4", weights, x, ids, w, None)) > 0.5
+
+
 def test_unaligned_sizes_are_refused_naming_the_field():
     m = transformers.AutoModelForCausalLM.from_config(
         tiny_config(moe_intermediate_size=96), dtype=torch.bfloat16, experts_implementation="moe_ep")
@@ -326,6 +344,7 @@ def test_weights_are_quantized_once_and_again_when_they_change(model, tokens):
     c = copy.deepcopy(m)
     assert c.model.layers[3].mlp.experts._moe_ep_state.handle != experts._moe_ep_state.handle
     assert mt.prepare(c) == 4
+    assert c.model.layers[3].mlp.experts._moe_ep_state.layer.info()["activation_clamp"] == 10.0
     runtimes = {id(e._moe_ep_state.runtime) for _, e in mt.experts_modules(c)}
     assert len(runtimes) == 1
 

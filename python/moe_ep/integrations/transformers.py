@@ -67,8 +67,9 @@ IMPLEMENTATIONS: Dict[str, str] = {"moe_ep": "mxfp4", "moe_ep_nvfp4": "nvfp4"}
 @dataclass(frozen=True)
 class Options:
     """Per experts module (:func:`configure`)."""
-    # Tokens per layer call; a forward with more runs in chunks of this many (each token's
-    # result does not depend on the chunk it is in). It sizes the shared workspace.
+    # Tokens per layer call (the layer's max_tokens_per_rank, which sizes its buffers); a
+    # forward with more runs in chunks of this many (each token's result does not depend on the
+    # chunk it is in).
     max_tokens: int = 1024
     fast_math: bool = False
     exact_accumulation: bool = False
@@ -184,15 +185,16 @@ def _weight_pack(name: str, gate_up: torch.Tensor, down: torch.Tensor,
 
 
 class _ExpertsState:
-    """What moe_ep keeps on one experts module (``module._moe_ep_state``): its options and the
-    layer built from its weights, with the key those weights had. A copy of a module gets a
-    fresh state (its own handle, no layer); pickling keeps only the options."""
+    """What moe_ep keeps on one experts module (``module._moe_ep_state``): its checked
+    activation clamp, its options and the layer built from its weights, with the key those
+    weights had. A copy of a module gets a fresh state (its own handle, no layer); pickling keeps
+    the clamp and the options."""
 
-    def __init__(self, options: Options = Options()) -> None:
+    def __init__(self, clamp: Optional[float], options: Options = Options()) -> None:
+        self.clamp = clamp
         self.options = options
         self.layer: Optional[moe_ep.Layer] = None
         self.key: Optional[tuple] = None
-        self.clamp: Optional[float] = None
         self.runtime: Optional[SharedRuntime] = None
         self.module_name = "experts"
         self._build_lock = threading.Lock()
@@ -214,10 +216,10 @@ class _ExpertsState:
             pass
 
     def __deepcopy__(self, memo: dict) -> "_ExpertsState":
-        return _ExpertsState(self.options)
+        return _ExpertsState(self.clamp, self.options)
 
     def __reduce__(self):
-        return (_ExpertsState, (self.options,))
+        return (_ExpertsState, (self.clamp, self.options))
 
     def layer_for(self, gate_up: torch.Tensor, down: torch.Tensor, gate_up_scale: Optional[torch.Tensor],
                   down_scale: Optional[torch.Tensor], recipe: str, top_k: int, device: str) -> moe_ep.Layer:
@@ -274,8 +276,7 @@ def state_of(module: torch.nn.Module) -> _ExpertsState:
     """The moe_ep state of an experts module, made (and its activation checked) on first use."""
     state = module.__dict__.get("_moe_ep_state")
     if state is None:
-        state = _ExpertsState()
-        state.clamp = activation_clamp(module)
+        state = _ExpertsState(activation_clamp(module))
         module._moe_ep_state = state
     return state
 
