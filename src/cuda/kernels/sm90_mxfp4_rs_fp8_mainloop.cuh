@@ -43,6 +43,7 @@
 #include "cuda/kernels/sm90_grouped_gemm.h"
 #include "cuda/kernels/sm90_persistent_tiles.cuh"
 #include "cuda/kernels/sm90_rs_fragment.cuh"
+#include "cuda/kernels/sm90_rs_ring.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
@@ -92,9 +93,8 @@ struct RsFp8TileConfig {
   // i + kLookahead - kStages released; a consumer waits for step i before it releases step
   // i - 1, so the ring needs kStages >= kLookahead + 2.
   static_assert(kStages >= kLookahead + 2, "the stage ring would deadlock");
-  static constexpr int kRowsPerThread = kBlockM / 16;  // producer: 8 threads per token row
-
   static constexpr int kABytes = kBlockM * 128;
+  using TokenRows = RsTokenRows<kBlockM / 16, 1, kABytes>;  // the producer's: 8 threads per token row
   using WeightCopy = RingWeightCopy<kBlockN, 4>;  // the producer's cp.async of W and D
   static constexpr int kWBytes = WeightCopy::kWBytes;
   static constexpr int kDBytes = WeightCopy::kDBytes;
@@ -103,13 +103,9 @@ struct RsFp8TileConfig {
   static constexpr int kOffW = kABytes, kOffD = kOffW + kWBytes, kOffSa = kOffD + kDBytes,
                        kOffSf = kOffSa + kSaBytes;
   static constexpr int kStageBytes = (kOffSf + kSfBytes + 1023) / 1024 * 1024;
-  static constexpr int kAmaxBytes = kConsumers * 4 * kBlockM * 4;
-  static constexpr int kOffAmax = kStages * kStageBytes;
-  static constexpr int kOffTable = kOffAmax + kAmaxBytes;
-  static constexpr int kOffBarriers = kOffTable + 16 * 8;
-  static constexpr int kSharedBytes = kOffBarriers + 2 * kStages * 8 + 1024;  // + alignment slack
   static_assert(kABytes % 1024 == 0 && kOffSf % 16 == 0, "wgmma tiles 1024-aligned, SF float4-aligned");
-  static_assert(kSharedBytes <= 232448, "H100/H200 allow 227 KiB of shared memory per block");
+  using Layout = RsRingLayout<kStages, kStageBytes, kConsumers, kBlockM, 16 * 8>;  // + the decode table
+  static constexpr int kSharedBytes = Layout::kSharedBytes;
 };
 
 // Where token column c of a tile keeps its scale factors in SF: the four columns a consumer thread
@@ -121,70 +117,47 @@ __host__ __device__ constexpr int rs_fp8_scale_slot(int c) {
 }
 
 template <class Cfg>
-struct RsFp8Smem {
-  uint8_t* base;
-  __device__ __forceinline__ uint8_t* a(int s) const { return base + s * Cfg::kStageBytes; }
-  __device__ __forceinline__ uint8_t* w(int s) const { return a(s) + Cfg::kOffW; }
+struct RsFp8Smem : RsRingSmem<Cfg> {
+  __device__ __forceinline__ uint8_t* w(int s) const { return this->a(s) + Cfg::kOffW; }
   __device__ __forceinline__ const uint32_t* d(int s) const {
-    return reinterpret_cast<const uint32_t*>(a(s) + Cfg::kOffD);
+    return reinterpret_cast<const uint32_t*>(this->a(s) + Cfg::kOffD);
   }
-  __device__ __forceinline__ uint8_t* sa(int s) const { return a(s) + Cfg::kOffSa; }
-  __device__ __forceinline__ float* sf(int s) const { return reinterpret_cast<float*>(a(s) + Cfg::kOffSf); }
-  __device__ __forceinline__ float* amax(int wg) const {
-    return reinterpret_cast<float*>(base + Cfg::kOffAmax) + wg * 4 * Cfg::kBlockM;
-  }
-  __device__ __forceinline__ uint2* table() const { return reinterpret_cast<uint2*>(base + Cfg::kOffTable); }
-  __device__ __forceinline__ uint64_t* full(int s) const {
-    return reinterpret_cast<uint64_t*>(base + Cfg::kOffBarriers) + s;
-  }
-  __device__ __forceinline__ uint64_t* empty(int s) const { return full(Cfg::kStages) + s; }
+  __device__ __forceinline__ uint8_t* sa(int s) const { return this->a(s) + Cfg::kOffSa; }
+  __device__ __forceinline__ float* sf(int s) const { return reinterpret_cast<float*>(this->a(s) + Cfg::kOffSf); }
+  __device__ __forceinline__ uint2* table() const { return reinterpret_cast<uint2*>(this->own()); }
 };
 
 // ---- producer warpgroup ----------------------------------------------------------------------
-// Its state is padded to 64 bytes: at 56, ptxas assigns the tails form's accumulator registers
+// Its state is padded to 64 bytes, and its walk over the ring stays in the kernel body rather than
+// in run_rs_producer: either change makes ptxas assign the tails form's accumulator registers
 // otherwise (the same instructions, renamed), and the form keeps the machine code it was measured
 // with.
 template <class Cfg>
 struct alignas(64) RsFp8Producer {
-  const uint8_t* a_src[Cfg::kRowsPerThread];  // token rows tid / 8 + 16 j at chunk tid % 8; null past the tile
-  const uint8_t* sa_src;  // token tid's scale words (tid < kBlockM), null past the tile
+  typename Cfg::TokenRows rows;      // the tile's token rows
+  const uint8_t* sa_src;             // token tid's scale words (tid < kBlockM), null past the tile
   typename Cfg::WeightCopy weights;  // the micro-tiles and shift words
 
   __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const TileCoord& t, int k_steps,
                                              int tid) {
-    auto source_row = [&](int r) {
-      const int row = t.row_begin + r;
-      return op.a_row_index ? op.a_row_index[row] : row;
-    };
-#pragma unroll
-    for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
-      const int r = tid / 8 + 16 * j;
-      a_src[j] = r < t.num_rows ? op.a + static_cast<int64_t>(source_row(r)) * op.a_row_bytes + (tid % 8) * 16
-                                : nullptr;
-    }
+    rows.begin_tile(op, t, tid);
+    const int row = t.row_begin + tid;
     sa_src = tid < t.num_rows && tid < Cfg::kBlockM
-                 ? op.a_scale + static_cast<int64_t>(source_row(tid)) * op.a_scale_row_bytes
+                 ? op.a_scale + static_cast<int64_t>(op.a_row_index ? op.a_row_index[row] : row) * op.a_scale_row_bytes
                  : nullptr;
     weights.begin_tile(op, t, k_steps, tid);
   }
 
   __device__ __forceinline__ void issue(const GroupedGemmOperands& op, const RsFp8Smem<Cfg>& sm, int ks,
                                         int k_steps, int s, int tid) const {
-    const uint32_t a_dst = ptx::smem_addr(sm.a(s));
-    const int c = tid % 8;
-#pragma unroll
-    for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
-      const int row = tid / 8 + 16 * j;
-      ptx::cp_async_16(a_dst + row * 128 + ((c ^ (row & 7)) << 4), a_src[j] ? a_src[j] + ks * Cfg::kBlockK : op.a,
-                       a_src[j] ? 16 : 0);
-    }
+    rows.issue(op, ptx::smem_addr(sm.a(s)), ks, tid);
     weights.issue(op, ptx::smem_addr(sm.w(s)), ptx::smem_addr(sm.d(s)), ks, k_steps, tid);
     if (tid < Cfg::kBlockM)
       ptx::cp_async_4(ptx::smem_addr(sm.sa(s)) + tid * 4, sa_src ? sa_src + ks * 4 : op.a_scale, sa_src ? 4 : 0);
   }
 
   // After this thread's copies of stage s landed: its token's four factors 2^(sa - 127).
-  static __device__ __forceinline__ void convert_scales(const RsFp8Smem<Cfg>& sm, int s, int tid) {
+  static __device__ __forceinline__ void landed(const RsFp8Smem<Cfg>& sm, int s, int tid) {
     if (tid >= Cfg::kBlockM) return;
     const uint32_t word = reinterpret_cast<const uint32_t*>(sm.sa(s))[tid];
     float* sf = sm.sf(s) + rs_fp8_scale_slot(tid);
@@ -198,34 +171,26 @@ struct alignas(64) RsFp8Producer {
 // 64 x kBlockM transposed sub-tile.
 template <class Cfg, class Epilogue, class Params>
 __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t* smem_raw) {
-  const RsFp8Smem<Cfg> sm{align_smem_1024(smem_raw)};
+  const RsFp8Smem<Cfg> sm{{align_smem_1024(smem_raw)}};
   const int tid = threadIdx.x;
   if (tid < 16)
     sm.table()[tid] = tid < kFoldedShifts ? make_uint2(folded_table_word(tid, 0), folded_table_word(tid, 4))
                                           : make_uint2(0u, 0u);
-  init_stage_barriers<Cfg>(sm);
-
   const GroupedGemmOperands& op = p.op;
-  const int k_steps = op.k / Cfg::kBlockK;
-  const int n_tiles = op.n / Cfg::kBlockN;
-  const int num_tiles = *p.schedule.num_m_tiles * n_tiles;
-  constexpr int S = Cfg::kStages;
-
-  if (tid < 128) {
+  const RsBlockWork work = rs_block_start<Cfg>(sm, op, p.schedule);
+  if (tid < 128) {  // run_rs_producer, inline (see RsFp8Producer)
     ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
     RsFp8Producer<Cfg> prod;
+    const int k_steps = work.k_steps;
     run_ring_producer<Cfg>(
-        sm, p.schedule, n_tiles, k_steps, [&](const TileCoord& t) { prod.begin_tile(op, t, k_steps, tid); },
+        sm, p.schedule, work.n_tiles, k_steps, [&](const TileCoord& t) { prod.begin_tile(op, t, k_steps, tid); },
         [&](int ks, int s) { prod.issue(op, sm, ks, k_steps, s, tid); },
-        [&](int s) { RsFp8Producer<Cfg>::convert_scales(sm, s, tid); });
+        [&](int s) { RsFp8Producer<Cfg>::landed(sm, s, tid); });
     return;
   }
-
-  ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
-  const int wg = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32;
-  const int g = lane / 4, t = lane % 4;
-  const int micro = 8 * wg + 2 * warp;        // micro-tile of rows g (micro + 1: rows g + 8)
-  const int d_row = 64 * wg + 16 * warp + g;  // shift word of row g (d_row + 8: row g + 8)
+  const RsConsumerThread ct = rs_consumer_thread<Cfg>();
+  const int k_steps = work.k_steps, lane = ct.lane, t = ct.t, micro = ct.micro, d_row = ct.d_row;
+  constexpr int S = Cfg::kStages;
   const uint64_t desc0 = ptx::wgmma_desc_k_major_sw128(ptx::smem_addr(sm.a(0)));
   auto desc = [&](int s, int kb) { return desc0 + s * (Cfg::kStageBytes >> 4) + 2 * kb; };  // 16-byte units
   // One tile's mainloop and epilogue on kA accumulators per thread: m64 n(2 kA) k32 wgmmas over
@@ -233,7 +198,7 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
   int item = 0;
   auto run_tile = [&](const TileCoord& tc, auto acc_constant) {
     constexpr int kA = decltype(acc_constant)::value;
-    const RsFragment f{tc.n_tile * Cfg::kBlockN + d_row, t, warp, wg};
+    const RsFragment f{tc.n_tile * Cfg::kBlockN + d_row, t, ct.warp, ct.wg};
     float acc[kA];
 #pragma unroll
     for (int i = 0; i < kA; ++i) acc[i] = 0.0f;
@@ -322,7 +287,7 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
     Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
   };
   if constexpr (Cfg::kTails == RsFp8Tails::kNarrowLast) {
-    for_each_block_tile<Cfg>(p.schedule, n_tiles, [&](const TileCoord& tc, auto last_pass) {
+    for_each_block_tile<Cfg>(p.schedule, work.n_tiles, [&](const TileCoord& tc, auto last_pass) {
       if constexpr (decltype(last_pass)::value)
         run_tile(tc, std::integral_constant<int, Cfg::kNarrowRows / 2>{});
       else
@@ -330,8 +295,9 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
       item += k_steps;
     });
   } else {
-    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-      run_tile(tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles), std::integral_constant<int, Cfg::kAcc>{});
+    for (int tile = blockIdx.x; tile < work.num_tiles; tile += gridDim.x) {
+      const TileCoord tc = tile_coord<Cfg::kBlockM>(p.schedule, tile, work.n_tiles);
+      run_tile(tc, std::integral_constant<int, Cfg::kAcc>{});
       item += k_steps;
     }
   }

@@ -41,7 +41,7 @@
 #include "cuda/kernels/sm90_persistent_tiles.cuh"
 #include "cuda/kernels/sm90_rs16_mainloop.cuh"
 #include "cuda/kernels/sm90_rs_fragment.cuh"
-#include "cuda/ptx/cp_async.cuh"
+#include "cuda/kernels/sm90_rs_ring.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 
@@ -95,74 +95,45 @@ struct Rs16WideTileConfig {
   // i + kLookahead - kStages released; a consumer releases step i - 1 only after it waited for
   // step i, so the ring needs kStages >= kLookahead + 2.
   static_assert(kStages >= kLookahead + 2, "the stage ring would deadlock");
-  static constexpr int kRowsPerThread = kBlockM / 16;  // producer: 8 threads per 128-byte row half
-
   static constexpr int kColBytes = kBlockM * 128;  // one 64-wide k column block
   static constexpr int kABytes = 2 * kColBytes;
+  static_assert(kColBytes % 1024 == 0, "wgmma tiles are 1024-byte aligned");
+  using TokenRows = RsTokenRows<kBlockM / 16, 2, kColBytes>;  // the producer's: 8 threads per 128-byte half
   using WeightCopy = RingWeightCopy<kBlockN, static_cast<int>(sizeof(ScaleWord))>;  // the producer's W, D
   static constexpr int kWBytes = WeightCopy::kWBytes;
   static constexpr int kDBytes = WeightCopy::kDBytes;
   static constexpr int kOffW = kABytes, kOffD = kOffW + kWBytes;
   static constexpr int kStageBytes = (kOffD + kDBytes + 1023) / 1024 * 1024;
-  static constexpr int kAmaxBytes = kConsumers * 4 * kBlockM * 4;
-  static constexpr int kOffAmax = kStages * kStageBytes;
-  static constexpr int kOffBarriers = kOffAmax + kAmaxBytes;
-  static constexpr int kSharedBytes = kOffBarriers + 2 * kStages * 8 + 1024;  // + alignment slack
-  static_assert(kColBytes % 1024 == 0, "wgmma tiles are 1024-byte aligned");
-  static_assert(kSharedBytes <= 232448, "H100/H200 allow 227 KiB of shared memory per block");
+  using Layout = RsRingLayout<kStages, kStageBytes, kConsumers, kBlockM>;
+  static constexpr int kSharedBytes = Layout::kSharedBytes;
 };
 
 template <class Cfg>
-struct Rs16WideSmem {
-  uint8_t* base;
-  __device__ __forceinline__ uint8_t* a(int s) const { return base + s * Cfg::kStageBytes; }
-  __device__ __forceinline__ uint8_t* w(int s) const { return a(s) + Cfg::kOffW; }
+struct Rs16WideSmem : RsRingSmem<Cfg> {
+  __device__ __forceinline__ uint8_t* w(int s) const { return this->a(s) + Cfg::kOffW; }
   __device__ __forceinline__ const typename Cfg::ScaleWord* d(int s) const {
-    return reinterpret_cast<const typename Cfg::ScaleWord*>(a(s) + Cfg::kOffD);
+    return reinterpret_cast<const typename Cfg::ScaleWord*>(this->a(s) + Cfg::kOffD);
   }
-  __device__ __forceinline__ float* amax(int wg) const {
-    return reinterpret_cast<float*>(base + Cfg::kOffAmax) + wg * 4 * Cfg::kBlockM;
-  }
-  __device__ __forceinline__ uint64_t* full(int s) const {
-    return reinterpret_cast<uint64_t*>(base + Cfg::kOffBarriers) + s;
-  }
-  __device__ __forceinline__ uint64_t* empty(int s) const { return full(Cfg::kStages) + s; }
 };
 
 // ---- producer warpgroup ----------------------------------------------------------------------
 template <class Cfg>
 struct Rs16WideProducer {
-  const uint8_t* a_src[Cfg::kRowsPerThread];  // token rows tid / 8 + 16 j at chunk tid % 8; null past the tile
-  typename Cfg::WeightCopy weights;           // the micro-tiles and scale words
+  typename Cfg::TokenRows rows;      // the tile's token rows
+  typename Cfg::WeightCopy weights;  // the micro-tiles and scale words
 
   __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const TileCoord& t, int k_steps,
                                              int tid) {
-#pragma unroll
-    for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
-      const int r = tid / 8 + 16 * j;
-      const int row = t.row_begin + r;
-      a_src[j] = r < t.num_rows ? op.a + static_cast<int64_t>(op.a_row_index ? op.a_row_index[row] : row) *
-                                             op.a_row_bytes +
-                                      (tid % 8) * 16
-                                : nullptr;
-    }
+    rows.begin_tile(op, t, tid);
     weights.begin_tile(op, t, k_steps, tid);
   }
 
   __device__ __forceinline__ void issue(const GroupedGemmOperands& op, const Rs16WideSmem<Cfg>& sm, int ks,
                                         int k_steps, int s, int tid) const {
-    const uint32_t a_dst = ptx::smem_addr(sm.a(s));
-    const int c = tid % 8;
-#pragma unroll
-    for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
-      const int row = tid / 8 + 16 * j;
-#pragma unroll
-      for (int cb = 0; cb < 2; ++cb)
-        ptx::cp_async_16(a_dst + cb * Cfg::kColBytes + row * 128 + ((c ^ (row & 7)) << 4),
-                         a_src[j] ? a_src[j] + ks * 256 + cb * 128 : op.a, a_src[j] ? 16 : 0);
-    }
+    rows.issue(op, ptx::smem_addr(sm.a(s)), ks, tid);
     weights.issue(op, ptx::smem_addr(sm.w(s)), ptx::smem_addr(sm.a(s) + Cfg::kOffD), ks, k_steps, tid);
   }
+  static __device__ __forceinline__ void landed(const Rs16WideSmem<Cfg>&, int, int) {}
 };
 
 // ---- the kernel body -------------------------------------------------------------------------
@@ -170,33 +141,18 @@ struct Rs16WideProducer {
 // 64 x kBlockM transposed sub-tile.
 template <class Cfg, class Epilogue, class Params>
 __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint8_t* smem_raw) {
-  const Rs16WideSmem<Cfg> sm{align_smem_1024(smem_raw)};
+  const Rs16WideSmem<Cfg> sm{{align_smem_1024(smem_raw)}};
   const int tid = threadIdx.x;
-  init_stage_barriers<Cfg>(sm);
-
   const GroupedGemmOperands& op = p.op;
-  const int k_steps = op.k / Cfg::kBlockK;
-  const int n_tiles = op.n / Cfg::kBlockN;
+  const RsBlockWork work = rs_block_start<Cfg>(sm, op, p.schedule);
+  if (tid < 128) return run_rs_producer<Cfg, Rs16WideProducer<Cfg>>(sm, op, p.schedule, work, tid);
+  const RsConsumerThread ct = rs_consumer_thread<Cfg>();
+  const int k_steps = work.k_steps, lane = ct.lane, micro = ct.micro, d_row = ct.d_row;
   constexpr int S = Cfg::kStages;
-
-  if (tid < 128) {
-    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
-    Rs16WideProducer<Cfg> prod;
-    run_ring_producer<Cfg>(
-        sm, p.schedule, n_tiles, k_steps, [&](const TileCoord& t) { prod.begin_tile(op, t, k_steps, tid); },
-        [&](int ks, int s) { prod.issue(op, sm, ks, k_steps, s, tid); }, [](int) {});
-    return;
-  }
-
-  ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
-  const int wg = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32;
-  const int g = lane / 4, t = lane % 4;
-  const int micro = 8 * wg + 2 * warp;        // micro-tile of rows g (micro + 1: rows g + 8)
-  const int d_row = 64 * wg + 16 * warp + g;  // scale word of row g (d_row + 8: row g + 8)
   const uint64_t desc0 = ptx::wgmma_desc_k_major_sw128(ptx::smem_addr(sm.a(0)));
   int item = 0;  // k steps consumed so far (over all tiles of this block)
-  for_each_block_tile<Cfg>(p.schedule, n_tiles, [&](const TileCoord& tc, auto) {
-    const RsFragment f{tc.n_tile * Cfg::kBlockN + d_row, t, warp, wg};
+  for_each_block_tile<Cfg>(p.schedule, work.n_tiles, [&](const TileCoord& tc, auto) {
+    const RsFragment f{tc.n_tile * Cfg::kBlockN + d_row, ct.t, ct.warp, ct.wg};
     float acc[Cfg::kAcc];
 #pragma unroll
     for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
