@@ -13,10 +13,9 @@ namespace moe_ep::cuda {
 inline constexpr int kDecodeWarps = kDecodeThreads / 32;
 static_assert(kDecodeBlockN == 16 * kDecodeWarps && kDecodeBlockM == 16, "16 weight rows per warp, two n8 halves");
 
-// Blocks of 8 warps per SM a decode kernel is built for, by its k steps of weights in registers
-// ahead of the MMAs: 3 (<= 80 registers) with 2; deeper prefetch needs more registers.
-template <int kPrefetch>
-inline constexpr int kDecodeMinBlocks = kPrefetch == 2 ? 3 : 2;
+// Blocks of 8 warps per SM a decode kernel is built for: 3 (<= 80 registers) with kDecodePrefetch
+// k steps of weights in registers ahead of the MMAs.
+inline constexpr int kDecodeMinBlocks = 3;
 
 struct DecodeTile {
   int expert, row_begin, num_rows, n_chunk;

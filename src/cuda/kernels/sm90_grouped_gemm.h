@@ -98,6 +98,15 @@ struct Sm90FormKernels {
 // The row of the CUDA side of the form table (sm90_form_kernels.cpp).
 const Sm90FormKernels& sm90_form_kernels(Sm90Form form);
 
+// The kernels of a form from its launcher: Form::configure<Epilogue, Params>(k, blocks_per_sm) and
+// Form::launch<Epilogue, Params>(params, grid, stream), GEMM 1 with Epilogue1, GEMM 2 with
+// Epilogue2.
+template <class Form, class Epilogue1, class Epilogue2>
+constexpr Sm90FormKernels form_kernels() {
+  return {&Form::template configure<Epilogue1, Gemm1Params>, &Form::template configure<Epilogue2, Gemm2Params>,
+          &Form::template launch<Epilogue1, Gemm1Params>, &Form::template launch<Epilogue2, Gemm2Params>};
+}
+
 // Each kernel file defines the kernels of its forms:
 extern const Sm90FormKernels kMxfp4DecodeKernels, kMxfp4DecodeSplitKernels;  // sm90_mxfp4_decode_gemm.cu
 extern const Sm90FormKernels kMxfp4MmaKernels;                                // sm90_mxfp4_mma_gemm.cu

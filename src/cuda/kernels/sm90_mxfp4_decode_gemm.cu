@@ -4,27 +4,9 @@
 #include "cuda/kernels/sm90_mxfp4_decode_kernel.cuh"
 
 namespace moe_ep::cuda {
-namespace {
 
-template <class Epilogue, class Params, int kSplit>
-cudaError_t configure(int k, int* blocks_per_sm) {
-  return configure_decode<Epilogue, Params, kDecodePrefetch, kSplit>(k, blocks_per_sm);
-}
-
-template <class Epilogue, int kSplit, class Params>
-cudaError_t launch(const Params& p, int m_tile_bound, cudaStream_t stream) {
-  return launch_decode<Epilogue, kDecodePrefetch, kSplit>(p, m_tile_bound, stream);
-}
-
-template <int kSplit>
-constexpr Sm90FormKernels decode_form() {
-  return {&configure<DecodeSwigluQ8, Gemm1Params, kSplit>, &configure<DecodeStoreBf16<false>, Gemm2Params, kSplit>,
-          &launch<DecodeSwigluQ8, kSplit, Gemm1Params>, &launch<DecodeStoreBf16<false>, kSplit, Gemm2Params>};
-}
-
-}  // namespace
-
-const Sm90FormKernels kMxfp4DecodeKernels = decode_form<1>();
-const Sm90FormKernels kMxfp4DecodeSplitKernels = decode_form<2>();
+const Sm90FormKernels kMxfp4DecodeKernels = form_kernels<Mxfp4DecodeForm<1>, DecodeSwigluQ8, DecodeStoreBf16<false>>();
+const Sm90FormKernels kMxfp4DecodeSplitKernels =
+    form_kernels<Mxfp4DecodeForm<2>, DecodeSwigluQ8, DecodeStoreBf16<false>>();
 
 }  // namespace moe_ep::cuda

@@ -1,4 +1,4 @@
-// The mxfp4 decode kernel (sm90_mxfp4_decode_mainloop.cuh) and its configure / launch helpers,
+// The mxfp4 decode kernel (sm90_mxfp4_decode_mainloop.cuh) and its launcher (form_kernels),
 // instantiated by sm90_mxfp4_decode_gemm.cu.
 #pragma once
 
@@ -13,10 +13,10 @@ namespace moe_ep::cuda {
 // bytes of fp32 scales) with 2 k steps of weights in flight per warp.
 // The epilogue gets the shared memory after the activation scales. kSplit = 2: K in two halves
 // (Mxfp4DecodeMainloop), blocks of 64 weight rows, an A ring per half.
-template <bool kFolded, class Epilogue, class Params, int kPrefetch, int kSplit = 1>
-__global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
+template <bool kFolded, class Epilogue, class Params, int kSplit = 1>
+__global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks)
     sm90_mxfp4_decode_kernel(const __grid_constant__ Params p) {
-  using Mainloop = Mxfp4DecodeMainloop<kFolded, kPrefetch, kSplit>;
+  using Mainloop = Mxfp4DecodeMainloop<kFolded, kSplit>;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ DecodeTables tables;
   // The schedule, A and (GEMM 2) the rows written by GEMM 1. No early launch of the next grid:
@@ -36,27 +36,31 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
   }
 }
 
-template <class Epilogue, class Params, int kPrefetch = kDecodePrefetch, int kSplit = 1>
-cudaError_t configure_decode(int k, int* blocks_per_sm) {
-  const int smem = decode_shared_bytes(k, kSplit);
-  return configure_persistent_kernels(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kPrefetch, kSplit>,
-                                      smem,
-                                      sm90_mxfp4_decode_kernel<false, Epilogue, Params, kPrefetch, kSplit>,
-                                      smem, kDecodeThreads, blocks_per_sm);
-}
+// A decode form's launcher; the launch grid is the m-tile bound times the n chunks, and a form
+// with folded weights (op.w_col_scale set) picks the folded kernel.
+template <int kSplit>
+struct Mxfp4DecodeForm {
+  template <class Epilogue, class Params>
+  static cudaError_t configure(int k, int* blocks_per_sm) {
+    const int smem = decode_shared_bytes(k, kSplit);
+    return configure_persistent_kernels(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kSplit>, smem,
+                                        sm90_mxfp4_decode_kernel<false, Epilogue, Params, kSplit>, smem,
+                                        kDecodeThreads, blocks_per_sm);
+  }
 
-template <class Epilogue, int kPrefetch = kDecodePrefetch, int kSplit = 1, class Params>
-cudaError_t launch_decode(const Params& p, int m_tile_bound, cudaStream_t stream) {
-  constexpr int kBlockRows = Mxfp4DecodeMainloop<true, kPrefetch, kSplit>::kBlockRows;
-  if (kSplit > 1 && (p.op.k / kGemmBlockK) % (kSplit * kAChunkSteps) != 0) return cudaErrorInvalidValue;
-  const int blocks = m_tile_bound * (p.op.n / kBlockRows);
-  if (blocks <= 0) return cudaSuccess;
-  const int smem = decode_shared_bytes(p.op.k, kSplit);
-  if (p.op.w_col_scale)
-    return launch_dependent(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kPrefetch, kSplit>, blocks,
-                            kDecodeThreads, smem, stream, p);
-  return launch_dependent(sm90_mxfp4_decode_kernel<false, Epilogue, Params, kPrefetch, kSplit>, blocks,
-                          kDecodeThreads, smem, stream, p);
-}
+  template <class Epilogue, class Params>
+  static cudaError_t launch(const Params& p, int m_tile_bound, cudaStream_t stream) {
+    constexpr int kBlockRows = Mxfp4DecodeMainloop<true, kSplit>::kBlockRows;
+    if (kSplit > 1 && (p.op.k / kGemmBlockK) % (kSplit * kAChunkSteps) != 0) return cudaErrorInvalidValue;
+    const int blocks = m_tile_bound * (p.op.n / kBlockRows);
+    if (blocks <= 0) return cudaSuccess;
+    const int smem = decode_shared_bytes(p.op.k, kSplit);
+    if (p.op.w_col_scale)
+      return launch_dependent(sm90_mxfp4_decode_kernel<true, Epilogue, Params, kSplit>, blocks, kDecodeThreads, smem,
+                              stream, p);
+    return launch_dependent(sm90_mxfp4_decode_kernel<false, Epilogue, Params, kSplit>, blocks, kDecodeThreads,
+                            smem, stream, p);
+  }
+};
 
 }  // namespace moe_ep::cuda

@@ -12,7 +12,7 @@
 // kDecodeBlockM rows (routing block_m); block b = m_tile * (N / kDecodeBlockN) + n chunk. With K
 // split in two (kSplit = 2): 64 weight rows (4 row groups x 2 halves of K, an A ring per half),
 // the sums of the two halves added in a fixed order: not bitwise the kernels above.
-// Weights stream from global memory kPrefetch k steps ahead of the MMAs (read once, L1 bypassed);
+// Weights stream from global memory kDecodePrefetch k steps ahead of the MMAs (read once, L1 bypassed);
 // the tile's A rows stream through a ring of kARing chunks of kAChunkSteps k steps, kAAhead
 // chunks ahead (cp.async), so shared memory does not grow with K and three blocks fit per SM.
 //
@@ -93,9 +93,9 @@ __device__ __forceinline__ void decode_copy_a_chunk(const GroupedGemmOperands& o
 // main loop the second half's warps hand their sums to the first's through shared memory, which
 // add them (acc = first half + second half: the same order every run) and alone run the
 // epilogue on the block's 64 rows. K must be whole chunks per half (k_steps % 8 == 0).
-template <bool kFolded, int kPrefetch_ = 2, int kSplit = 1>
+template <bool kFolded, int kSplit = 1>
 struct Mxfp4DecodeMainloop {
-  static constexpr int kPrefetch = kPrefetch_;  // k steps of weights in registers ahead of the MMAs
+  static constexpr int kPrefetch = kDecodePrefetch;  // k steps of weights in registers ahead of the MMAs
   static_assert(kAChunkSteps % kPrefetch == 0, "a chunk holds whole rounds of the weight ring");
   static_assert(kSplit == 1 || kSplit == 2, "K in one or two parts");
   static constexpr int kGroups = kDecodeWarps / kSplit;  // 16-row groups of a block

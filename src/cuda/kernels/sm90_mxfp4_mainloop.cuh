@@ -51,83 +51,39 @@ struct Mxfp4MainloopT {
   static constexpr int kSharedBytes = kStages * kStageBytes + (kFolded ? 128 : 0);
   static_assert(kGemmBlockK == 128 && kGemmThreads == 256, "load mapping assumes these");
 
-  // Global sources of one thread's copies for the tile (fixed across k steps).
-  struct Sources {
+  // This thread's A rows of a tile (rows tid / 8 + 32 i, 16-byte chunk tid % 8; fixed across k
+  // steps) and their copy into a stage.
+  struct ARows {
     const uint8_t* a[2];
     uint32_t a_bytes[2];  // 16, or 0 to zero-fill a row past the tile's end
-    const uint8_t* sa;
-    uint32_t sa_bytes;
-    const uint8_t* w;     // micro-tile column of this thread's B chunks, k step 0
-    const uint8_t* sw;
+
+    __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const TileCoord& t) {
+      const int tid = threadIdx.x;
+      auto a_row = [&](int r) -> const uint8_t* {
+        const int row = t.row_begin + r;
+        const int src = op.a_row_index ? op.a_row_index[row] : row;
+        return op.a + static_cast<int64_t>(src) * op.a_row_bytes;
+      };
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = tid / 8 + 32 * i;
+        const bool valid = r < t.num_rows;
+        a[i] = valid ? a_row(r) + (tid % 8) * 16 : op.a;
+        a_bytes[i] = valid ? 16 : 0;
+      }
+    }
+
+    __device__ __forceinline__ void issue(int k_step, uint32_t base) const {
+      const int tid = threadIdx.x;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = tid / 8 + 32 * i, c = tid % 8;
+        ptx::cp_async_16(base + r * 128 + ((c ^ (r & 7)) << 4), a[i] + (a_bytes[i] ? k_step * kGemmBlockK : 0),
+                         a_bytes[i]);
+      }
+    }
   };
-
-  static __device__ __forceinline__ Sources sources(const GroupedGemmOperands& op, const TileCoord& t) {
-    const int tid = threadIdx.x;
-    Sources s;
-    auto a_row = [&](int r) -> const uint8_t* {
-      const int row = t.row_begin + r;
-      const int src = op.a_row_index ? op.a_row_index[row] : row;
-      return op.a + static_cast<int64_t>(src) * op.a_row_bytes;
-    };
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = tid / 8 + 32 * i;
-      const bool valid = r < t.num_rows;
-      s.a[i] = valid ? a_row(r) + (tid % 8) * 16 : op.a;
-      s.a_bytes[i] = valid ? 16 : 0;
-    }
-    const bool sa_valid = tid < t.num_rows;
-    s.sa = op.a_scale;
-    if (tid < kGemmBlockM && sa_valid) {
-      const int row = t.row_begin + tid;
-      const int src = op.a_row_index ? op.a_row_index[row] : row;
-      s.sa = op.a_scale + static_cast<int64_t>(src) * op.a_scale_row_bytes;
-    }
-    s.sa_bytes = sa_valid ? 4 : 0;
-    const int64_t k_steps = op.k / kGemmBlockK;
-    const int64_t n8 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_tile * (kGemmBlockN / 8);
-    s.w = op.w + (n8 * k_steps) * kWeightMicroTileBytes;
-    s.sw = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + t.n_tile * kGemmBlockN) * 4;
-    return s;
-  }
-
-  static __device__ __forceinline__ void load_stage(const GroupedGemmOperands& op, const Sources& s,
-                                                    int k_step, uint8_t* stage) {
-    const int tid = threadIdx.x;
-    const uint32_t base = ptx::smem_addr(stage);
-    const int64_t k_steps = op.k / kGemmBlockK;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = tid / 8 + 32 * i, c = tid % 8;
-      ptx::cp_async_16(base + r * 128 + ((c ^ (r & 7)) << 4), s.a[i] + (s.a_bytes[i] ? k_step * kGemmBlockK : 0),
-                       s.a_bytes[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int chunk = tid + kGemmThreads * i;
-      const int micro = chunk / 32, part = chunk % 32;
-      ptx::cp_async_16(base + kABytes + chunk * 16,
-                       s.w + (micro * k_steps + k_step) * kWeightMicroTileBytes + part * 16);
-    }
-    if (tid < kGemmBlockM) {
-      ptx::cp_async_4(base + kABytes + kBBytes + tid * 4, s.sa + (s.sa_bytes ? k_step * 4 : 0), s.sa_bytes);
-    } else if (tid < kGemmBlockM + kSwBytes / 16) {
-      const int part = tid - kGemmBlockM;
-      ptx::cp_async_16(base + kABytes + kBBytes + kSaBytes + part * 16,
-                       s.sw + static_cast<int64_t>(k_step) * op.n * 4 + part * 16);
-    }
-  }
-
-  // m16 sub-tiles wholly past the tile's valid rows are skipped (warp-uniform): small-T tiles
-  // hold a few rows, and their MMA and scale work would otherwise dominate.
-  static __device__ __forceinline__ void compute_stage(const uint8_t* stage, const uint32_t* tables,
-                                                       const WarpPosition& wp, int num_rows,
-                                                       Accumulators& acc) {
-    if (wp.row0 + 16 < num_rows)
-      compute_m16s<2>(stage, tables, wp, acc);
-    else if (wp.row0 < num_rows)
-      compute_m16s<1>(stage, tables, wp, acc);
-  }
+  using Copies = MmaStageCopies<ARows, 4, kABytes, kABytes + kBBytes, kABytes + kBBytes + kSaBytes>;
 
   template <int kM16s>
   static __device__ __forceinline__ void compute_m16s(const uint8_t* stage, const uint32_t* tables,
@@ -207,32 +163,12 @@ struct Mxfp4MainloopT {
   static __device__ __forceinline__ void run(const GroupedGemmOperands& op, const TileCoord& t,
                                              uint8_t* smem, Accumulators& acc) {
     const WarpPosition wp = warp_position();
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
-
+    zero_accumulators(acc);
     uint32_t* tables = reinterpret_cast<uint32_t*>(smem + kStages * kStageBytes);
     if constexpr (kFolded) fill_folded_tables(tables);  // read after the first k step's barrier
-    const Sources s = sources(op, t);
-    const int k_steps = op.k / kGemmBlockK;
-#pragma unroll
-    for (int st = 0; st < kStages - 1; ++st) {
-      if (st < k_steps) load_stage(op, s, st, smem + st * kStageBytes);
-      ptx::cp_async_commit();
-    }
-    for (int ks = 0; ks < k_steps; ++ks) {
-      ptx::cp_async_wait<kStages - 2>();
-      __syncthreads();  // stage ks landed for all threads; stage ks-1 is no longer read
-      const int next = ks + kStages - 1;
-      if (next < k_steps) load_stage(op, s, next, smem + (next % kStages) * kStageBytes);
-      ptx::cp_async_commit();
-      compute_stage(smem + (ks % kStages) * kStageBytes, tables, wp, t.num_rows, acc);
-    }
-    ptx::cp_async_wait<0>();
-    __syncthreads();
+    run_mma_stage_ring<kStages, kStageBytes, Copies>(op, t, smem, wp, [&](const uint8_t* stage, auto m16s) {
+      compute_m16s<decltype(m16s)::value>(stage, tables, wp, acc);
+    });
   }
 };
 

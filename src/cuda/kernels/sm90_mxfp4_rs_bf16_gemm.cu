@@ -14,9 +14,10 @@ namespace moe_ep::cuda {
 namespace {
 
 // GEMM 1 over 128-token tiles: an expert's full pairs of 64-row list tiles, then its odd last one.
-using Mxfp4RsWidePairsConfig = Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1, 128, kRsWideBlockM, TileWalk::kFullPairs>;
-using Mxfp4RsWideOddLastConfig = Rs16WideTileConfig<Mxfp4Bf16RsWeights, 7, 1, kRsWideBlockM, kRsWideBlockM,
-                                                    TileWalk::kOddLast>;
+using Mxfp4RsWidePairsConfig = Rs16WideTileConfig<Mxfp4Bf16RsWeights, kRsWide128BlockM, kRsWideBlockM,
+                                                  TileWalk::kFullPairs>;
+using Mxfp4RsWideOddLastConfig =
+    Rs16WideTileConfig<Mxfp4Bf16RsWeights, kRsWideBlockM, kRsWideBlockM, TileWalk::kOddLast>;
 static_assert(Mxfp4RsWidePairsConfig::kBlockN == kRsWideBlockN && Mxfp4RsWideOddLastConfig::kBlockN == kRsWideBlockN);
 
 // A k32 block of a Q8 row: 32 e4m3 bytes times the block's E8M0 scale, as bf16 (exact), at

@@ -5,17 +5,12 @@
 #include "cuda/kernels/sm90_rs_kernel.cuh"
 
 namespace moe_ep::cuda {
-namespace {
 
-template <RsFp8Tails kTails>
-using RsFp8Wide = RsFp8TileConfig<64, RsFp8Weights::kCpAsync, kRsFp8AllWork, 4, kTails>;
-static_assert(RsFp8Wide<RsFp8Tails::kFull>::kBlockN == kRsFp8WideBlockN);
-
-}  // namespace
+static_assert(RsFp8TileConfig<>::kBlockM == kRsWideBlockM && RsFp8TileConfig<>::kBlockN == kRsFp8WideBlockN);
 
 const Sm90FormKernels kMxfp4RsFp8Kernels =
-    rs_form_kernels<RsFp8Wide<RsFp8Tails::kFull>, RsSwigluQ8Epilogue, RsStoreBf16Epilogue>();
+    rs_form_kernels<RsFp8TileConfig<RsFp8Tails::kFull>, RsSwigluQ8Epilogue, RsStoreBf16Epilogue>();
 const Sm90FormKernels kMxfp4RsFp8TailsKernels =
-    rs_form_kernels<RsFp8Wide<RsFp8Tails::kNarrowLast>, RsSwigluQ8Epilogue, RsStoreBf16Epilogue>();
+    rs_form_kernels<RsFp8TileConfig<RsFp8Tails::kNarrowLast>, RsSwigluQ8Epilogue, RsStoreBf16Epilogue>();
 
 }  // namespace moe_ep::cuda

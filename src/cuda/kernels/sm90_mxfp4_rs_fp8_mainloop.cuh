@@ -9,29 +9,26 @@
 // products and the promotion of the FP8 wgmma kernel (sm90_mxfp4_wgmma_mainloop.cuh), on the
 // transposed tile. The epilogues multiply by the column factor (sm90_rs_epilogues.cuh).
 //
-// Block of 1 + kConsumers warpgroups (384 threads; 640 with four consumers), one block per SM,
-// persistent over the (m tile, n tile) list of the routing kernel (m tiles of kBlockM tokens, n
-// tiles of kBlockN = 64 kConsumers weight rows):
+// Block of 5 warpgroups (640 threads), one block per SM, persistent over the (m tile, n tile) list
+// of the routing kernel (m tiles of kBlockM = 64 tokens, n tiles of kBlockN = 256 weight rows):
 //   WG 0      producer: per k step, cp.async of the tile's token rows (a_row_index gathers;
-//             zero-filled past the tile's rows), their E8M0 scale words, the n tile's kBlockN / 8
-//             weight micro-tiles and kBlockN shift words (or, kBulkWeights, 17 bulk copies of 512 bytes
-//             for the latter two); kLookahead steps later each thread converts its token's scale
-//             word to four fp32 factors, fences and arrives on the full barrier.
-//   WG 1 ..   consumers: weight rows 64 c .. 64 c + 63 of the n tile each. One m64 n(kBlockM)
-//             k32 wgmma in flight per consumer, into one of two partial sets: after wait_group 0
-//             retires block j, block j + 1 (decoded meanwhile into the other fragment set) is
-//             issued into the other set and block j is promoted while it runs. (ptxas follows
-//             wgmma registers only through wait_group 0: reading a set retired by wait_group 1
-//             while another wgmma is in flight serializes every wgmma (C7514). Closed groups of
-//             2 or 4 wgmmas in flight, which avoid that, are slower.) While one
-//             consumer promotes, the other's wgmma keeps the tensor cores busy. (Four
-//             consumers keep one partial set each: see RsFp8TileConfig.)
+//             zero-filled past the tile's rows), their E8M0 scale words, the n tile's 32 weight
+//             micro-tiles and kBlockN shift words; kLookahead steps later each thread converts its
+//             token's scale word to four fp32 factors, fences and arrives on the full barrier.
+//   WG 1 .. 4 consumers: weight rows 64 c .. 64 c + 63 of the n tile each, one partial set each
+//             (a quarter of the consumers' registers): one m64 n64 k32 wgmma in flight per
+//             consumer; after wait_group 0 retires block j, the consumer promotes it and issues
+//             block j + 1 (decoded meanwhile into the other fragment set) into the same set, while
+//             the other three keep the tensor cores busy. (ptxas follows wgmma
+//             registers only through wait_group 0: reading a set retired by wait_group 1 while
+//             another wgmma is in flight serializes every wgmma (C7514). Closed groups of 2 or 4
+//             wgmmas in flight, which avoid that, are slower.)
 //
 // Shared memory (base aligned to 1024 bytes):
 //   stage s < kStages, kStageBytes (a multiple of 1024) apart:
 //     A   kBlockM token rows x 128 B, K-major with the 128-byte swizzle of ptx/wgmma.cuh
 //     W   kBlockN / 8 micro-tiles x 512 B: weight rows 8u .. 8u + 7 of the n tile, this k step
-//     D   kBlockN shift words (the 4 k32 blocks of one weight row)   (W, D unused with kRegisters)
+//     D   kBlockN shift words (the 4 k32 blocks of one weight row)
 //     SA  kBlockM E8M0 words (the 4 k32 blocks of one token), as copied
 //     SF  4 x kBlockM fp32: 2^(sa - 127) of k32 block kb at [kb][rs_fp8_scale_slot(token)]
 //   amax   [kConsumers][kBlockM][4 warps] fp32 (GEMM 1 epilogue: Q8 amax per token)
@@ -46,9 +43,8 @@
 #include "cuda/kernels/sm90_grouped_gemm.h"
 #include "cuda/kernels/sm90_persistent_tiles.cuh"
 #include "cuda/kernels/sm90_rs_fragment.cuh"
+#include "cuda/kernels/sm90_rs_ring.cuh"
 #include "cuda/ptx/cp_async.cuh"
-#include "cuda/ptx/cp_async_bulk.cuh"
-#include "cuda/ptx/ld_global.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/tile/fp4_codec.h"
@@ -56,39 +52,18 @@
 
 namespace moe_ep::cuda {
 
-// The parts of the mainloop a block runs: all of them in the kernel; the probes that split its time
-// (tests/cuda/rs_fp8_variant_probe.cu) leave out the activation copies, the weight copies or the
-// math (decode, wgmma, promotion). The barriers, the scale conversion and the epilogue always run.
-enum RsFp8Work : int { kRsFp8CopyA = 1, kRsFp8CopyW = 2, kRsFp8Math = 4, kRsFp8AllWork = 7 };
-
 template <class Cfg, class Epilogue, class Params>
 __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t* smem_raw);
 
-// How a k step's weight micro-tiles and shift words reach the consumers:
-//   kCpAsync    the producer's threads copy them into the stage with 16-byte cp.async;
-//   kBulk       the producer copies them as 17 bulk copies of 512 bytes on the full barrier's
-//               transaction count;
-//   kRegisters  each consumer thread loads its own 2 x 16 bytes and 2 shift words from global
-//               memory into registers, two k steps ahead (the decode kernels' way); the stage
-//               holds only the activations. 64-token tiles: at 96 the two register slots spill.
-enum class RsFp8Weights { kCpAsync, kBulk, kRegisters };
-
-// kConsumers_ = 4: four consumer warpgroups (n tiles of 256 weight rows) at about half the
-// registers each, so a consumer keeps one partial set: it retires block j, promotes it and only
-// then issues block j + 1 into the same set, while the other three keep the tensor cores busy.
-// Twice the weight rows per copied token row, twice the warps per scheduler; 64-token tiles with
-// cp.async weights (the 1 KB of shift words a step is not one bulk unit).
-// How a four-consumer kernel runs an expert's last tile of at most kNarrowRows token rows:
+// How a kernel runs an expert's last tile of at most kNarrowRows token rows:
 //   kFull        as any other (64 rows of tensor work, promotions and epilogue);
-//   kNarrow      on m64 n(kNarrowRows) k32 wgmmas, over its rows only, in tile order;
-//   kNarrowLast  the same, in a second pass after the block's other tiles
-//                (for_each_block_tile), which keeps the 64-row loop free of the narrow form's
-//                registers (with both forms in one loop it spills a few registers per k step):
-//                the library's form.
-enum class RsFp8Tails { kFull, kNarrow, kNarrowLast };
+//   kNarrowLast  on m64 n(kNarrowRows) k32 wgmmas over its rows only, in a second pass after the
+//                block's other tiles (for_each_block_tile): with both widths in one walk over the
+//                tiles, the 64-row k steps spill registers.
+// kNarrowLast is the rs-fp8-tails form (policy/sm90_forms.cpp).
+enum class RsFp8Tails { kFull, kNarrowLast };
 
-template <int kBlockM_, RsFp8Weights kWeights_ = RsFp8Weights::kCpAsync, int kWork_ = kRsFp8AllWork,
-          int kConsumers_ = 2, RsFp8Tails kTails_ = RsFp8Tails::kFull>
+template <RsFp8Tails kTails_ = RsFp8Tails::kFull>
 struct RsFp8TileConfig {
   // The kernel body (sm90_rs_kernel.cuh) and its launch check: folded weights only.
   template <class Epilogue, class Params>
@@ -96,62 +71,41 @@ struct RsFp8TileConfig {
     run_rs_fp8_grouped_gemm<RsFp8TileConfig, Epilogue>(p, smem);
   }
   static bool operands_ok(const GroupedGemmOperands& op) { return op.w_col_scale != nullptr; }
-  static constexpr RsFp8Weights kWeights = kWeights_;
-  static constexpr bool kBulkWeights = kWeights == RsFp8Weights::kBulk;
-  static constexpr bool kProducerWeights = kWeights != RsFp8Weights::kRegisters;
-  static constexpr int kWork = kWork_;
-  static constexpr int kBlockM = kBlockM_;  // token rows (the wgmma N side)
-  static constexpr int kConsumers = kConsumers_;
+  static constexpr int kBlockM = 64;  // token rows (the wgmma N side)
+  static constexpr int kConsumers = 4;
   static constexpr int kBlockN = 64 * kConsumers;  // weight rows (64 per consumer)
   static constexpr int kBlockK = 128;
   static constexpr int kAcc = kBlockM / 2;  // fp32 accumulators per consumer thread (m64 n kBlockM)
   static constexpr float kAccScale = 1.0f;  // the accumulator is already in the fold's units
-  static constexpr int kStages = kBlockM == 64 ? 8 : 7;
+  static constexpr int kStages = 8;
   static constexpr int kLookahead = 3;  // k steps in flight (kStages - 2 measured no faster)
-  static constexpr bool kOnePartialSet = kConsumers == 4;
-  // kTails_ (four consumers): where a tile of at most kNarrowRows token rows (an expert's last)
-  // runs n(kNarrowRows) wgmmas (RsFp8Tails). In tile order the second form costs the 64-row one
-  // registers, so the config picks it by T (Sm90Bucket::narrow_tails).
   static constexpr RsFp8Tails kTails = kTails_;
-  static constexpr bool kNarrowTiles = kTails_ != RsFp8Tails::kFull;
   static constexpr int kNarrowRows = 48;
   static constexpr int kLastPassRows = kTails_ == RsFp8Tails::kNarrowLast ? kNarrowRows : 0;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kProducerRegs = 56;
-  static constexpr int kConsumerRegs = kConsumers == 2 ? 224 : 104;
-  static_assert(kBlockM == 64 || kBlockM == 96, "m64n64k32 or m64n96k32 (n128 spills)");
-  static_assert(kWeights_ != RsFp8Weights::kRegisters || kBlockM == 64, "the register slots spill at n96");
-  static_assert(kConsumers == 2 || (kConsumers == 4 && kBlockM == 64 && kWeights_ == RsFp8Weights::kCpAsync),
-                "four consumers: 64-token tiles, cp.async weights");
-  static_assert(!kNarrowTiles || kConsumers == 4, "narrow tail tiles: the four-consumer form");
+  static constexpr int kConsumerRegs = 104;
   // setmaxnreg moves registers within the block's allocation: kThreads x the launch's share of
-  // the register file (whole multiples of 8): 384 x 168, 640 x 96.
+  // the register file (whole multiples of 8): 640 x 96.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs, "register file");
   // The producer signals full(i) after issuing step i + kLookahead, which needs step
   // i + kLookahead - kStages released; a consumer waits for step i before it releases step
   // i - 1, so the ring needs kStages >= kLookahead + 2.
   static_assert(kStages >= kLookahead + 2, "the stage ring would deadlock");
-  static constexpr int kRowsPerThread = kBlockM / 16;  // producer: 8 threads per token row
-
   static constexpr int kABytes = kBlockM * 128;
+  using TokenRows = RsTokenRows<kBlockM / 16, 1, kABytes>;  // the producer's: 8 threads per token row
   using WeightCopy = RingWeightCopy<kBlockN, 4>;  // the producer's cp.async of W and D
   static constexpr int kWBytes = WeightCopy::kWBytes;
   static constexpr int kDBytes = WeightCopy::kDBytes;
-  static constexpr int kBulkCopies = kBlockN / 8 + 1;  // bulk: the 16 micro-tiles, then D
-  static_assert(!kBulkWeights || kDBytes == kWeightMicroTileBytes, "bulk: W and D are 17 adjacent 512-byte copies");
   static constexpr int kSaBytes = kBlockM * 4;
   static constexpr int kSfBytes = 4 * kBlockM * 4;
   static constexpr int kOffW = kABytes, kOffD = kOffW + kWBytes, kOffSa = kOffD + kDBytes,
                        kOffSf = kOffSa + kSaBytes;
   static constexpr int kStageBytes = (kOffSf + kSfBytes + 1023) / 1024 * 1024;
-  static constexpr int kAmaxBytes = kConsumers * 4 * kBlockM * 4;
-  static constexpr int kOffAmax = kStages * kStageBytes;
-  static constexpr int kOffTable = kOffAmax + kAmaxBytes;
-  static constexpr int kOffBarriers = kOffTable + 16 * 8;
-  static constexpr int kSharedBytes = kOffBarriers + 2 * kStages * 8 + 1024;  // + alignment slack
   static_assert(kABytes % 1024 == 0 && kOffSf % 16 == 0, "wgmma tiles 1024-aligned, SF float4-aligned");
-  static_assert(kSharedBytes <= 232448, "H100/H200 allow 227 KiB of shared memory per block");
+  using Layout = RsRingLayout<kStages, kStageBytes, kConsumers, kBlockM, 16 * 8>;  // + the decode table
+  static constexpr int kSharedBytes = Layout::kSharedBytes;
 };
 
 // Where token column c of a tile keeps its scale factors in SF: the four columns a consumer thread
@@ -163,94 +117,47 @@ __host__ __device__ constexpr int rs_fp8_scale_slot(int c) {
 }
 
 template <class Cfg>
-struct RsFp8Smem {
-  uint8_t* base;
-  __device__ __forceinline__ uint8_t* a(int s) const { return base + s * Cfg::kStageBytes; }
-  __device__ __forceinline__ uint8_t* w(int s) const { return a(s) + Cfg::kOffW; }
+struct RsFp8Smem : RsRingSmem<Cfg> {
+  __device__ __forceinline__ uint8_t* w(int s) const { return this->a(s) + Cfg::kOffW; }
   __device__ __forceinline__ const uint32_t* d(int s) const {
-    return reinterpret_cast<const uint32_t*>(a(s) + Cfg::kOffD);
+    return reinterpret_cast<const uint32_t*>(this->a(s) + Cfg::kOffD);
   }
-  __device__ __forceinline__ uint8_t* sa(int s) const { return a(s) + Cfg::kOffSa; }
-  __device__ __forceinline__ float* sf(int s) const { return reinterpret_cast<float*>(a(s) + Cfg::kOffSf); }
-  __device__ __forceinline__ float* amax(int wg) const {
-    return reinterpret_cast<float*>(base + Cfg::kOffAmax) + wg * 4 * Cfg::kBlockM;
-  }
-  __device__ __forceinline__ uint2* table() const { return reinterpret_cast<uint2*>(base + Cfg::kOffTable); }
-  __device__ __forceinline__ uint64_t* full(int s) const {
-    return reinterpret_cast<uint64_t*>(base + Cfg::kOffBarriers) + s;
-  }
-  __device__ __forceinline__ uint64_t* empty(int s) const { return full(Cfg::kStages) + s; }
+  __device__ __forceinline__ uint8_t* sa(int s) const { return this->a(s) + Cfg::kOffSa; }
+  __device__ __forceinline__ float* sf(int s) const { return reinterpret_cast<float*>(this->a(s) + Cfg::kOffSf); }
+  __device__ __forceinline__ uint2* table() const { return reinterpret_cast<uint2*>(this->own()); }
 };
 
 // ---- producer warpgroup ----------------------------------------------------------------------
+// Its state is padded to 64 bytes, and its walk over the ring stays in the kernel body rather than
+// in run_rs_producer: either change makes ptxas assign the tails form's accumulator registers
+// otherwise (the same instructions, renamed), and the form keeps the machine code it was measured
+// with.
 template <class Cfg>
-struct RsFp8Producer {
-  const uint8_t* a_src[Cfg::kRowsPerThread];  // token rows tid / 8 + 16 j at chunk tid % 8; null past the tile
-  const uint8_t* sa_src;  // token tid's scale words (tid < kBlockM), null past the tile
-  typename Cfg::WeightCopy weights;  // the micro-tiles and shift words (the cp.async path)
-  // kBulkWeights: copy tid < kBulkCopies of a step (micro-tile tid, or D for tid = 16) at k step 0,
-  // the distance between k steps, and the weights' L2 policy (read once: evict first).
-  const uint8_t* bulk_src;
-  int64_t bulk_step;
-  uint64_t l2_policy;
+struct alignas(64) RsFp8Producer {
+  typename Cfg::TokenRows rows;      // the tile's token rows
+  const uint8_t* sa_src;             // token tid's scale words (tid < kBlockM), null past the tile
+  typename Cfg::WeightCopy weights;  // the micro-tiles and shift words
 
   __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const TileCoord& t, int k_steps,
                                              int tid) {
-    auto source_row = [&](int r) {
-      const int row = t.row_begin + r;
-      return op.a_row_index ? op.a_row_index[row] : row;
-    };
-#pragma unroll
-    for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
-      const int r = tid / 8 + 16 * j;
-      a_src[j] = r < t.num_rows ? op.a + static_cast<int64_t>(source_row(r)) * op.a_row_bytes + (tid % 8) * 16
-                                : nullptr;
-    }
+    rows.begin_tile(op, t, tid);
+    const int row = t.row_begin + tid;
     sa_src = tid < t.num_rows && tid < Cfg::kBlockM
-                 ? op.a_scale + static_cast<int64_t>(source_row(tid)) * op.a_scale_row_bytes
+                 ? op.a_scale + static_cast<int64_t>(op.a_row_index ? op.a_row_index[row] : row) * op.a_scale_row_bytes
                  : nullptr;
-    if constexpr (!Cfg::kBulkWeights) weights.begin_tile(op, t, k_steps, tid);
-    if constexpr (Cfg::kBulkWeights) {
-      const int64_t micro0 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_tile * (Cfg::kBlockN / 8);
-      const bool w = tid < Cfg::kBlockN / 8;
-      bulk_src = w ? op.w + (micro0 + tid) * k_steps * kWeightMicroTileBytes
-                   : Cfg::WeightCopy::scale_base(op, t, k_steps);
-      bulk_step = w ? kWeightMicroTileBytes : static_cast<int64_t>(op.n) * 4;
-      l2_policy = ptx::l2_evict_first_policy();
-    }
+    weights.begin_tile(op, t, k_steps, tid);
   }
 
   __device__ __forceinline__ void issue(const GroupedGemmOperands& op, const RsFp8Smem<Cfg>& sm, int ks,
                                         int k_steps, int s, int tid) const {
-    if constexpr ((Cfg::kWork & kRsFp8CopyA) != 0) {
-      const uint32_t a_dst = ptx::smem_addr(sm.a(s));
-      const int c = tid % 8;
-#pragma unroll
-      for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
-        const int row = tid / 8 + 16 * j;
-        ptx::cp_async_16(a_dst + row * 128 + ((c ^ (row & 7)) << 4), a_src[j] ? a_src[j] + ks * Cfg::kBlockK : op.a,
-                         a_src[j] ? 16 : 0);
-      }
-    }
-    if constexpr ((Cfg::kWork & kRsFp8CopyW) != 0 && Cfg::kProducerWeights && Cfg::kBulkWeights) {
-      // The full barrier's phase of this step cannot complete before the producer's 128
-      // arrivals, kLookahead steps later, so the count may go below zero in between: the
-      // expectation need not precede the copies.
-      if (tid == 0) ptx::mbarrier_expect_tx(sm.full(s), Cfg::kBulkCopies * kWeightMicroTileBytes);
-      if (tid < Cfg::kBulkCopies)
-        ptx::cp_async_bulk_g2s(ptx::smem_addr(sm.w(s)) + tid * kWeightMicroTileBytes, bulk_src + ks * bulk_step,
-                               kWeightMicroTileBytes, sm.full(s), l2_policy);
-    }
-    if constexpr ((Cfg::kWork & kRsFp8CopyW) != 0 && Cfg::kProducerWeights && !Cfg::kBulkWeights) {
-      weights.issue(op, ptx::smem_addr(sm.w(s)), ptx::smem_addr(sm.d(s)), ks, k_steps, tid);
-    }
-    if constexpr ((Cfg::kWork & kRsFp8CopyA) != 0)
-      if (tid < Cfg::kBlockM)
-        ptx::cp_async_4(ptx::smem_addr(sm.sa(s)) + tid * 4, sa_src ? sa_src + ks * 4 : op.a_scale, sa_src ? 4 : 0);
+    rows.issue(op, ptx::smem_addr(sm.a(s)), ks, tid);
+    weights.issue(op, ptx::smem_addr(sm.w(s)), ptx::smem_addr(sm.d(s)), ks, k_steps, tid);
+    if (tid < Cfg::kBlockM)
+      ptx::cp_async_4(ptx::smem_addr(sm.sa(s)) + tid * 4, sa_src ? sa_src + ks * 4 : op.a_scale, sa_src ? 4 : 0);
   }
 
   // After this thread's copies of stage s landed: its token's four factors 2^(sa - 127).
-  static __device__ __forceinline__ void convert_scales(const RsFp8Smem<Cfg>& sm, int s, int tid) {
+  static __device__ __forceinline__ void landed(const RsFp8Smem<Cfg>& sm, int s, int tid) {
     if (tid >= Cfg::kBlockM) return;
     const uint32_t word = reinterpret_cast<const uint32_t*>(sm.sa(s))[tid];
     float* sf = sm.sf(s) + rs_fp8_scale_slot(tid);
@@ -264,34 +171,26 @@ struct RsFp8Producer {
 // 64 x kBlockM transposed sub-tile.
 template <class Cfg, class Epilogue, class Params>
 __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t* smem_raw) {
-  const RsFp8Smem<Cfg> sm{align_smem_1024(smem_raw)};
+  const RsFp8Smem<Cfg> sm{{align_smem_1024(smem_raw)}};
   const int tid = threadIdx.x;
   if (tid < 16)
     sm.table()[tid] = tid < kFoldedShifts ? make_uint2(folded_table_word(tid, 0), folded_table_word(tid, 4))
                                           : make_uint2(0u, 0u);
-  init_stage_barriers<Cfg>(sm);
-
   const GroupedGemmOperands& op = p.op;
-  const int k_steps = op.k / Cfg::kBlockK;
-  const int n_tiles = op.n / Cfg::kBlockN;
-  const int num_tiles = *p.schedule.num_m_tiles * n_tiles;
-  constexpr int S = Cfg::kStages;
-
-  if (tid < 128) {
+  const RsBlockWork work = rs_block_start<Cfg>(sm, op, p.schedule);
+  if (tid < 128) {  // run_rs_producer, inline (see RsFp8Producer)
     ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
     RsFp8Producer<Cfg> prod;
+    const int k_steps = work.k_steps;
     run_ring_producer<Cfg>(
-        sm, p.schedule, n_tiles, k_steps, [&](const TileCoord& t) { prod.begin_tile(op, t, k_steps, tid); },
+        sm, p.schedule, work.n_tiles, k_steps, [&](const TileCoord& t) { prod.begin_tile(op, t, k_steps, tid); },
         [&](int ks, int s) { prod.issue(op, sm, ks, k_steps, s, tid); },
-        [&](int s) { RsFp8Producer<Cfg>::convert_scales(sm, s, tid); });
+        [&](int s) { RsFp8Producer<Cfg>::landed(sm, s, tid); });
     return;
   }
-
-  ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
-  const int wg = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32;
-  const int g = lane / 4, t = lane % 4;
-  const int micro = 8 * wg + 2 * warp;        // micro-tile of rows g (micro + 1: rows g + 8)
-  const int d_row = 64 * wg + 16 * warp + g;  // shift word of row g (d_row + 8: row g + 8)
+  const RsConsumerThread ct = rs_consumer_thread<Cfg>();
+  const int k_steps = work.k_steps, lane = ct.lane, t = ct.t, micro = ct.micro, d_row = ct.d_row;
+  constexpr int S = Cfg::kStages;
   const uint64_t desc0 = ptx::wgmma_desc_k_major_sw128(ptx::smem_addr(sm.a(0)));
   auto desc = [&](int s, int kb) { return desc0 + s * (Cfg::kStageBytes >> 4) + 2 * kb; };  // 16-byte units
   // One tile's mainloop and epilogue on kA accumulators per thread: m64 n(2 kA) k32 wgmmas over
@@ -299,11 +198,11 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
   int item = 0;
   auto run_tile = [&](const TileCoord& tc, auto acc_constant) {
     constexpr int kA = decltype(acc_constant)::value;
-    const RsFragment f{tc.n_tile * Cfg::kBlockN + d_row, t, warp, wg};
+    const RsFragment f{tc.n_tile * Cfg::kBlockN + d_row, t, ct.warp, ct.wg};
     float acc[kA];
 #pragma unroll
     for (int i = 0; i < kA; ++i) acc[i] = 0.0f;
-    float part[Cfg::kOnePartialSet ? 1 : 2][kA];
+    float part[kA];  // the k32 block in flight
     uint32_t frag[2][4];
     uint4 w_g, w_g8;  // this k step's packed words of rows g and g + 8
     uint32_t d_g, d_g8;
@@ -341,25 +240,21 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
         for (int c = 0; c < 8; ++c) acc[8 * ip + c] = fmaf(d[8 * ip + c], s8[c], acc[8 * ip + c]);
       }
     };
-    // K32 block kb of step ks (slot s) is in flight into set kb % 2 (blocks alternate sets, 4 per
-    // step): decode the next block into the other fragment set, retire this one, issue the next
-    // into the other partial set and promote this one while it runs. The tile's last block
-    // (kFinal) only retires and promotes.
+    // K32 block kb of step ks (slot s) is in flight (decoded from fragment set kb % 2): decode the
+    // next block into the other fragment set, retire this one, promote it and issue the next into
+    // the same partial set. The tile's last block (kFinal) only retires and promotes.
     // load_next (block 3 only): takes the next step's weight words.
-    // kOnePartialSet: the block is promoted before the next is issued into the same set.
     auto block = [&](auto final_constant, auto kb_constant, int ks, int s, auto&& load_next) {
       constexpr bool kFinal = decltype(final_constant)::value;
-      constexpr int kb = decltype(kb_constant)::value, kb_next = (kb + 1) % 4, set = kb % 2, next = 1 - set;
-      constexpr int set_p = Cfg::kOnePartialSet ? 0 : set, next_p = Cfg::kOnePartialSet ? 0 : next;
+      constexpr int kb = decltype(kb_constant)::value, kb_next = (kb + 1) % 4, next = 1 - kb % 2;
       if constexpr (!kFinal) {
         if constexpr (kb == 3) load_next();
         decode(kb_next, frag[next]);
       }
       ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(part[set_p]);
-      if constexpr (Cfg::kOnePartialSet) promote(part[set_p], s, kb);
-      if constexpr (!kFinal) issue(part[next_p], frag[next], kb == 3 ? (item + ks + 1) % S : s, kb_next);
-      if constexpr (!Cfg::kOnePartialSet) promote(part[set_p], s, kb);
+      ptx::fence_operands(part);
+      promote(part, s, kb);
+      if constexpr (!kFinal) issue(part, frag[next], kb == 3 ? (item + ks + 1) % S : s, kb_next);
     };
     using Next = std::false_type;
     using Final = std::true_type;
@@ -372,92 +267,27 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
     using B1 = std::integral_constant<int, 1>;
     using B2 = std::integral_constant<int, 2>;
     using B3 = std::integral_constant<int, 3>;
-    if constexpr ((Cfg::kWork & kRsFp8Math) != 0 && Cfg::kProducerWeights) {
-      load_step(0);
-      decode(0, frag[0]);
-      issue(part[0], frag[0], item % S, 0);
-      for (int ks = 0; ks + 1 < k_steps; ++ks) {
-        const int s = (item + ks) % S;
-        block(Next{}, B0{}, ks, s, nullptr);
-        block(Next{}, B1{}, ks, s, nullptr);
-        block(Next{}, B2{}, ks, s, nullptr);
-        block(Next{}, B3{}, ks, s, [&] { load_step(ks + 1); });
-        release(s);
-      }
-      const int ks = k_steps - 1, s = (item + ks) % S;
+    load_step(0);
+    decode(0, frag[0]);
+    issue(part, frag[0], item % S, 0);
+    for (int ks = 0; ks + 1 < k_steps; ++ks) {
+      const int s = (item + ks) % S;
       block(Next{}, B0{}, ks, s, nullptr);
       block(Next{}, B1{}, ks, s, nullptr);
       block(Next{}, B2{}, ks, s, nullptr);
-      block(Final{}, B3{}, ks, s, nullptr);
+      block(Next{}, B3{}, ks, s, [&] { load_step(ks + 1); });
       release(s);
-    } else if constexpr ((Cfg::kWork & kRsFp8Math) != 0) {
-      // kRegisters: the words of k step j in register slot j % 2, loaded two steps ahead (the
-      // loop runs the steps in pairs so every slot is a fixed register set).
-      const int64_t micro_g = static_cast<int64_t>(tc.expert) * (op.n / 8) + tc.n_tile * (Cfg::kBlockN / 8) + micro;
-      const uint8_t* gw = op.w + micro_g * k_steps * kWeightMicroTileBytes + lane * 16;
-      const int64_t gw8 = static_cast<int64_t>(k_steps) * kWeightMicroTileBytes;  // rows g + 8: the next micro-tile
-      const uint8_t* gd = op.w_scale + (static_cast<int64_t>(tc.expert) * k_steps * op.n + f.row) * 4;
-      const int64_t gd_step = static_cast<int64_t>(op.n) * 4;
-      uint4 rw[2][2];
-      uint32_t rd[2][2];
-      auto fetch = [&](auto slot_constant, int ks) {
-        constexpr int j = decltype(slot_constant)::value;
-        rw[j][0] = ptx::ld_stream_v4(gw + ks * kWeightMicroTileBytes);
-        rw[j][1] = ptx::ld_stream_v4(gw + gw8 + ks * kWeightMicroTileBytes);
-        rd[j][0] = ptx::ld_stream_u32(gd + ks * gd_step);
-        rd[j][1] = ptx::ld_stream_u32(gd + ks * gd_step + 8 * 4);
-      };
-      // Waits for k step ks's activations and takes its words from slot ks % 2, refilled with ks + 2.
-      auto take = [&](auto slot_constant, int ks) {
-        constexpr int j = decltype(slot_constant)::value;
-        const int s = (item + ks) % S;
-        ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
-        w_g = rw[j][0];
-        w_g8 = rw[j][1];
-        d_g = rd[j][0];
-        d_g8 = rd[j][1];
-        if (ks + 2 < k_steps) fetch(slot_constant, ks + 2);
-      };
-      // Step ks (ks % 2 == slot); kFinal: the tile's last (no next step to take).
-      auto step = [&](auto final_constant, auto slot_constant, int ks) {
-        constexpr int j = decltype(slot_constant)::value;
-        const int s = (item + ks) % S;
-        block(Next{}, B0{}, ks, s, nullptr);
-        block(Next{}, B1{}, ks, s, nullptr);
-        block(Next{}, B2{}, ks, s, nullptr);
-        if constexpr (decltype(final_constant)::value)
-          block(Final{}, B3{}, ks, s, nullptr);
-        else
-          block(Next{}, B3{}, ks, s, [&] { take(std::integral_constant<int, 1 - j>{}, ks + 1); });
-        release(s);
-      };
-      fetch(B0{}, 0);
-      if (k_steps > 1) fetch(B1{}, 1);
-      take(B0{}, 0);
-      decode(0, frag[0]);
-      issue(part[0], frag[0], item % S, 0);
-      int ks = 0;
-      for (; ks + 2 < k_steps; ks += 2) {
-        step(Next{}, B0{}, ks);
-        step(Next{}, B1{}, ks + 1);
-      }
-      if (ks + 1 < k_steps) {  // two steps left (ks is even)
-        step(Next{}, B0{}, ks);
-        step(Final{}, B1{}, ks + 1);
-      } else {
-        step(Final{}, B0{}, ks);
-      }
-    } else {
-      for (int ks = 0; ks < k_steps; ++ks) {
-        const int s = (item + ks) % S;
-        ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
-        release(s);
-      }
     }
+    const int ks = k_steps - 1, s = (item + ks) % S;
+    block(Next{}, B0{}, ks, s, nullptr);
+    block(Next{}, B1{}, ks, s, nullptr);
+    block(Next{}, B2{}, ks, s, nullptr);
+    block(Final{}, B3{}, ks, s, nullptr);
+    release(s);
     Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
   };
   if constexpr (Cfg::kTails == RsFp8Tails::kNarrowLast) {
-    for_each_block_tile<Cfg>(p.schedule, n_tiles, [&](const TileCoord& tc, auto last_pass) {
+    for_each_block_tile<Cfg>(p.schedule, work.n_tiles, [&](const TileCoord& tc, auto last_pass) {
       if constexpr (decltype(last_pass)::value)
         run_tile(tc, std::integral_constant<int, Cfg::kNarrowRows / 2>{});
       else
@@ -465,16 +295,9 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
       item += k_steps;
     });
   } else {
-    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-      const TileCoord tc = tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles);
-      if constexpr (Cfg::kNarrowTiles) {
-        if (tc.num_rows <= Cfg::kNarrowRows)  // an expert's last tile: its rows only
-          run_tile(tc, std::integral_constant<int, Cfg::kNarrowRows / 2>{});
-        else
-          run_tile(tc, std::integral_constant<int, Cfg::kAcc>{});
-      } else {
-        run_tile(tc, std::integral_constant<int, Cfg::kAcc>{});
-      }
+    for (int tile = blockIdx.x; tile < work.num_tiles; tile += gridDim.x) {
+      const TileCoord tc = tile_coord<Cfg::kBlockM>(p.schedule, tile, work.n_tiles);
+      run_tile(tc, std::integral_constant<int, Cfg::kAcc>{});
       item += k_steps;
     }
   }

@@ -9,7 +9,8 @@
 // list of the routing kernel (tile = m_tile * n_tiles + n_tile, block b takes b, b + grid, ...):
 //   WG 0      producer: cp.async of the gathered A rows (16 B, rows via a_row_index), their
 //             E8M0 scales, the FP4 micro-tiles and the shifts into a raw slot; kLookahead
-//             k steps later it decodes its own raw chunks to e4m3 into the stage's B' tile.
+//             k steps later each quad of lanes decodes the raw rows its lanes copied to e4m3 into
+//             the stage's B' tile.
 //   WG 1, 2   consumers: a 64 x 128 sub-tile each (kBlockM / 64 along m, kBlockN / 128 along
 //             n), m64n128k32 wgmma per k32 block, fp32 promotion, then the epilogue straight
 //             from registers. While one promotes, the other's wgmma runs.
@@ -21,12 +22,11 @@
 //   stage s < kStages:  A  kBlockM x 128 B   K-major, 128-byte swizzle (ptx/wgmma.cuh)
 //                       B' kBlockN x 128 B   same layout
 //   sa[kStages]         kBlockM x 4 B        E8M0 of the 4 k32 blocks of the step, per row
-//   raw[kRawSlots]      kBlockN / 8 micro-tiles of 512 B; lane l = 4g + t's 16 B at 16 l
-//                       (lane decode) or at 64 g + 16 (t ^ (g >> 1)) (quad decode, so that
-//                       the transposed 4-byte reads of a quad are free of bank conflicts)
-//   shift[kRawSlots]    4-byte shift words (4 k32 blocks of one row): one per raw 16-B chunk
-//                       (lane decode) or one per row, 8 rows of a micro-tile at 32 B each
-//                       (quad decode, copied 16 B per lane by lanes 0..2j-1 of its warp)
+//   raw[kRawSlots]      kBlockN / 8 micro-tiles of 512 B; lane l = 4g + t's 16 B at
+//                       64 g + 16 (t ^ (g >> 1)), so that the transposed 4-byte reads of a quad
+//                       are free of bank conflicts
+//   shift[kRawSlots]    4-byte shift words (4 k32 blocks of one row), one per row, 8 rows of a
+//                       micro-tile at 32 B each (copied 16 B per lane by lanes 0..2j-1 of its warp)
 //   table               16 x 8 B: e4m3 magnitude bytes of codes 0..7 for shift d (15 unused)
 //   full[kStages], empty[kStages]  mbarriers
 #pragma once
@@ -43,9 +43,8 @@
 
 namespace moe_ep::cuda {
 
-template <int kBlockM_, int kBlockN_, int kStages_, bool kQuadDecode_>
+template <int kBlockM_, int kBlockN_, int kStages_>
 struct WgmmaTileConfig {
-  static constexpr bool kQuadDecode = kQuadDecode_;  // producer decode mapping (WgmmaProducer)
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kBlockK = 128;
@@ -84,7 +83,7 @@ struct WgmmaTileConfig {
 };
 
 // The tile configuration built: 64 x 256, two consumers side by side along n, sharing A.
-using WgmmaTile64x256 = WgmmaTileConfig<64, 256, 4, true>;
+using WgmmaTile64x256 = WgmmaTileConfig<64, 256, 4>;
 
 // Position of a consumer thread's accumulator fragment in the tile.
 struct WgmmaFragment {
@@ -115,8 +114,7 @@ struct WgmmaProducer {
   int a_row[Cfg::kARowsPerThread];
   int sa_row;  // A row of this thread's scale word (threads < kBlockM), -1 when none
   const uint8_t* w_tile;      // micro-tile (n8 block of this warp, k step 0) + lane * 16
-  const uint8_t* shift_tile;  // lane decode: shift word of this lane's row; quad: this lane's
-                              // 16 B (4 rows) of the warp's micro-tiles; k step 0
+  const uint8_t* shift_tile;  // this lane's 16 B (4 rows) of the warp's micro-tiles, k step 0
 
   __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const TileCoord& t,
                                              int k_steps, int tid) {
@@ -131,8 +129,7 @@ struct WgmmaProducer {
     const int warp = tid / 32, lane = tid % 32;
     const int64_t n8 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_tile * (Cfg::kBlockN / 8) + warp;
     w_tile = op.w + n8 * k_steps * kWeightMicroTileBytes + lane * 16;
-    const int64_t n = static_cast<int64_t>(t.n_tile) * Cfg::kBlockN + warp * 8 +
-                      (Cfg::kQuadDecode ? 32 * (lane / 2) + 4 * (lane % 2) : lane / 4);
+    const int64_t n = static_cast<int64_t>(t.n_tile) * Cfg::kBlockN + warp * 8 + (32 * (lane / 2) + 4 * (lane % 2));
     shift_tile = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + n) * 4;
   }
 
@@ -160,25 +157,20 @@ struct WgmmaProducer {
     for (int j = 0; j < Cfg::kChunksPerThread; ++j) {
       const int chunk = tid + 128 * j;
       ptx::cp_async_16(raw_dst + raw_offset(chunk), w_tile + j * micro_stride + ks * kWeightMicroTileBytes);
-      if constexpr (!Cfg::kQuadDecode)
-        ptx::cp_async_4(shift_dst + chunk * 4, shift_tile + (static_cast<int64_t>(ks) * op.n + 32 * j) * 4);
     }
-    if constexpr (Cfg::kQuadDecode) {
-      const int warp = tid / 32, lane = tid % 32;  // lane 2j + h: rows 4h..4h+3 of micro-tile warp + 4j
-      if (lane < 2 * Cfg::kChunksPerThread)
-        ptx::cp_async_16(shift_dst + (warp + 4 * (lane / 2)) * 32 + (lane % 2) * 16,
-                         shift_tile + static_cast<int64_t>(ks) * op.n * 4);
-    }
+    const int warp = tid / 32, lane = tid % 32;  // lane 2j + h: rows 4h..4h+3 of micro-tile warp + 4j
+    if (lane < 2 * Cfg::kChunksPerThread)
+      ptx::cp_async_16(shift_dst + (warp + 4 * (lane / 2)) * 32 + (lane % 2) * 16,
+                       shift_tile + static_cast<int64_t>(ks) * op.n * 4);
   }
 
   // Where raw chunk `chunk` (micro-tile chunk / 32, lane chunk % 32) lies in its slot.
   static __device__ __forceinline__ uint32_t raw_offset(int chunk) {
-    if constexpr (!Cfg::kQuadDecode) return chunk * 16;
     const int lane = chunk % 32, g = lane / 4, t = lane % 4;
     return (chunk / 32) * kWeightMicroTileBytes + g * 64 + ((t ^ (g >> 1)) << 4);
   }
 
-  // Quad decode: the 4 lanes t = 0..3 of a quad share row n = 8 * micro + g; lane t takes k32
+  // The 4 lanes t = 0..3 of a quad share row n = 8 * micro + g; lane t takes k32
   // block kb = t of all four (word t of lanes t' = 0..3: k = 32t + 4t' + {0..3} lo, + 16 hi),
   // so one shift and one table per micro-tile row, and whole 16-byte chunks 2t (lo) and 2t + 1
   // (hi) of the B' row to store. Reads data copied by the other lanes of the quad (the caller
@@ -202,32 +194,6 @@ struct WgmmaProducer {
       uint8_t* row = b + (8 * micro + g) * 128;
       *reinterpret_cast<uint4*>(row + (((2 * t) ^ g) << 4)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
       *reinterpret_cast<uint4*>(row + (((2 * t + 1) ^ g) << 4)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    }
-  }
-
-  // Decodes this thread's raw chunks of slot r into the B' tile of stage s: chunk = micro-tile
-  // (warp + 4j) lane l = 4g + t: row n = 8 * micro + g, word kb holds k = 32kb + 4t + {0..3}
-  // (lo) and 32kb + 16 + 4t + {0..3} (hi), i.e. bytes 4t.. of 16-byte chunks 2kb and 2kb + 1.
-  static __device__ __forceinline__ void decode(const WgmmaSmem<Cfg>& sm, int s, int r, int tid) {
-    const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const uint8_t* table = sm.table();
-    uint8_t* b = sm.b(s);
-#pragma unroll
-    for (int j = 0; j < Cfg::kChunksPerThread; ++j) {
-      const int chunk = tid + 128 * j;
-      const uint4 w = *reinterpret_cast<const uint4*>(sm.raw(r) + chunk * 16);
-      const uint32_t shifts = *reinterpret_cast<const uint32_t*>(sm.shift(r) + chunk * 4);
-      const int n = 8 * (warp + 4 * j) + g;
-      uint8_t* row = b + n * 128 + 4 * t;
-#pragma unroll
-      for (int kb = 0; kb < 4; ++kb) {
-        const uint32_t word = kb == 0 ? w.x : kb == 1 ? w.y : kb == 2 ? w.z : w.w;
-        const uint2 tab = *reinterpret_cast<const uint2*>(table + ((shifts >> (8 * kb)) & 0xF) * 8);
-        uint32_t lo, hi;
-        decode_fp4_word_with(word, tab.x, tab.y, lo, hi);
-        *reinterpret_cast<uint32_t*>(row + (((2 * kb) ^ g) << 4)) = lo;
-        *reinterpret_cast<uint32_t*>(row + (((2 * kb + 1) ^ g) << 4)) = hi;
-      }
     }
   }
 };
@@ -274,12 +240,8 @@ __device__ __forceinline__ void run_wgmma_grouped_gemm(const Params& p, uint8_t*
       const int q = item - L;  // the step decoded now
       if (q >= 0) {
         ptx::cp_async_wait<L>();
-        if constexpr (Cfg::kQuadDecode) {
-          __syncwarp();  // the quad's raw chunks, copied by its 4 lanes, have landed
-          WgmmaProducer<Cfg>::decode_quad(sm, q % S, q % R, tid);
-        } else {
-          WgmmaProducer<Cfg>::decode(sm, q % S, q % R, tid);
-        }
+        __syncwarp();  // the quad's raw chunks, copied by its 4 lanes, have landed
+        WgmmaProducer<Cfg>::decode_quad(sm, q % S, q % R, tid);
         ptx::fence_proxy_async_shared();
         ptx::mbarrier_arrive(sm.full(q % S));
       }

@@ -12,10 +12,10 @@ namespace {
 
 // Three blocks of 8 warps per SM (<= 80 registers; shared memory is the tile's A and scales,
 // 16 x (K/2 + K/16) bytes plus padding) with 2 k steps of weights in flight per warp.
-template <class Epilogue, class Params, int kPrefetch, int kSplit = 1>
-__global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
+template <class Epilogue, class Params, int kSplit = 1>
+__global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks)
     sm90_nvfp4_decode_kernel(const __grid_constant__ Params p) {
-  using Mainloop = Nvfp4DecodeMainloop<kPrefetch, kSplit>;
+  using Mainloop = Nvfp4DecodeMainloop<kSplit>;
   extern __shared__ __align__(128) uint8_t smem[];
   // The schedule, A and (GEMM 2) the rows written by the pass before. No early launch of the
   // next grid (see sm90_mxfp4_decode_gemm.cu).
@@ -32,34 +32,32 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks<kPrefetch>)
   }
 }
 
-template <class Epilogue, class Params, int kPrefetch = kDecodePrefetch, int kSplit = 1>
-cudaError_t configure_decode(int k, int* blocks_per_sm) {
-  if (!Nvfp4DecodeMainloop<kPrefetch, kSplit>::splits(k)) return cudaErrorInvalidValue;
-  return configure_persistent_kernel(sm90_nvfp4_decode_kernel<Epilogue, Params, kPrefetch, kSplit>, kDecodeThreads,
-                                     nvfp4_decode_shared_bytes(k), blocks_per_sm);
-}
-
-template <class Epilogue, int kPrefetch = kDecodePrefetch, int kSplit = 1, class Params>
-cudaError_t launch_decode(const Params& p, int m_tile_bound, cudaStream_t stream) {
-  using Mainloop = Nvfp4DecodeMainloop<kPrefetch, kSplit>;
-  if (!Mainloop::splits(p.op.k)) return cudaErrorInvalidValue;
-  const int blocks = m_tile_bound * (p.op.n / Mainloop::kBlockRows);
-  if (blocks <= 0) return cudaSuccess;
-  return launch_dependent(sm90_nvfp4_decode_kernel<Epilogue, Params, kPrefetch, kSplit>, blocks, kDecodeThreads,
-                          nvfp4_decode_shared_bytes(p.op.k), stream, p);
-}
-
+// A decode form's launcher; the launch grid is the m-tile bound times the n chunks.
 template <int kSplit>
-constexpr Sm90FormKernels decode_form() {
-  return {&configure_decode<DecodeSwigluF32, Gemm1Params, kDecodePrefetch, kSplit>,
-          &configure_decode<DecodeStoreBf16<true>, Gemm2Params, kDecodePrefetch, kSplit>,
-          &launch_decode<DecodeSwigluF32, kDecodePrefetch, kSplit, Gemm1Params>,
-          &launch_decode<DecodeStoreBf16<true>, kDecodePrefetch, kSplit, Gemm2Params>};
-}
+struct Nvfp4DecodeForm {
+  using Mainloop = Nvfp4DecodeMainloop<kSplit>;
+
+  template <class Epilogue, class Params>
+  static cudaError_t configure(int k, int* blocks_per_sm) {
+    if (!Mainloop::splits(k)) return cudaErrorInvalidValue;
+    return configure_persistent_kernel(sm90_nvfp4_decode_kernel<Epilogue, Params, kSplit>, kDecodeThreads,
+                                       nvfp4_decode_shared_bytes(k), blocks_per_sm);
+  }
+
+  template <class Epilogue, class Params>
+  static cudaError_t launch(const Params& p, int m_tile_bound, cudaStream_t stream) {
+    if (!Mainloop::splits(p.op.k)) return cudaErrorInvalidValue;
+    const int blocks = m_tile_bound * (p.op.n / Mainloop::kBlockRows);
+    if (blocks <= 0) return cudaSuccess;
+    return launch_dependent(sm90_nvfp4_decode_kernel<Epilogue, Params, kSplit>, blocks, kDecodeThreads,
+                            nvfp4_decode_shared_bytes(p.op.k), stream, p);
+  }
+};
 
 }  // namespace
 
-const Sm90FormKernels kNvfp4DecodeKernels = decode_form<1>();
-const Sm90FormKernels kNvfp4DecodeSplitKernels = decode_form<2>();
+const Sm90FormKernels kNvfp4DecodeKernels = form_kernels<Nvfp4DecodeForm<1>, DecodeSwigluF32, DecodeStoreBf16<true>>();
+const Sm90FormKernels kNvfp4DecodeSplitKernels =
+    form_kernels<Nvfp4DecodeForm<2>, DecodeSwigluF32, DecodeStoreBf16<true>>();
 
 }  // namespace moe_ep::cuda

@@ -17,7 +17,7 @@
 // alone run the epilogue. Not bitwise the 64 x 128 kernels: two fp32 sums added.
 //
 // Block: kDecodeThreads (8 warps) = kDecodeBlockN weight rows (16 per warp) x one m tile of
-// kDecodeBlockM rows (sm90_decode_tile.cuh). Weights stream from global memory kPrefetch k steps
+// kDecodeBlockM rows (sm90_decode_tile.cuh). Weights stream from global memory kDecodePrefetch k steps
 // ahead of the MMAs (read once, L1 bypassed); the tile's A rows and scales are copied into
 // shared memory once, before the main loop (packed FP4 is small: 16 x K/2 bytes).
 //
@@ -57,9 +57,9 @@ constexpr int nvfp4_decode_src_offset(int k) {
 }
 constexpr int nvfp4_decode_shared_bytes(int k) { return nvfp4_decode_src_offset(k) + kDecodeBlockM * 4; }
 
-template <int kPrefetch_ = 2, int kSplit = 1>
+template <int kSplit = 1>
 struct Nvfp4DecodeMainloop {
-  static constexpr int kPrefetch = kPrefetch_;  // k steps of weights in registers ahead of the MMAs
+  static constexpr int kPrefetch = kDecodePrefetch;  // k steps of weights in registers ahead of the MMAs
   static_assert(kSplit == 1 || kSplit == 2, "K in one or two parts");
   static constexpr int kGroups = kDecodeWarps / kSplit;  // 16-row groups of a block
   static constexpr int kBlockRows = 16 * kGroups;

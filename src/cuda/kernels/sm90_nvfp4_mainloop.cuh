@@ -38,73 +38,32 @@ struct Nvfp4Mainloop {
   static constexpr int kSharedBytes = kStages * kStageBytes;
   static_assert(kGemmBlockK == 128 && kGemmThreads == 256, "load mapping assumes these");
 
-  struct Sources {
+  // This thread's 16 bytes of an A row of a tile (row tid / 4, chunk tid % 4; fixed across k
+  // steps) and their copy into a stage.
+  struct ARows {
     const uint8_t* a;
-    uint32_t a_bytes;
-    const uint8_t* sa;
-    uint32_t sa_bytes;
-    const uint8_t* w;
-    const uint8_t* sw;
+    uint32_t a_bytes;  // 16, or 0 to zero-fill a row past the tile's end
+
+    __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const TileCoord& t) {
+      const int tid = threadIdx.x;
+      const int r = tid / 4;
+      const bool valid = r < t.num_rows;
+      const int src = valid ? (op.a_row_index ? op.a_row_index[t.row_begin + r] : t.row_begin + r) : 0;
+      a = valid ? op.a + static_cast<int64_t>(src) * op.a_row_bytes + (tid % 4) * 16 : op.a;
+      a_bytes = valid ? 16 : 0;
+    }
+
+    __device__ __forceinline__ void issue(int k_step, uint32_t base) const {
+      const int tid = threadIdx.x;
+      ptx::cp_async_16(base + (tid / 4) * kARowStride + (tid % 4) * 16, a + (a_bytes ? k_step * (kGemmBlockK / 2) : 0),
+                       a_bytes);
+    }
   };
-
-  static __device__ __forceinline__ Sources sources(const GroupedGemmOperands& op, const TileCoord& t) {
-    const int tid = threadIdx.x;
-    Sources s;
-    const int r = tid / 4;
-    const bool valid = r < t.num_rows;
-    const int src = valid ? (op.a_row_index ? op.a_row_index[t.row_begin + r] : t.row_begin + r) : 0;
-    s.a = valid ? op.a + static_cast<int64_t>(src) * op.a_row_bytes + (tid % 4) * 16 : op.a;
-    s.a_bytes = valid ? 16 : 0;
-    const bool sa_valid = tid < t.num_rows;
-    s.sa = op.a_scale;
-    if (tid < kGemmBlockM && sa_valid) {
-      const int row = t.row_begin + tid;
-      s.sa = op.a_scale + static_cast<int64_t>(op.a_row_index ? op.a_row_index[row] : row) * op.a_scale_row_bytes;
-    }
-    s.sa_bytes = sa_valid ? 8 : 0;
-    const int64_t k_steps = op.k / kGemmBlockK;
-    const int64_t n8 = static_cast<int64_t>(t.expert) * (op.n / 8) + t.n_tile * (kGemmBlockN / 8);
-    s.w = op.w + (n8 * k_steps) * kWeightMicroTileBytes;
-    s.sw = op.w_scale + (static_cast<int64_t>(t.expert) * k_steps * op.n + t.n_tile * kGemmBlockN) * 8;
-    return s;
-  }
-
-  static __device__ __forceinline__ void load_stage(const GroupedGemmOperands& op, const Sources& s,
-                                                    int k_step, uint8_t* stage) {
-    const int tid = threadIdx.x;
-    const uint32_t base = ptx::smem_addr(stage);
-    const int64_t k_steps = op.k / kGemmBlockK;
-    ptx::cp_async_16(base + (tid / 4) * kARowStride + (tid % 4) * 16,
-                     s.a + (s.a_bytes ? k_step * (kGemmBlockK / 2) : 0), s.a_bytes);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int chunk = tid + kGemmThreads * i;
-      const int micro = chunk / 32, part = chunk % 32;
-      ptx::cp_async_16(base + kBOffset + chunk * 16,
-                       s.w + (micro * k_steps + k_step) * kWeightMicroTileBytes + part * 16);
-    }
-    if (tid < kGemmBlockM) {
-      ptx::cp_async_8(base + kSaOffset + tid * 8, s.sa + (s.sa_bytes ? k_step * 8 : 0), s.sa_bytes);
-    } else if (tid < kGemmBlockM + kSwBytes / 16) {
-      const int part = tid - kGemmBlockM;
-      ptx::cp_async_16(base + kSwOffset + part * 16,
-                       s.sw + static_cast<int64_t>(k_step) * op.n * 8 + part * 16);
-    }
-  }
+  using Copies = MmaStageCopies<ARows, 8, kBOffset, kSaOffset, kSwOffset>;
 
   // e4m3 byte -> f16x2 holding it twice.
   static __device__ __forceinline__ uint32_t scale_f16x2(uint32_t byte) {
     return ptx::cvt_f16x2_from_e4m3x2(static_cast<uint16_t>(byte | (byte << 8)));
-  }
-
-  // m16 sub-tiles wholly past the tile's valid rows are skipped (warp-uniform): small-T tiles
-  // hold a few rows, and their MMA and scale work would otherwise dominate.
-  static __device__ __forceinline__ void compute_stage(const uint8_t* stage, const WarpPosition& wp,
-                                                       int num_rows, Accumulators& acc) {
-    if (wp.row0 + 16 < num_rows)
-      compute_m16s<2>(stage, wp, acc);
-    else if (wp.row0 < num_rows)
-      compute_m16s<1>(stage, wp, acc);
   }
 
   template <int kM16s>
@@ -166,30 +125,10 @@ struct Nvfp4Mainloop {
   static __device__ __forceinline__ void run(const GroupedGemmOperands& op, const TileCoord& t,
                                              uint8_t* smem, Accumulators& acc) {
     const WarpPosition wp = warp_position();
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
-
-    const Sources s = sources(op, t);
-    const int k_steps = op.k / kGemmBlockK;
-#pragma unroll
-    for (int st = 0; st < kStages - 1; ++st) {
-      if (st < k_steps) load_stage(op, s, st, smem + st * kStageBytes);
-      ptx::cp_async_commit();
-    }
-    for (int ks = 0; ks < k_steps; ++ks) {
-      ptx::cp_async_wait<kStages - 2>();
-      __syncthreads();
-      const int next = ks + kStages - 1;
-      if (next < k_steps) load_stage(op, s, next, smem + (next % kStages) * kStageBytes);
-      ptx::cp_async_commit();
-      compute_stage(smem + (ks % kStages) * kStageBytes, wp, t.num_rows, acc);
-    }
-    ptx::cp_async_wait<0>();
-    __syncthreads();
+    zero_accumulators(acc);
+    run_mma_stage_ring<kStages, kStageBytes, Copies>(op, t, smem, wp, [&](const uint8_t* stage, auto m16s) {
+      compute_m16s<decltype(m16s)::value>(stage, wp, acc);
+    });
   }
 };
 

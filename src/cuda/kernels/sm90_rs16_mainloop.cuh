@@ -38,7 +38,7 @@
 #include "cuda/kernels/sm90_grouped_gemm.h"
 #include "cuda/kernels/sm90_persistent_tiles.cuh"
 #include "cuda/kernels/sm90_rs_fragment.cuh"
-#include "cuda/ptx/cp_async.cuh"
+#include "cuda/kernels/sm90_rs_ring.cuh"
 #include "cuda/ptx/ld_global.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
@@ -157,79 +157,44 @@ struct RsTileConfig {
   // A consumer releases step i - 1 only after waiting on full(i), which the producer signals after
   // issuing step i + kLookahead, which needs step i + kLookahead - kStages released.
   static_assert(kStages >= kLookahead + 2, "the stage ring would deadlock");
-  static constexpr int kRowsPerThread = kBlockM / 16;  // producer: 8 threads per row
-
   static constexpr int kColBytes = kBlockM * 128;  // one 64-wide k column block
   static constexpr int kStageBytes = 2 * kColBytes;
-  static constexpr int kAmaxBytes = kConsumers * 4 * kBlockM * 4;
-  static constexpr int kOffAmax = kStages * kStageBytes;
-  static constexpr int kOffBarriers = kOffAmax + kAmaxBytes;
-  static constexpr int kSharedBytes = kOffBarriers + 2 * kStages * 8 + 1024;  // + alignment slack
   static_assert(kColBytes % 1024 == 0, "wgmma tiles are 1024-byte aligned");
-  static_assert(kSharedBytes <= 232448, "H100/H200 allow 227 KiB of shared memory per block");
+  using TokenRows = RsTokenRows<kBlockM / 16, 2, kColBytes>;  // the producer's: 8 threads per row
+  using Layout = RsRingLayout<kStages, kStageBytes, kConsumers, kBlockM>;
+  static constexpr int kSharedBytes = Layout::kSharedBytes;
 };
 
+// The producer: the tile's token rows only (the consumers load their weights themselves).
 template <class Cfg>
-struct RsSmem {
-  uint8_t* base;
-  __device__ __forceinline__ uint8_t* b(int s) const { return base + s * Cfg::kStageBytes; }
-  __device__ __forceinline__ float* amax(int wg) const {
-    return reinterpret_cast<float*>(base + Cfg::kOffAmax) + wg * 4 * Cfg::kBlockM;
+struct RsProducer {
+  typename Cfg::TokenRows rows;
+
+  __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const TileCoord& t, int /*k_steps*/,
+                                             int tid) {
+    rows.begin_tile(op, t, tid);
   }
-  __device__ __forceinline__ uint64_t* full(int s) const {
-    return reinterpret_cast<uint64_t*>(base + Cfg::kOffBarriers) + s;
+  __device__ __forceinline__ void issue(const GroupedGemmOperands& op, const RsRingSmem<Cfg>& sm, int ks,
+                                        int /*k_steps*/, int s, int tid) const {
+    rows.issue(op, ptx::smem_addr(sm.a(s)), ks, tid);
   }
-  __device__ __forceinline__ uint64_t* empty(int s) const { return full(Cfg::kStages) + s; }
+  static __device__ __forceinline__ void landed(const RsRingSmem<Cfg>&, int, int) {}
 };
 
 template <class Cfg, class Epilogue, class Params>
 __device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* smem_raw) {
-  const RsSmem<Cfg> sm{align_smem_1024(smem_raw)};
+  const RsRingSmem<Cfg> sm{align_smem_1024(smem_raw)};
   const int tid = threadIdx.x;
-  init_stage_barriers<Cfg>(sm);
-
   const GroupedGemmOperands& op = p.op;
-  const int k_steps = op.k / Cfg::kBlockK;
-  const int n_tiles = op.n / Cfg::kBlockN;
-  const int num_tiles = *p.schedule.num_m_tiles * n_tiles;
+  const RsBlockWork work = rs_block_start<Cfg>(sm, op, p.schedule);
+  if (tid < 128) return run_rs_producer<Cfg, RsProducer<Cfg>>(sm, op, p.schedule, work, tid);
   constexpr int S = Cfg::kStages;
-
-  if (tid < 128) {
-    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
-    const int c = tid % 8;  // this thread's 16-byte chunk of each 128-byte row half
-    const uint8_t* src[Cfg::kRowsPerThread];  // rows tid / 8 + 16 j at chunk c; null past the tile
-    auto begin_tile = [&](const TileCoord& t) {
-#pragma unroll
-      for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
-        const int r = tid / 8 + 16 * j;
-        const int row = t.row_begin + r;
-        src[j] = r < t.num_rows
-                     ? op.a + static_cast<int64_t>(op.a_row_index ? op.a_row_index[row] : row) * op.a_row_bytes + c * 16
-                     : nullptr;
-      }
-    };
-    auto issue = [&](int ks, int s) {
-      const uint32_t dst = ptx::smem_addr(sm.b(s));
-#pragma unroll
-      for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
-        const int row = tid / 8 + 16 * j;
-#pragma unroll
-        for (int cb = 0; cb < 2; ++cb)
-          ptx::cp_async_16(dst + cb * Cfg::kColBytes + row * 128 + ((c ^ (row & 7)) << 4),
-                           src[j] ? src[j] + ks * 256 + cb * 128 : op.a, src[j] ? 16 : 0);
-      }
-    };
-    run_ring_producer<Cfg>(sm, p.schedule, n_tiles, k_steps, begin_tile, issue, [](int) {});
-    return;
-  }
-
-  ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
-  const int wg = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32;
-  const int g = lane / 4;
+  const RsConsumerThread ct = rs_consumer_thread<Cfg>();
+  const int k_steps = work.k_steps, lane = ct.lane;
   int item = 0;
-  for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-    const TileCoord t = tile_coord<Cfg::kBlockM>(p.schedule, tile, n_tiles);
-    const RsFragment f{t.n_tile * Cfg::kBlockN + 64 * wg + 16 * warp + g, lane % 4, warp, wg};
+  for (int tile = blockIdx.x; tile < work.num_tiles; tile += gridDim.x) {
+    const TileCoord t = tile_coord<Cfg::kBlockM>(p.schedule, tile, work.n_tiles);
+    const RsFragment f{t.n_tile * Cfg::kBlockN + 64 * ct.wg + 16 * ct.warp + ct.g, lane % 4, ct.warp, ct.wg};
     // Weight micro-tiles f.row / 8 (rows g) and the next one (rows g + 8), k step 0.
     const int64_t micro = static_cast<int64_t>(t.expert) * (op.n / 8) + f.row / 8;
     const uint8_t* w_g = op.w + micro * k_steps * kWeightMicroTileBytes + lane * 16;
@@ -270,7 +235,7 @@ __device__ __forceinline__ void run_rs_grouped_gemm(const Params& p, uint8_t* sm
       constexpr int kSet = decltype(set_constant)::value;
       const int s = (item + ks) % S;
       ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
-      const uint64_t desc = ptx::wgmma_desc_k_major_sw128(ptx::smem_addr(sm.b(s)));
+      const uint64_t desc = ptx::wgmma_desc_k_major_sw128(ptx::smem_addr(sm.a(s)));
       ptx::wgmma_fence();
 #pragma unroll
       for (int step = 0; step < 8; ++step)  // column block step / 4, k16 slice step % 4 (32 bytes)

@@ -18,10 +18,10 @@
 //             (rows tid / 8 + 16 j, chunk tid % 8); the n tile's 32 weight micro-tiles (8
 //             16-byte chunks per thread) and kBlockN scale words. kLookahead steps later it fences
 //             and arrives on the stage's full barrier (run_ring_producer).
-//   WG 1 .. 4 consumers: weight rows 64 c .. 64 c + 63 of the n tile each. Per group q of
-//             kGroupBlocks k32 blocks of a k step: its m64 n(kBlockM) k16 wgmmas from fragment set q % 2;
-//             wait_group 1 retires group q - 1, whose set then takes the decode of group q + 1. A
-//             stage is released when its last group has retired (after group 0 of the next step).
+//   WG 1 .. 4 consumers: weight rows 64 c .. 64 c + 63 of the n tile each. Per k32 block j of a
+//             k step: its two m64 n(kBlockM) k16 wgmmas from fragment set j % 2; wait_group 1
+//             retires block j - 1, whose set then takes the decode of block j + 1. A stage is
+//             released when its last block has retired (after block 0 of the next step).
 //
 // Shared memory (base aligned to 1024 bytes):
 //   stage s < kStages, kStageBytes (a multiple of 1024) apart:
@@ -38,11 +38,10 @@
 #include <type_traits>
 
 #include "cuda/kernels/sm90_grouped_gemm.h"
-#include "cuda/kernels/sm90_mxfp4_rs_fp8_mainloop.cuh"
 #include "cuda/kernels/sm90_persistent_tiles.cuh"
 #include "cuda/kernels/sm90_rs16_mainloop.cuh"
 #include "cuda/kernels/sm90_rs_fragment.cuh"
-#include "cuda/ptx/cp_async.cuh"
+#include "cuda/kernels/sm90_rs_ring.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 
@@ -51,25 +50,19 @@ namespace moe_ep::cuda {
 template <class Cfg, class Epilogue, class Params>
 __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint8_t* smem_raw);
 
-// kWork_: the parts of the mainloop a block runs (RsFp8Work bits: activation copies, weight
-// copies, math); the library's kernels run all, the probes of tests/cuda split the time.
-// kGroupBlocks_: k32 blocks per wgmma group (1 or 2). A consumer has two fragment sets
-// of one group each; it issues a group from one set, waits until only that group is in flight and
-// decodes the next group into the other set. (ptxas follows wgmma input registers only with one
-// group in flight: with three sets and wait_group 2 it serializes every wgmma, C7513.)
+// A consumer has two fragment sets of one k32 block each; it issues a block's wgmmas from one
+// set, waits until only that group is in flight and decodes the next block into the other set.
+// (ptxas follows wgmma input registers only with one group in flight: with three sets and
+// wait_group 2 it serializes every wgmma, C7513.)
 // kBlockM_: token rows of a tile (64, or 128: m64n128k16 wgmmas, 64 accumulators a consumer
 // thread, 4 stages of 49 KB; twice the tensor work per decoded weight and per copied weight byte).
 // kListBlockM_: the rows of the routing's m tiles it walks (kBlockM_, or 64 under 128-token
 // tiles: for_each_block_tile merges pairs, so GEMM 2 can keep the 64-row list).
 // kTileWalk_: which of the list's tiles it takes (sm90_persistent_tiles.cuh).
-template <class Weights_, int kWork_ = 7, int kGroupBlocks_ = 1, int kBlockM_ = 64, int kListBlockM_ = kBlockM_,
-          TileWalk kTileWalk_ = TileWalk::kEvery>
+template <class Weights_, int kBlockM_ = 64, int kListBlockM_ = kBlockM_, TileWalk kTileWalk_ = TileWalk::kEvery>
 struct Rs16WideTileConfig {
   using Weights = Weights_;
   static constexpr TileWalk kTileWalk = kTileWalk_;
-  static constexpr int kWork = kWork_;
-  static constexpr int kGroupBlocks = kGroupBlocks_;
-  static_assert(kGroupBlocks == 1 || kGroupBlocks == 2, "a k step's 4 blocks make whole groups");
   using ScaleWord = typename Weights::ScaleWord;
   // The kernel body (sm90_rs_kernel.cuh) and its launch check.
   template <class Epilogue, class Params>
@@ -88,9 +81,9 @@ struct Rs16WideTileConfig {
   static constexpr int kStages = kBlockM == 64 ? 6 : 4;
   static constexpr int kLookahead = kBlockM == 64 ? 3 : 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  // 128-token tiles read a group's weight and scale words from the stage right before its decode
+  // 128-token tiles read a block's weight and scale words from the stage right before its decode
   // instead of holding the step's in registers.
-  static constexpr bool kWordsPerGroup = kBlockM == 128;
+  static constexpr bool kWordsPerBlock = kBlockM == 128;
   // 128-token tiles: the consumers' 64 accumulators need 112 registers (at 104 ptxas serializes
   // the wgmmas, C7512); the producer gives up all but 32 (its row pointers spill to local memory).
   static constexpr int kProducerRegs = kBlockM == 64 ? 56 : 32;
@@ -102,77 +95,45 @@ struct Rs16WideTileConfig {
   // i + kLookahead - kStages released; a consumer releases step i - 1 only after it waited for
   // step i, so the ring needs kStages >= kLookahead + 2.
   static_assert(kStages >= kLookahead + 2, "the stage ring would deadlock");
-  static constexpr int kRowsPerThread = kBlockM / 16;  // producer: 8 threads per 128-byte row half
-
   static constexpr int kColBytes = kBlockM * 128;  // one 64-wide k column block
   static constexpr int kABytes = 2 * kColBytes;
+  static_assert(kColBytes % 1024 == 0, "wgmma tiles are 1024-byte aligned");
+  using TokenRows = RsTokenRows<kBlockM / 16, 2, kColBytes>;  // the producer's: 8 threads per 128-byte half
   using WeightCopy = RingWeightCopy<kBlockN, static_cast<int>(sizeof(ScaleWord))>;  // the producer's W, D
   static constexpr int kWBytes = WeightCopy::kWBytes;
   static constexpr int kDBytes = WeightCopy::kDBytes;
   static constexpr int kOffW = kABytes, kOffD = kOffW + kWBytes;
   static constexpr int kStageBytes = (kOffD + kDBytes + 1023) / 1024 * 1024;
-  static constexpr int kAmaxBytes = kConsumers * 4 * kBlockM * 4;
-  static constexpr int kOffAmax = kStages * kStageBytes;
-  static constexpr int kOffBarriers = kOffAmax + kAmaxBytes;
-  static constexpr int kSharedBytes = kOffBarriers + 2 * kStages * 8 + 1024;  // + alignment slack
-  static_assert(kColBytes % 1024 == 0, "wgmma tiles are 1024-byte aligned");
-  static_assert(kSharedBytes <= 232448, "H100/H200 allow 227 KiB of shared memory per block");
+  using Layout = RsRingLayout<kStages, kStageBytes, kConsumers, kBlockM>;
+  static constexpr int kSharedBytes = Layout::kSharedBytes;
 };
 
 template <class Cfg>
-struct Rs16WideSmem {
-  uint8_t* base;
-  __device__ __forceinline__ uint8_t* a(int s) const { return base + s * Cfg::kStageBytes; }
-  __device__ __forceinline__ uint8_t* w(int s) const { return a(s) + Cfg::kOffW; }
+struct Rs16WideSmem : RsRingSmem<Cfg> {
+  __device__ __forceinline__ uint8_t* w(int s) const { return this->a(s) + Cfg::kOffW; }
   __device__ __forceinline__ const typename Cfg::ScaleWord* d(int s) const {
-    return reinterpret_cast<const typename Cfg::ScaleWord*>(a(s) + Cfg::kOffD);
+    return reinterpret_cast<const typename Cfg::ScaleWord*>(this->a(s) + Cfg::kOffD);
   }
-  __device__ __forceinline__ float* amax(int wg) const {
-    return reinterpret_cast<float*>(base + Cfg::kOffAmax) + wg * 4 * Cfg::kBlockM;
-  }
-  __device__ __forceinline__ uint64_t* full(int s) const {
-    return reinterpret_cast<uint64_t*>(base + Cfg::kOffBarriers) + s;
-  }
-  __device__ __forceinline__ uint64_t* empty(int s) const { return full(Cfg::kStages) + s; }
 };
 
 // ---- producer warpgroup ----------------------------------------------------------------------
 template <class Cfg>
 struct Rs16WideProducer {
-  const uint8_t* a_src[Cfg::kRowsPerThread];  // token rows tid / 8 + 16 j at chunk tid % 8; null past the tile
-  typename Cfg::WeightCopy weights;           // the micro-tiles and scale words
+  typename Cfg::TokenRows rows;      // the tile's token rows
+  typename Cfg::WeightCopy weights;  // the micro-tiles and scale words
 
   __device__ __forceinline__ void begin_tile(const GroupedGemmOperands& op, const TileCoord& t, int k_steps,
                                              int tid) {
-#pragma unroll
-    for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
-      const int r = tid / 8 + 16 * j;
-      const int row = t.row_begin + r;
-      a_src[j] = r < t.num_rows ? op.a + static_cast<int64_t>(op.a_row_index ? op.a_row_index[row] : row) *
-                                             op.a_row_bytes +
-                                      (tid % 8) * 16
-                                : nullptr;
-    }
+    rows.begin_tile(op, t, tid);
     weights.begin_tile(op, t, k_steps, tid);
   }
 
   __device__ __forceinline__ void issue(const GroupedGemmOperands& op, const Rs16WideSmem<Cfg>& sm, int ks,
                                         int k_steps, int s, int tid) const {
-    if constexpr ((Cfg::kWork & kRsFp8CopyA) != 0) {
-      const uint32_t a_dst = ptx::smem_addr(sm.a(s));
-      const int c = tid % 8;
-#pragma unroll
-      for (int j = 0; j < Cfg::kRowsPerThread; ++j) {
-        const int row = tid / 8 + 16 * j;
-#pragma unroll
-        for (int cb = 0; cb < 2; ++cb)
-          ptx::cp_async_16(a_dst + cb * Cfg::kColBytes + row * 128 + ((c ^ (row & 7)) << 4),
-                           a_src[j] ? a_src[j] + ks * 256 + cb * 128 : op.a, a_src[j] ? 16 : 0);
-      }
-    }
-    if constexpr ((Cfg::kWork & kRsFp8CopyW) != 0)
-      weights.issue(op, ptx::smem_addr(sm.w(s)), ptx::smem_addr(sm.a(s) + Cfg::kOffD), ks, k_steps, tid);
+    rows.issue(op, ptx::smem_addr(sm.a(s)), ks, tid);
+    weights.issue(op, ptx::smem_addr(sm.w(s)), ptx::smem_addr(sm.a(s) + Cfg::kOffD), ks, k_steps, tid);
   }
+  static __device__ __forceinline__ void landed(const Rs16WideSmem<Cfg>&, int, int) {}
 };
 
 // ---- the kernel body -------------------------------------------------------------------------
@@ -180,45 +141,30 @@ struct Rs16WideProducer {
 // 64 x kBlockM transposed sub-tile.
 template <class Cfg, class Epilogue, class Params>
 __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint8_t* smem_raw) {
-  const Rs16WideSmem<Cfg> sm{align_smem_1024(smem_raw)};
+  const Rs16WideSmem<Cfg> sm{{align_smem_1024(smem_raw)}};
   const int tid = threadIdx.x;
-  init_stage_barriers<Cfg>(sm);
-
   const GroupedGemmOperands& op = p.op;
-  const int k_steps = op.k / Cfg::kBlockK;
-  const int n_tiles = op.n / Cfg::kBlockN;
+  const RsBlockWork work = rs_block_start<Cfg>(sm, op, p.schedule);
+  if (tid < 128) return run_rs_producer<Cfg, Rs16WideProducer<Cfg>>(sm, op, p.schedule, work, tid);
+  const RsConsumerThread ct = rs_consumer_thread<Cfg>();
+  const int k_steps = work.k_steps, lane = ct.lane, micro = ct.micro, d_row = ct.d_row;
   constexpr int S = Cfg::kStages;
-
-  if (tid < 128) {
-    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
-    Rs16WideProducer<Cfg> prod;
-    run_ring_producer<Cfg>(
-        sm, p.schedule, n_tiles, k_steps, [&](const TileCoord& t) { prod.begin_tile(op, t, k_steps, tid); },
-        [&](int ks, int s) { prod.issue(op, sm, ks, k_steps, s, tid); }, [](int) {});
-    return;
-  }
-
-  ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
-  const int wg = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32;
-  const int g = lane / 4, t = lane % 4;
-  const int micro = 8 * wg + 2 * warp;        // micro-tile of rows g (micro + 1: rows g + 8)
-  const int d_row = 64 * wg + 16 * warp + g;  // scale word of row g (d_row + 8: row g + 8)
   const uint64_t desc0 = ptx::wgmma_desc_k_major_sw128(ptx::smem_addr(sm.a(0)));
   int item = 0;  // k steps consumed so far (over all tiles of this block)
-  for_each_block_tile<Cfg>(p.schedule, n_tiles, [&](const TileCoord& tc, auto) {
-    const RsFragment f{tc.n_tile * Cfg::kBlockN + d_row, t, warp, wg};
+  for_each_block_tile<Cfg>(p.schedule, work.n_tiles, [&](const TileCoord& tc, auto) {
+    const RsFragment f{tc.n_tile * Cfg::kBlockN + d_row, ct.t, ct.warp, ct.wg};
     float acc[Cfg::kAcc];
 #pragma unroll
     for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
-    uint32_t frag[2][2 * Cfg::kGroupBlocks][4];  // [set][k16 step of the group][register]
+    uint32_t frag[2][2][4];  // [set][k16 step of the block][register]
     uint4 w_g, w_g8;         // this k step's packed words of rows g and g + 8
     typename Cfg::ScaleWord d_g, d_g8;
-    [[maybe_unused]] int step_stage = 0;  // kWordsPerGroup: the loaded step's stage
-    // Waits for k step ks of this tile and takes its weight words (kWordsPerGroup: its stage).
+    [[maybe_unused]] int step_stage = 0;  // kWordsPerBlock: the loaded step's stage
+    // Waits for k step ks of this tile and takes its weight words (kWordsPerBlock: its stage).
     auto load_step = [&](int ks) {
       const int s = (item + ks) % S;
       ptx::mbarrier_wait_parity(sm.full(s), ((item + ks) / S) & 1);
-      if constexpr (Cfg::kWordsPerGroup) {
+      if constexpr (Cfg::kWordsPerBlock) {
         step_stage = s;
       } else {
         w_g = *reinterpret_cast<const uint4*>(sm.w(s) + micro * kWeightMicroTileBytes + lane * 16);
@@ -227,39 +173,33 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
         d_g8 = sm.d(s)[d_row + 8];
       }
     };
-    // Group q of the loaded step (blocks G q .. G q + G - 1) into fragment set `out`.
-    auto decode = [&](auto q_constant, uint32_t(&out)[2 * Cfg::kGroupBlocks][4]) {
-      constexpr int kb = Cfg::kGroupBlocks * decltype(q_constant)::value;
-      if constexpr (Cfg::kWordsPerGroup) {
-        static_assert(Cfg::kGroupBlocks == 1, "one block's words a group");
+    // K32 block kb of the loaded step into fragment set `out`.
+    auto decode = [&](auto kb_constant, uint32_t(&out)[2][4]) {
+      constexpr int kb = decltype(kb_constant)::value;
+      if constexpr (Cfg::kWordsPerBlock) {
         const uint8_t* w = sm.w(step_stage) + micro * kWeightMicroTileBytes + lane * 16 + 4 * kb;
         Cfg::Weights::template decode_block<kb>(*reinterpret_cast<const uint32_t*>(w),
                                                 *reinterpret_cast<const uint32_t*>(w + kWeightMicroTileBytes),
-                                                sm.d(step_stage)[d_row], sm.d(step_stage)[d_row + 8],
-                                                *reinterpret_cast<uint32_t(*)[2][4]>(&out[0]));
+                                                sm.d(step_stage)[d_row], sm.d(step_stage)[d_row + 8], out);
         return;
       }
-      Cfg::Weights::template decode_block<kb>(rs_word<kb>(w_g), rs_word<kb>(w_g8), d_g, d_g8,
-                                              *reinterpret_cast<uint32_t(*)[2][4]>(&out[0]));
-      if constexpr (Cfg::kGroupBlocks == 2)
-        Cfg::Weights::template decode_block<kb + 1>(rs_word<kb + 1>(w_g), rs_word<kb + 1>(w_g8), d_g, d_g8,
-                                                    *reinterpret_cast<uint32_t(*)[2][4]>(&out[2]));
+      Cfg::Weights::template decode_block<kb>(rs_word<kb>(w_g), rs_word<kb>(w_g8), d_g, d_g8, out);
     };
-    auto release = [&](int ks) {  // every group that read step ks's stage has retired
+    auto release = [&](int ks) {  // every block that read step ks's stage has retired
       __syncwarp();
       if (lane == 0) ptx::mbarrier_arrive(sm.empty((item + ks) % S));
     };
-    // Group q of step ks (k32 blocks G q ..): its 2 G k16 wgmmas (k16 step L = 2 G q + i: column
-    // block L / 4, slice L % 4) from set q % 2, then retire the previous group (step ks - 1's
-    // last at q = 0, which releases its stage) and decode group q + 1 into the other set (the
-    // next step's group 0 after the last, when there is one: `more`).
-    auto group = [&](auto q_constant, int ks, bool more) {
-      constexpr int q = decltype(q_constant)::value, set = q % 2, G = Cfg::kGroupBlocks, kGroups = 4 / G;
+    // K32 block kb of step ks: its 2 k16 wgmmas (k16 step L = 2 kb + i: column block L / 4,
+    // slice L % 4) from set kb % 2, then retire the previous block (step ks - 1's last at kb = 0,
+    // which releases its stage) and decode block kb + 1 into the other set (the next step's
+    // block 0 after the last, when there is one: `more`).
+    auto block = [&](auto kb_constant, int ks, bool more) {
+      constexpr int kb = decltype(kb_constant)::value, set = kb % 2;
       const uint64_t desc = desc0 + ((item + ks) % S) * (Cfg::kStageBytes >> 4);
       ptx::wgmma_fence();
 #pragma unroll
-      for (int i = 0; i < 2 * G; ++i) {
-        const int L = 2 * G * q + i;
+      for (int i = 0; i < 2; ++i) {
+        const int L = 2 * kb + i;
         const uint64_t desc_l = desc + (L / 4) * (Cfg::kColBytes >> 4) + 2 * (L % 4);
         if constexpr (Cfg::kBlockM == 64)
           ptx::wgmma_m64n64k16_rs<Cfg::Weights::kF16>(acc, frag[set][i], desc_l);
@@ -269,38 +209,29 @@ __device__ __forceinline__ void run_rs16_wide_grouped_gemm(const Params& p, uint
       ptx::wgmma_commit_group();
       ptx::wgmma_wait_group<1>();
 #pragma unroll
-      for (int i = 0; i < 2 * G; ++i) ptx::fence_operands(frag[1 - set][i]);
-      if constexpr (q == 0) {
+      for (int i = 0; i < 2; ++i) ptx::fence_operands(frag[1 - set][i]);
+      if constexpr (kb == 0) {
         if (ks > 0) release(ks - 1);
       }
-      if constexpr (q + 1 < kGroups) {
-        decode(std::integral_constant<int, q + 1>{}, frag[1 - set]);
+      if constexpr (kb + 1 < 4) {
+        decode(std::integral_constant<int, kb + 1>{}, frag[1 - set]);
       } else if (more) {
         load_step(ks + 1);
         decode(std::integral_constant<int, 0>{}, frag[1 - set]);
       }
     };
-    if constexpr ((Cfg::kWork & kRsFp8Math) != 0) {
-      load_step(0);
-      decode(std::integral_constant<int, 0>{}, frag[0]);
-      for (int ks = 0; ks < k_steps; ++ks) {
-        const bool more = ks + 1 < k_steps;
-        group(std::integral_constant<int, 0>{}, ks, more);
-        group(std::integral_constant<int, 1>{}, ks, more);
-        if constexpr (Cfg::kGroupBlocks == 1) {
-          group(std::integral_constant<int, 2>{}, ks, more);
-          group(std::integral_constant<int, 3>{}, ks, more);
-        }
-      }
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(acc);
-      release(k_steps - 1);
-    } else {
-      for (int ks = 0; ks < k_steps; ++ks) {
-        ptx::mbarrier_wait_parity(sm.full((item + ks) % S), ((item + ks) / S) & 1);
-        release(ks);
-      }
+    load_step(0);
+    decode(std::integral_constant<int, 0>{}, frag[0]);
+    for (int ks = 0; ks < k_steps; ++ks) {
+      const bool more = ks + 1 < k_steps;
+      block(std::integral_constant<int, 0>{}, ks, more);
+      block(std::integral_constant<int, 1>{}, ks, more);
+      block(std::integral_constant<int, 2>{}, ks, more);
+      block(std::integral_constant<int, 3>{}, ks, more);
     }
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_operands(acc);
+    release(k_steps - 1);
     item += k_steps;
     Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
   });
