@@ -53,6 +53,9 @@ struct RoutingArgs {
   void* stream = nullptr;   // cudaStream_t on CUDA devices; ignored on the CPU
 };
 
+// The router's part of a call (route_deepseek_v4's arguments): the same views.
+RouterArgs router_args(const RoutingArgs& args);
+
 class RoutingStage {
  public:
   class Impl;

@@ -47,6 +47,18 @@ void check_options(const RoutingStageOptions& o) {
 
 }  // namespace
 
+RouterArgs router_args(const RoutingArgs& a) {
+  RouterArgs r;
+  r.layer_idx = a.layer_idx;
+  r.logits = a.logits;
+  r.bias = a.bias;
+  r.token_ids = a.token_ids;
+  r.hash_table = a.hash_table;
+  r.topk_ids = a.topk_ids;
+  r.topk_weights = a.topk_weights;
+  return r;
+}
+
 std::unique_ptr<RoutingStage> RoutingStage::create(const RoutingStageOptions& options) {
   check_options(options);
   const detail::BackendEntry* backend = detail::find_backend(options.device.type);

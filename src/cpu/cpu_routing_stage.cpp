@@ -17,15 +17,7 @@ class CpuRoutingStage final : public RoutingStage::Impl {
 
   void route(const RoutingArgs& a) override {
     if (options.router) {
-      RouterArgs r;
-      r.layer_idx = a.layer_idx;
-      r.logits = a.logits;
-      r.bias = a.bias;
-      r.token_ids = a.token_ids;
-      r.hash_table = a.hash_table;
-      r.topk_ids = a.topk_ids;
-      r.topk_weights = a.topk_weights;
-      route_deepseek_v4(*options.router, r);
+      route_deepseek_v4(*options.router, router_args(a));
       if (eplb_) eplb_->remap(a.topk_ids, a.topk_ids);
     } else {
       eplb_->remap(a.logical_ids, a.topk_ids);

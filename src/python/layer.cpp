@@ -186,14 +186,7 @@ nb::object layer_forward(PyLayer& self, nb::handle x, nb::handle topk_ids, nb::h
   args.topk_ids = tids.view;
   args.topk_weights = tw.view;
   args.y = ty.view;
-  if (self.on_cuda) {
-    if (stream) {
-      args.stream = reinterpret_cast<void*>(*stream);
-    } else {
-      const std::optional<void*> current = exchange_current_stream(x, self.device_index);
-      args.stream = current ? *current : torch_current_stream(self.device_index);
-    }
-  }
+  if (self.on_cuda) args.stream = call_stream(stream, x, self.device_index);
   {
     nb::gil_scoped_release release;
     self.layer->forward(args);

@@ -75,14 +75,7 @@ void route(PyRoutingStage& self, nb::handle topk_ids, nb::handle logits, nb::han
   if (th) a.hash_table = th->view;
   if (tg) a.logical_ids = tg->view;
   const Device dev = self.stage->options().device;
-  if (dev.type == DeviceType::kCUDA) {
-    if (stream) {
-      a.stream = reinterpret_cast<void*>(*stream);
-    } else {
-      const std::optional<void*> current = exchange_current_stream(topk_ids, dev.index);
-      a.stream = current ? *current : torch_current_stream(dev.index);
-    }
-  }
+  if (dev.type == DeviceType::kCUDA) a.stream = call_stream(stream, topk_ids, dev.index);
   nb::gil_scoped_release release;
   self.stage->route(a);
 }

@@ -252,4 +252,10 @@ void* torch_current_stream(int device_index) {
   return reinterpret_cast<void*>(nb::cast<uintptr_t>((*fn)(device_index)));
 }
 
+void* call_stream(std::optional<uintptr_t> stream, nb::handle tensor, int device_index) {
+  if (stream) return reinterpret_cast<void*>(*stream);
+  const std::optional<void*> current = exchange_current_stream(tensor, device_index);
+  return current ? *current : torch_current_stream(device_index);
+}
+
 }  // namespace moe_ep::python

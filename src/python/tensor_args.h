@@ -7,6 +7,7 @@
 // strides and devices (one set of messages); the binding refuses what is no tensor at all.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 
 #include <nanobind/nanobind.h>
@@ -43,6 +44,10 @@ std::optional<void*> exchange_current_stream(nb::handle tensor, int device_index
 // torch's current stream of CUDA device `device_index` (torch._C._cuda_getCurrentRawStream),
 // when torch is imported (never imports it); else nullptr, the legacy default stream.
 void* torch_current_stream(int device_index);
+
+// The stream of a CUDA call: `stream` when given (a cudaStream_t as int), else the current stream
+// of `tensor`'s framework (its DLPack exchange API, else torch's).
+void* call_stream(std::optional<uintptr_t> stream, nb::handle tensor, int device_index);
 
 // "cpu", "cuda", "cuda:N" -> Device; kInvalidArgument naming `device` otherwise.
 Device parse_device(const std::string& text);

@@ -132,15 +132,8 @@ inline RoutingInputs make_routing_inputs(const RoutingCase& c) {
   in.ids.assign(c.T * c.K, -7);
   in.weights.assign(c.T * c.K, NAN);
   if (c.router) {
-    RoutingArgs a = host_args(c, in, in.ids.data(), in.weights.data());
-    RouterArgs r;
-    r.layer_idx = a.layer_idx;
-    r.logits = a.logits;
-    r.bias = a.bias;
-    r.token_ids = a.token_ids;
-    r.hash_table = a.hash_table;
+    RouterArgs r = router_args(host_args(c, in, in.ids.data(), in.weights.data()));
     r.topk_ids = TensorView::contiguous(in.ids.data(), DType::kI64, {c.T, c.K});
-    r.topk_weights = a.topk_weights;
     route_deepseek_v4(RouterConfig{c.L, c.K, c.scale, c.hash_layers}, r);
   } else {
     in.ids = in.logical;
