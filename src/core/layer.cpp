@@ -30,8 +30,8 @@ using detail::Dim;
 // `one_expert`: the pack of replace_expert_weights (one routed expert, never the shared one).
 void check_weight_layout(const WeightPack& w, const MoeDesc& desc, int64_t num_local,
                          Device layer_device, bool one_expert = false) {
-  // Weights come from host memory or the layer's own device.
-  auto allowed = [&](Device d) { return d.type == DeviceType::kCPU || d == layer_device; };
+  // Weights come from host memory (Device::cpu(): DLPack's CPU device id 0) or the layer's device.
+  auto allowed = [&](Device d) { return d == Device::cpu() || d == layer_device; };
   const Device dev = w.w13.device;
   const bool dev_ok = allowed(dev);
   const std::string rule = layer_device.type == DeviceType::kCPU

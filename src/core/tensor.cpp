@@ -7,7 +7,8 @@
 namespace moe_ep {
 
 std::string Device::str() const {
-  return type == DeviceType::kCPU ? std::string("cpu") : fmt::format("cuda:{}", index);
+  if (type == DeviceType::kCPU) return index == 0 ? std::string("cpu") : fmt::format("cpu:{}", index);
+  return fmt::format("cuda:{}", index);
 }
 
 TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
