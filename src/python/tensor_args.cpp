@@ -3,6 +3,8 @@
 #include <cstring>
 #include <string>
 
+#include <nanobind/stl/string.h>  // nb::cast<std::string>: without it the cast throws bad_cast
+
 #include "core/check.h"
 #include "moe_ep/dtype.h"
 #include "moe_ep/error.h"
