@@ -405,7 +405,7 @@ def test_moe_ep_inspect_reads_the_saved_checkpoint(tmp_path):
     cli = os.environ.get("MOE_EP_CLI")
     if not cli:
         pytest.skip("set MOE_EP_CLI to a moe_ep binary to check `moe_ep inspect` on this checkpoint "
-                    "(DeepSeek V4's naming with bf16 experts, as save_pretrained writes it: issue 39 item 1)")
+                    "(DeepSeek V4's naming with bf16 experts, as save_pretrained writes it)")
     directory = write_tiny_checkpoint(tmp_path / "tiny-v4")
     r = subprocess.run([cli, "inspect", str(directory)], capture_output=True, text=True)
     assert r.returncode == 0 and re.search(r"MoE layers found: 4\b", r.stdout), r.stdout + r.stderr
