@@ -5,7 +5,8 @@
 # (tests/python/test_torch.py, tests/python/test_transformers_integration.py) against it.
 #   bash scripts/wheel_check.sh && bash scripts/transformers_check.sh
 # Environment: MOE_EP_WHEEL_DIR (default build-wheel-check: the wheel is taken from its dist/),
-# MOE_EP_TRANSFORMERS_DIR (default build-transformers-check: the venv).
+# MOE_EP_TRANSFORMERS_DIR (default build-transformers-check: the venv), MOE_EP_CLI (default the
+# main build's moe_ep when there is one: `moe_ep inspect` reads a save_pretrained checkpoint).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 wheel_dir="${MOE_EP_WHEEL_DIR:-$root/build-wheel-check}"
@@ -22,6 +23,8 @@ py="$out/venv/bin/python"
 start=$(date +%s)
 "$py" -m pip install -q "${wheels[0]}[transformers,test]"
 echo "==> installed in $(( $(date +%s) - start )) s: $("$py" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)')"
+cli="${MOE_EP_CLI:-$root/${MOE_EP_BUILD_DIR:-build-ci}/moe_ep}"
+[ -x "$cli" ] && export MOE_EP_CLI="$cli"
 cd "$out"  # not the source tree: the installed package is imported
 start=$(date +%s)
 "$py" -m pytest -q -rs -p no:cacheprovider "$root/tests/python/test_torch.py" \

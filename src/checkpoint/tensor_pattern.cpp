@@ -136,6 +136,9 @@ const std::vector<KnownLayout>& known_layouts() {
         make("deepseek-v4", "layers.{L}.ffn.experts.{e}.{proj}.weight", {"w1", "w3", "w2"},
              "DeepSeek V4's own files: I8 packed e2m1 with .scale E8M0 per 32 (MXFP4), used as "
              "stored"),
+        make("deepseek-v4-hf", "model.layers.{L}.ffn.experts.{e}.{proj}.weight", {"w1", "w3", "w2"},
+             "DeepSeek V4's names under transformers' model. prefix, as its save_pretrained writes "
+             "them: bf16 experts quantized by the layer, or packed e2m1 with .scale as above"),
         make("compressed-tensors", "model.layers.{L}.mlp.experts.{e}.{proj}.weight_packed",
              {"gate_proj", "up_proj", "down_proj"},
              "llm-compressor NVFP4 (weight_scale e4m3, weight_global_scale = 1 / weight_scale_2) or "

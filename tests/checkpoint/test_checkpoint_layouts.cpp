@@ -254,7 +254,7 @@ TEST(CheckpointLayouts, LayoutMismatchesAreNamed) {
   o.layout = "fused";
   expect_error("mxfp4_per_expert", 1, o, {"tensor 'model.layers.1.mlp.experts.w13_weight'", "is missing"});
   o.layout = "stacked";
-  expect_error("mxfp4_per_expert", 1, o, {"layout 'stacked' is unknown", "auto, per-expert, deepseek-v4, compressed-tensors, fused, transformers, gpt-oss"});
+  expect_error("mxfp4_per_expert", 1, o, {"layout 'stacked' is unknown", "auto, per-expert, deepseek-v4, deepseek-v4-hf, compressed-tensors, fused, transformers, gpt-oss"});
 
   o = {};
   o.tensor_pattern = "model.layers.{L}.mlp.experts.{e}.weight";

@@ -200,4 +200,4 @@ def test_refusals_name_their_reason(data, runtime):
         moe_ep.load_layer(runtime, str(data / "ckpt" / "qwen3_moe_nvfp4")).router.route(
             np.zeros((1, 128), ml_dtypes.bfloat16))
     names = [layout["name"] for layout in moe_ep.known_checkpoint_layouts()]
-    assert names == ["per-expert", "deepseek-v4", "compressed-tensors", "fused", "transformers", "gpt-oss"]
+    assert names == ["per-expert", "deepseek-v4", "deepseek-v4-hf", "compressed-tensors", "fused", "transformers", "gpt-oss"]
