@@ -61,19 +61,13 @@ RouterArgs router_args(const RoutingArgs& a) {
 
 std::unique_ptr<RoutingStage> RoutingStage::create(const RoutingStageOptions& options) {
   check_options(options);
-  const detail::BackendEntry* backend = detail::find_backend(options.device.type);
-  MOE_EP_CHECK_CODE(backend != nullptr && backend->create_routing_stage != nullptr,
-                    ErrorCode::kUnsupported,
-                    "no routing stage for device {} in this build (the backends compiled: {})",
-                    options.device.str(), [] {
-                      std::string s;
-                      for (const BackendInfo& b : registered_backends())
-                        s += fmt::format("{}{}", s.empty() ? "" : ", ", b.name);
-                      return s;
-                    }());
+  const detail::BackendEntry& backend = detail::backend_for(options.device, "a routing stage");
+  MOE_EP_CHECK_CODE(backend.create_routing_stage != nullptr, ErrorCode::kUnsupported,
+                    "a routing stage on {}: backend '{}' has none", options.device.str(),
+                    backend.info.name);
   RoutingStageOptions o = options;
   if (o.placement) o.max_replicas = std::max(o.max_replicas, o.placement->max_replicas);
-  std::unique_ptr<Impl> impl = backend->create_routing_stage(o);
+  std::unique_ptr<Impl> impl = backend.create_routing_stage(o);
   impl->options = std::move(o);
   return std::unique_ptr<RoutingStage>(new RoutingStage(std::move(impl)));
 }

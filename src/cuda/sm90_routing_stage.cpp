@@ -2,9 +2,7 @@
 // tensors bound to Sm90Router's one kernel, with DeviceEplb's placement and counters.
 #include "cuda/sm90_routing_stage.h"
 
-#include "core/check.h"
 #include "core/routing_stage_impl.h"
-#include "cuda/device_info.h"
 #include "cuda/sm90_routing.h"
 
 namespace moe_ep::cuda {
@@ -49,11 +47,8 @@ class Sm90RoutingStage final : public RoutingStage::Impl {
 
 }  // namespace
 
+// The device's compute capability is checked by the registry (backend_for: SM90 only).
 std::unique_ptr<RoutingStage::Impl> create_routing_stage(const RoutingStageOptions& options) {
-  const int cc = read_compute_capability(options.device);
-  MOE_EP_CHECK_CODE(cc == 90, ErrorCode::kUnsupported,
-                    "routing stage on {}: compute capability {}; the CUDA routing kernel is built "
-                    "for SM90 (H100/H200) only", options.device.str(), cc);
   return std::make_unique<Sm90RoutingStage>(options);
 }
 
