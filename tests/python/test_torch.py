@@ -73,18 +73,32 @@ def inputs(p, T, seed, device):
     return x, ids, w, to_torch(x, device), to_torch(ids, device), to_torch(w, device)
 
 
-def captured_forward(tx, tids, tw, handle):
-    """(graph, its output) of one torch.ops.moe_ep.forward captured by torch, after a warm-up
-    on a side stream as torch.cuda.graph asks."""
+def captured(fn, *args):
+    """(graph, its output) of fn(*args) captured by torch, after a warm-up on a side stream as
+    torch.cuda.graph asks."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        torch.ops.moe_ep.forward(tx, tids, tw, handle)
+        fn(*args)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        static_y = torch.ops.moe_ep.forward(tx, tids, tw, handle)
+        static_y = fn(*args)
     return g, static_y
+
+
+def captured_forward(tx, tids, tw, handle):
+    """(graph, its output) of one torch.ops.moe_ep.forward."""
+    return captured(torch.ops.moe_ep.forward, tx, tids, tw, handle)
+
+
+def router_inputs(p, T):
+    """x bf16 [T, H], a gate f32 [E, H] and a correction bias f32 [E] for the router op tests."""
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(T, p.H, generator=g)).to(torch.bfloat16)
+    gate = torch.randn(p.E, p.H, generator=g) / p.H ** 0.5
+    bias = torch.randn(p.E, generator=g) * 0.1
+    return x, gate, bias
 
 
 def poisoned(T, H, device):
@@ -396,10 +410,7 @@ def test_cpu_router_op_compiles_with_the_layer():
     p = problems.make_problem("mxfp4", "mxfp4", 9)
     layer = layer_on(p, "cpu")
     handle = ops.register(layer)
-    g = torch.Generator().manual_seed(4)
-    x = (torch.randn(6, p.H, generator=g)).to(torch.bfloat16)
-    gate = torch.randn(p.E, p.H, generator=g) / p.H ** 0.5
-    bias = torch.randn(p.E, generator=g) * 0.1
+    x, gate, bias = router_inputs(p, 6)
 
     def model(a):
         ids, w = torch.ops.moe_ep.route_deepseek_v4(a.float() @ gate.t(), p.K, 1.5, bias, 0, 0, None, None)
@@ -420,10 +431,7 @@ def test_cuda_router_op_captures_and_compiles_with_the_layer():
     p = problems.make_problem("mxfp4", "mxfp4", 9)
     gpu = layer_on(p, "cuda:0")
     handle = ops.register(gpu)
-    g = torch.Generator().manual_seed(4)
-    x = (torch.randn(24, p.H, generator=g)).to(torch.bfloat16)
-    gate = torch.randn(p.E, p.H, generator=g) / p.H ** 0.5
-    bias = torch.randn(p.E, generator=g) * 0.1
+    x, gate, bias = router_inputs(p, 24)
     logits = x.float() @ gate.t()
     want_ids, want_w = moe_ep.route_deepseek_v4(logits.numpy(), top_k=p.K, routed_scaling_factor=1.5,
                                                 bias=bias.numpy())
@@ -437,14 +445,7 @@ def test_cuda_router_op_captures_and_compiles_with_the_layer():
                                                         None, None)
         return torch.ops.moe_ep.forward(a, r_ids, r_w, handle)
     eager = model(dx).clone()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        model(dx)  # warm-up on the side stream, as torch.cuda.graph asks
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_y = model(dx)
+    graph, static_y = captured(model, dx)
     graph.replay()
     torch.cuda.synchronize()
     np.testing.assert_array_equal(bits(static_y), bits(eager))
