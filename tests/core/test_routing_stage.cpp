@@ -77,7 +77,7 @@ TEST(RoutingStage, NewPlacementKeepsTheCountersAndTheCapacity) {
   stage->set_recording(true);
   Out out(c);
   stage->route(testsupport::host_args(c, in, out.ids(c), out.weights.data()));
-  const EplbPlacement second = testsupport::hot_placement(c.L, 8, 99);
+  const EplbPlacement second = testsupport::hot_placement(c.L, 8, 99, 7);
   stage->set_placement(second);
   EXPECT_EQ(stage->options().placement->logical_to_physical, second.logical_to_physical);
   stage->route(testsupport::host_args(c, in, out.ids(c), out.weights.data()));
@@ -87,7 +87,7 @@ TEST(RoutingStage, NewPlacementKeepsTheCountersAndTheCapacity) {
   stage->reset_counters();
   EXPECT_EQ(stage->counter_values(), std::vector<int64_t>(second.num_physical, 0));
   try {
-    stage->set_placement(testsupport::hot_placement(c.L, 4, 1));  // other E
+    stage->set_placement(testsupport::hot_placement(c.L, 4, 1, 7));  // other E
     FAIL() << "a placement of another E was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.parameter(), "placement") << e.what();

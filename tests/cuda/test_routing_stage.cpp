@@ -115,7 +115,7 @@ TEST(Sm90RoutingStage, CapturedGraphFollowsANewPlacement) {
   RoutingInputs in = testsupport::make_routing_inputs(c);
   RoutingCase c2 = c;
   c2.seed = 8;  // same logits (seeded by c), another placement
-  const EplbPlacement second = testsupport::hot_placement(c.L, c.redundant, c2.seed);
+  const EplbPlacement second = testsupport::hot_placement(c.L, c.redundant, c2.seed, 7);
   RoutingStageOptions o = testsupport::stage_options(c, in, Device::cuda(0));
   o.max_replicas = std::max(in.placement->max_replicas, second.max_replicas);
   auto stage = RoutingStage::create(o);

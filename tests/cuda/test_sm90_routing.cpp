@@ -23,6 +23,7 @@
 #include "moe_ep/layer.h"
 #include "moe_ep/router.h"
 #include "route_bounds_probe.h"
+#include "support/routing_cases.h"
 
 namespace moe_ep {
 namespace {
@@ -274,23 +275,14 @@ TEST(Sm90Routing, HashLayersTakeIdsFromTheDeviceTable) {
   EXPECT_EQ(router.read_error_flags(true), 0u);
 }
 
-// Placement replicating the hot logical experts (l % hot_every == hot_first) of a skewed load,
-// several replicas each.
-EplbPlacement hot_placement(int64_t L, int64_t redundant, uint64_t seed, int64_t hot_every = 37,
-                            int64_t hot_first = 0) {
-  std::vector<int64_t> load(L);
-  std::mt19937_64 rng(seed);
-  for (int64_t l = 0; l < L; ++l)
-    load[l] = static_cast<int64_t>(rng() % 100) + (l % hot_every == hot_first ? 50000 : 0);
-  return make_eplb_placement(L, plan_redundant_experts(load, redundant));
-}
+using testsupport::hot_placement;
 
 TEST(Sm90Routing, RouterAndEplbRemapAndCountersBitwise) {
   MOE_EP_REQUIRE_CUDA();
   for (auto [L, redundant, T] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 33}, {256, 32, 1},
                                  {256, 32, 8192}, {384, 96, 500}}) {
     const Case c{T, L, 6, false, true, (T % 2) == 1, 0, 2.5f, static_cast<uint64_t>(L + T)};
-    const EplbPlacement placement = hot_placement(L, redundant, c.seed);
+    const EplbPlacement placement = hot_placement(L, redundant, c.seed, 37);
     ASSERT_GT(*std::max_element(placement.replica_count.begin(), placement.replica_count.end()), 2)
         << "the case must replicate hot experts several times";
     HostRouting h = make_logits(c);
@@ -317,7 +309,7 @@ TEST(Sm90Routing, RouterAndEplbRemapAndCountersBitwise) {
 TEST(Sm90Routing, RemapOnlyWithHolesAndOutOfRangeIds) {
   MOE_EP_REQUIRE_CUDA();
   const int64_t L = 64, K = 6, T = 777;
-  const EplbPlacement placement = hot_placement(L, 16, 3);
+  const EplbPlacement placement = hot_placement(L, 16, 3, 37);
   std::mt19937_64 rng(9);
   std::vector<int32_t> logical(T * K);
   for (int32_t& v : logical) {
@@ -349,7 +341,7 @@ TEST(Sm90Routing, RemapOnlyWithHolesAndOutOfRangeIds) {
 TEST(Sm90Routing, CapturedGraphFollowsRecordingFlagAndPlacement) {
   MOE_EP_REQUIRE_CUDA();
   const Case c{300, 256, 6, false, true, false, 0, 1.5f, 77};
-  const EplbPlacement first = hot_placement(c.L, 32, 1);
+  const EplbPlacement first = hot_placement(c.L, 32, 1, 37);
   EplbPlacement second = hot_placement(c.L, 32, 2, 41, 3);
   ASSERT_NE(first.logical_to_physical, second.logical_to_physical);
   HostRouting h = make_logits(c);
@@ -395,7 +387,7 @@ TEST(Sm90Routing, CapturedGraphFollowsRecordingFlagAndPlacement) {
   MOE_EP_CUDA_CHECK(cudaGraphDestroy(graph));
   MOE_EP_CUDA_CHECK(cudaStreamDestroy(s));
   // A placement of another shape would need new buffers: refused.
-  EXPECT_THROW(eplb.set_placement(hot_placement(c.L, 16, 3)), Error);
+  EXPECT_THROW(eplb.set_placement(hot_placement(c.L, 16, 3, 37)), Error);
 }
 
 TEST(Sm90Routing, DeviceBadInputRaisesTheStickyFlag) {

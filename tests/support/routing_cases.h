@@ -52,10 +52,14 @@ struct RoutingInputs {
   std::vector<int64_t> counters;
 };
 
-inline EplbPlacement hot_placement(int64_t L, int64_t redundant, uint64_t seed) {
+// Placement replicating the hot logical experts (l % hot_every == hot_first) of a skewed load,
+// several replicas each.
+inline EplbPlacement hot_placement(int64_t L, int64_t redundant, uint64_t seed, int64_t hot_every,
+                                   int64_t hot_first = 0) {
   std::vector<int64_t> load(L);
   std::mt19937_64 rng(seed);
-  for (int64_t l = 0; l < L; ++l) load[l] = static_cast<int64_t>(rng() % 100) + (l % 7 == 0 ? 50000 : 0);
+  for (int64_t l = 0; l < L; ++l)
+    load[l] = static_cast<int64_t>(rng() % 100) + (l % hot_every == hot_first ? 50000 : 0);
   return make_eplb_placement(L, plan_redundant_experts(load, redundant));
 }
 
@@ -126,7 +130,7 @@ inline RoutingInputs make_routing_inputs(const RoutingCase& c) {
       v = r < 5 ? -1 : r < 8 ? c.L + static_cast<int64_t>(rng() % 5) : static_cast<int64_t>(rng() % c.L);
     }
   }
-  if (c.redundant > 0) in.placement = hot_placement(c.L, c.redundant, c.seed);
+  if (c.redundant > 0) in.placement = hot_placement(c.L, c.redundant, c.seed, 7);
 
   // The independent path: the public router, then the public Eplb.
   in.ids.assign(c.T * c.K, -7);
