@@ -73,6 +73,7 @@ struct Sm90Config {
   int64_t decode_max_tokens = kDecodeMaxTokens;
   std::optional<int> decode_split;           // pinned (overrides.decode_split_k)
   std::optional<bool> fuse_quantize_route;   // pinned (overrides.fuse_quantize_route)
+  std::optional<bool> one_token_layer;       // pinned (overrides.one_token_layer)
   bool quantize_input = true;                // desc.quantize_input: the layer quantizes x
   bool exact_accumulation = false, fast_math = false;
   Sm90Facts facts;
@@ -87,6 +88,8 @@ struct Sm90Config {
   bool fuses_quantize_route(const Sm90Bucket& bucket) const;
   // Whether a bucket reads 16-bit h (plan.h's h_16bit region).
   bool uses_16bit_activations() const;
+  // Whether a bucket runs a whole-layer form (plan.h's h_f32 region for mxfp4).
+  bool uses_one_token_layer() const;
   void describe(SelectedConfig& out) const;  // the entries (the plan adds its own lines)
 };
 
