@@ -103,15 +103,21 @@ TEST_F(Sm90OneToken, TinyBitwiseTheDecodeChain) {
   }
 }
 
+// deepseek-v4-flash's H, I and K over 8 experts: 256 column groups of y, several per down block.
+Problem flash_width(bool folded) {
+  Problem p = testsupport::tiny_problem("mxfp4");
+  if (!folded) p.overrides.fold_fp8 = false;
+  p.hidden = 4096;
+  p.intermediate = 2048;
+  p.num_experts = 8;
+  p.top_k = 6;
+  p.max_tokens = 4;
+  return p;
+}
+
 TEST_F(Sm90OneToken, FlashWidthBitwiseTheDecodeChain) {
   for (const bool folded : {true, false}) {
-    Problem p = testsupport::tiny_problem("mxfp4");
-    if (!folded) p.overrides.fold_fp8 = false;
-    p.hidden = 4096;
-    p.intermediate = 2048;
-    p.num_experts = 8;
-    p.top_k = 6;
-    p.max_tokens = 4;
+    const Problem p = flash_width(folded);
     const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 62);
     check_layer(p, w, folded ? "H=4096 I=2048 K=6 folded" : "H=4096 I=2048 K=6 E8M0 scales");
   }
@@ -129,12 +135,7 @@ TEST_F(Sm90OneToken, SharedExpertAddedAsTheCombineAddsIt) {
 // The down blocks need most of an SM's shared memory; with the SMs held by a kernel on another
 // stream they wait for them and the layer still finishes with the same bits.
 TEST_F(Sm90OneToken, FinishesWithSmsHeldByAnotherStream) {
-  Problem p = testsupport::tiny_problem("mxfp4");
-  p.hidden = 4096;
-  p.intermediate = 2048;
-  p.num_experts = 8;
-  p.top_k = 6;
-  p.max_tokens = 4;
+  const Problem p = flash_width(true);
   const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 64);
   auto layer = make_gpu_layer(p, w.pack());
   const DeviceInputs d = to_device(p, one_token_cases(p)[0].in);
