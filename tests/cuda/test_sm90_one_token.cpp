@@ -54,8 +54,13 @@ Problem decode_chain(Problem p) {
   return p;
 }
 
+Problem one_token(Problem p) {
+  p.overrides.one_token_layer = true;
+  return p;
+}
+
 void check_layer(const Problem& p, const WeightSet& w, const std::string& name) {
-  auto layer = make_gpu_layer(p, w.pack());
+  auto layer = make_gpu_layer(one_token(p), w.pack());
   auto chain = make_gpu_layer(decode_chain(p), w.pack());
   const std::string config = layer->info().config.str();
   ASSERT_NE(config.find("plan T=1..1: mxfp4.one-token.1x16; gate_up grid"), std::string::npos) << config;
@@ -137,7 +142,7 @@ TEST_F(Sm90OneToken, SharedExpertAddedAsTheCombineAddsIt) {
 TEST_F(Sm90OneToken, FinishesWithSmsHeldByAnotherStream) {
   const Problem p = flash_width(true);
   const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 64);
-  auto layer = make_gpu_layer(p, w.pack());
+  auto layer = make_gpu_layer(one_token(p), w.pack());
   const DeviceInputs d = to_device(p, one_token_cases(p)[0].in);
   const std::vector<uint16_t> alone = run_on_gpu(*layer, d);
   int sms = 0, optin = 0;
@@ -162,7 +167,7 @@ TEST_F(Sm90OneToken, SmallCaseForSanitizers) {
   Problem p = testsupport::tiny_problem("mxfp4");
   p.max_tokens = 2;
   const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 65);
-  auto layer = make_gpu_layer(p, w.pack());
+  auto layer = make_gpu_layer(one_token(p), w.pack());
   const Inputs in = testsupport::random_inputs(p, 1, 907);
   const std::vector<uint16_t> got = run_on_gpu(*layer, to_device(p, in));
   EXPECT_LE(relative_error_rows(got, cpu_reference(p, w.pack(), in), p.hidden), same_recipe_tolerance(p.recipe));
