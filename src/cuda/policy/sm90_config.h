@@ -24,6 +24,9 @@ namespace moe_ep::cuda {
 inline constexpr int64_t kDecodeMaxTokens = 512;
 inline constexpr int64_t kDecodeMaxRowsPerExpert = 15;
 int64_t mxfp4_decode_max_tokens(const MoeDesc& desc);
+// Whether auto runs T = 1 on the one-token layer where it can (overrides.one_token_layer pins it
+// either way): off until its kernels have run on a GPU beside the decode chain they replace.
+inline constexpr bool kOneTokenLayerAuto = false;
 // nvfp4's decode forms against its mma.sync ones: faster up to about this T on the presets.
 inline constexpr int64_t kNvfp4DecodeMaxTokens = 1536;
 // nvfp4's f16 wgmma forms from the T at which the experts hold this many rows each on average
