@@ -33,7 +33,7 @@ constexpr int kGateUpPrefetch = 4;
 // A down unit: 16 W2 rows (two micro-tiles, K contiguous) and their scale words.
 constexpr int64_t unit_bytes(int64_t intermediate) { return (intermediate / 128) * (2 * kWeightMicroTileBytes + 64); }
 
-// The expert of slot k, or -1 for -1 and for a bad id (which gate_up flags). `cached`: read
+// The expert of slot k, or -1 for -1 and for a bad id (which gate_up flags). through_l2: read
 // through L2 only (down reads the ids before it waits for gate_up).
 __device__ __forceinline__ int slot_expert(const OneTokenParams& p, int k, bool through_l2) {
   int64_t id;
@@ -276,8 +276,7 @@ cudaError_t configure_kernel(Kernel kernel, int smem, bool large_carveout) {
 
 }  // namespace
 
-size_t one_token_down_shared_bytes(int64_t hidden, int64_t intermediate, int64_t top_k, int groups_per_block) {
-  (void)hidden;
+size_t one_token_down_shared_bytes(int64_t intermediate, int64_t top_k, int groups_per_block) {
   return static_cast<size_t>(DownLayout(intermediate, top_k, groups_per_block).total);
 }
 
@@ -290,7 +289,7 @@ cudaError_t configure_sm90_one_token(int64_t hidden, int64_t intermediate, int64
                                      int* fits) {
   *fits = 0;
   const int smem_a = gate_up_shared_bytes(hidden);
-  const size_t smem_b = one_token_down_shared_bytes(hidden, intermediate, top_k, groups_per_block);
+  const size_t smem_b = one_token_down_shared_bytes(intermediate, top_k, groups_per_block);
   int device = 0, optin = 0, per_sm = 0, regs_per_sm = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
@@ -330,7 +329,7 @@ cudaError_t launch_sm90_one_token_gate_up(const OneTokenParams& p, int grid, cud
 cudaError_t launch_sm90_one_token_down(const OneTokenParams& p, cudaStream_t stream) {
   const int groups = p.w2.n / 16;
   const int grid = (groups + p.groups_per_block - 1) / p.groups_per_block;
-  const size_t smem = one_token_down_shared_bytes(p.w2.n, p.w2.k, p.top_k, p.groups_per_block);
+  const size_t smem = one_token_down_shared_bytes(p.w2.k, p.top_k, p.groups_per_block);
   if (p.w2.w_col_scale != nullptr)
     return launch_dependent(sm90_one_token_down_kernel<true>, grid, kOneTokenThreads, smem, stream, p);
   return launch_dependent(sm90_one_token_down_kernel<false>, grid, kOneTokenThreads, smem, stream, p);

@@ -47,7 +47,7 @@ struct OneTokenParams {
 };
 
 // Shared memory of a down block holding `groups_per_block` 16-column groups for K slots.
-size_t one_token_down_shared_bytes(int64_t hidden, int64_t intermediate, int64_t top_k, int groups_per_block);
+size_t one_token_down_shared_bytes(int64_t intermediate, int64_t top_k, int groups_per_block);
 
 // The 16-column groups of y per down block on a device of `sm_count` SMs (H / 16 spread over at
 // most sm_count blocks).

@@ -123,7 +123,8 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o) 
   MOE_EP_CHECK_CODE(!c.one_token_layer.value_or(false) || c.available(one_token), ErrorCode::kUnsupported,
                     "overrides.one_token_layer = true: {} cannot run this layer: {}", sm90_form_name(one_token),
                     c.reason(one_token));
-  if (c.one_token_layer.value_or(kOneTokenLayerAuto && !c.decode_split.has_value()) && c.available(one_token)) list.add(1, one_token);
+  if (c.one_token_layer.value_or(kOneTokenLayerAuto && !c.decode_split.has_value()) && c.available(one_token))
+    list.add(1, one_token);
   const int64_t decode_hi = std::min(c.decode_max_tokens, max_tokens);
   if (c.available(r.decode))
     list.add_decode(decode_hi, r, split_hi);
