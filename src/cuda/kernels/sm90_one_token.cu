@@ -173,6 +173,10 @@ __global__ void __launch_bounds__(kOneTokenThreads, 2) sm90_one_token_down_kerne
   const DownLayout L(I, K, G);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bars);
   auto unit_group = [&](int j) { return blockIdx.x * G + j / K; };  // the unit's 16-column group of y
+  // The slots' experts, read once (through L2, before the wait): every decision of the block
+  // below (which units are copied, waited for, computed and summed) uses these.
+  __shared__ int experts[kOneTokenMaxTopK];
+  if (threadIdx.x < K) experts[threadIdx.x] = slot_expert(p, threadIdx.x, true);
   if constexpr (kFolded) init_tables(tables);
   for (int j = threadIdx.x; j < units; j += kOneTokenThreads) ptx::mbarrier_init(&bars[j], 1);
   ptx::fence_mbarrier_init();
@@ -181,7 +185,7 @@ __global__ void __launch_bounds__(kOneTokenThreads, 2) sm90_one_token_down_kerne
   // The W2 rows of every valid unit, before gate_up is done.
   const uint64_t policy = ptx::l2_evict_first_policy();
   for (int j = warp; j < units; j += kWarps) {
-    const int k = j % K, group = unit_group(j), e = slot_expert(p, k, true);
+    const int k = j % K, group = unit_group(j), e = experts[k];
     if (e < 0 || group * 16 >= H) continue;
     const uint32_t dst = ptx::smem_addr(smem + j * L.unit);
     const uint32_t tile_bytes = 2 * k_steps * kWeightMicroTileBytes;
@@ -204,7 +208,7 @@ __global__ void __launch_bounds__(kOneTokenThreads, 2) sm90_one_token_down_kerne
   float* hsf = reinterpret_cast<float*>(smem + L.hsf);
   for (int b = threadIdx.x; b < K * (I / 32); b += kOneTokenThreads) {
     const int k = b / (I / 32);
-    if (slot_expert(p, k, false) < 0) continue;
+    if (experts[k] < 0) continue;
     const float* h = p.h + static_cast<int64_t>(b) * 32;
     float v[32], amax = 0.0f;
 #pragma unroll
@@ -230,7 +234,7 @@ __global__ void __launch_bounds__(kOneTokenThreads, 2) sm90_one_token_down_kerne
   float* out = reinterpret_cast<float*>(smem + L.out);
   const int g = lane / 4;
   for (int j = warp; j < units; j += kWarps) {
-    const int k = j % K, group = unit_group(j), e = slot_expert(p, k, false);
+    const int k = j % K, group = unit_group(j), e = experts[k];
     if (e < 0 || group * 16 >= H) continue;
     ptx::mbarrier_wait_parity(&bars[j], 0);
     const uint8_t* w = smem + j * L.unit;
@@ -257,7 +261,7 @@ __global__ void __launch_bounds__(kOneTokenThreads, 2) sm90_one_token_down_kerne
     if (n >= H) continue;
     float v = 0.0f;
     for (int k = 0; k < K; ++k)
-      if (slot_expert(p, k, false) >= 0) v += out[(local * K + k) * 16 + r];
+      if (experts[k] >= 0) v += out[(local * K + k) * 16 + r];
     if (p.y_add != nullptr)
       v = __fadd_rn(__bfloat162float(__float2bfloat16_rn(v)), __uint_as_float(static_cast<uint32_t>(p.y_add[n]) << 16));
     p.y[n] = __bfloat16_as_ushort(__float2bfloat16_rn(v));

@@ -27,8 +27,6 @@
 
 namespace moe_ep::cuda {
 
-inline constexpr int kOneTokenThreads = 384;  // 12 warps in each kernel
-
 struct OneTokenParams {
   const uint16_t* x = nullptr;  // bf16 [1, H]
   const void* topk_ids = nullptr;  // [1, K] int32 or int64

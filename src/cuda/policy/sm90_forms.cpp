@@ -80,6 +80,8 @@ std::string sm90_form_unavailable(Sm90Form form, const MoeDesc& desc, const Sm90
       return "x comes quantized (desc.quantize_input = false, or the local experts of an expert-parallel rank)";
     if (H % 128 != 0 || I % 128 != 0)
       return fmt::format("hidden = {} and intermediate = {} must be multiples of 128", H, I);
+    if (desc.top_k > kOneTokenMaxTopK)
+      return fmt::format("top_k = {}: its down kernel keeps at most {} slots", desc.top_k, kOneTokenMaxTopK);
     if (facts.per_sm(form, 0) < 1)
       return facts.one_token_groups > 0
                  ? fmt::format("its down kernel's {} groups of 16 W2 rows x I per block and its gate_up kernel do "

@@ -470,6 +470,10 @@ TEST(Sm90Config, OneTokenLayerRunsTEqualsOneWhereItCan) {
   odd.intermediate_size = 2048 + 64;
   EXPECT_EQ(sm90_form_unavailable(F::kMxfp4OneToken, odd, all_available()),
             "hidden = 4096 and intermediate = 2112 must be multiples of 128");
+  MoeDesc many_slots = d;
+  many_slots.top_k = kOneTokenMaxTopK + 1;
+  EXPECT_EQ(sm90_form_unavailable(F::kMxfp4OneToken, many_slots, all_available()),
+            fmt::format("top_k = {}: its down kernel keeps at most {} slots", kOneTokenMaxTopK + 1, kOneTokenMaxTopK));
   EXPECT_NE(sm90_form_unavailable(F::kMxfp4OneToken, flash_desc(Recipe::kNvfp4), all_available()).find("recipe 'mxfp4'"),
             std::string::npos);
   EXPECT_EQ(selected(flash_desc(Recipe::kNvfp4)).bucket(1).gemm1, F::kNvfp4DecodeSplit);
