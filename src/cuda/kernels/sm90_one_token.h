@@ -41,7 +41,7 @@ struct OneTokenParams {
   int32_t top_k = 0, num_experts = 0;
   int32_t groups_per_block = 0;         // down: 16-column groups of y per block
   float* h = nullptr;                   // [K, I] fp32 workspace, written by gate_up
-  uint32_t* error_flags = nullptr;      // kErrorExpertIdOutOfRange (sm90_permute.h)
+  uint32_t* error_flags = nullptr;      // kErrorExpertIdOutOfRange (moe_ep/layer.h)
 };
 
 // Shared memory of a down block holding `groups_per_block` 16-column groups for K slots.
