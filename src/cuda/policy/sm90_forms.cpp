@@ -135,7 +135,8 @@ std::string sm90_form_table_markdown() {
                        f.persistent ? "; persistent" : "", f.operands, f.block_m, f.block_m == 1 ? "" : "s", f.block_n,
                        f.list_block_m != f.block_m ? fmt::format(" (list tiles of {})", f.list_block_m) : "",
                        f.consumers == 0 ? "-" : std::to_string(f.consumers),
-                       f.family == GemmKernel::kAuto ? "auto only"
+                       f.whole_layer                  ? "`one_token_layer = true`"
+                       : f.family == GemmKernel::kAuto ? "auto only"
                                                      : fmt::format("`gemm = {}`", gemm_kernel_name(f.family)),
                        f.exact ? "yes" : "no");
   return out;
