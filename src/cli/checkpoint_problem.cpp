@@ -64,6 +64,36 @@ std::string checkpoint_layout_list() {
   return s;
 }
 
+LayerLoadOptions CheckpointLayoutOptions::load_options(int num_threads) const {
+  LayerLoadOptions load;
+  load.layout = layout;
+  load.tensor_pattern = tensor_pattern;
+  load.proj_names = proj_names;
+  load.num_threads = num_threads;
+  load.shared_expert = shared_expert;
+  return load;
+}
+
+std::string CheckpointLayoutOptions::describe() const {
+  return "layout " + layout + (tensor_pattern.empty() ? "" : ", tensor pattern " + tensor_pattern);
+}
+
+void add_checkpoint_layout_options(CLI::App& cmd, CheckpointLayoutOptions& o, const std::string& prefix,
+                                   const std::string& group) {
+  cmd.add_option("--layout", o.layout, prefix + "the expert tensors' layout: auto, " + checkpoint_layout_list() +
+                                           " (docs/checkpoints.md)")
+      ->check(CLI::IsMember(checkpoint_layout_choices()))->capture_default_str()->group(group);
+  cmd.add_option("--tensor-pattern", o.tensor_pattern,
+                 prefix + "name of the expert weight tensors with {L}, {proj} and (per expert) {e}, e.g. "
+                          "model.layers.{L}.block_sparse_moe.experts.{e}.{proj}.weight")
+      ->group(group);
+  cmd.add_option("--proj-names", o.proj_names, prefix + "the {proj} names: gate,up,down (per expert) or w13,w2 (fused)")
+      ->delimiter(',')->group(group);
+  cmd.add_flag("--no-shared-expert{false}", o.shared_expert,
+               prefix + "load without the checkpoint's shared expert (one the reader cannot dequantize)")
+      ->group(group);
+}
+
 void add_checkpoint_run_options(CLI::App& cmd, CheckpointRunOptions& o) {
   o.command = &cmd;
   const std::string group = "Checkpoint (instead of synthetic weights)";
@@ -73,21 +103,9 @@ void add_checkpoint_run_options(CLI::App& cmd, CheckpointRunOptions& o) {
       ->group(group);
   cmd.add_option("--layer", o.layer, "--checkpoint: the layer to run (default: the first MoE layer)")
       ->check(integer_at_least(0))->group(group);
-  cmd.add_option("--layout", o.layout, "--checkpoint: the expert tensors' layout: auto, " +
-                                           checkpoint_layout_list() + " (docs/checkpoints.md)")
-      ->check(CLI::IsMember(checkpoint_layout_choices()))->capture_default_str()->group(group);
-  cmd.add_option("--tensor-pattern", o.tensor_pattern,
-                 "--checkpoint: name of the expert weight tensors with {L}, {proj} and (per expert) "
-                 "{e}, e.g. model.layers.{L}.block_sparse_moe.experts.{e}.{proj}.weight")
-      ->group(group);
-  cmd.add_option("--proj-names", o.proj_names,
-                 "--checkpoint: the {proj} names: gate,up,down (per expert) or w13,w2 (fused)")
-      ->delimiter(',')->group(group);
+  add_checkpoint_layout_options(cmd, o.layout, "--checkpoint: ", group);
   cmd.add_option("--top-k", o.top_k, "--checkpoint: K (default: num_experts_per_tok of config.json)")
       ->check(integer_at_least(1))->group(group);
-  cmd.add_flag("--no-shared-expert{false}", o.shared_expert,
-               "--checkpoint: load the layer without the checkpoint's shared expert")
-      ->group(group);
 }
 
 void check_checkpoint_flags(const CheckpointRunOptions& o) {
@@ -115,18 +133,12 @@ ProblemSetup plan_checkpoint_problem(const ProblemOptions& problem, const Checkp
   MOE_EP_ASSERT(o.given());
   auto ck = Checkpoint::open(o.path);
   const auto& config = ck->config();
-  LayerLoadOptions load;
-  load.layout = o.layout;
-  load.tensor_pattern = o.tensor_pattern;
-  load.proj_names = o.proj_names;
-  load.num_threads = problem.threads;
-  load.shared_expert = o.shared_expert;
+  const LayerLoadOptions load = o.layout.load_options(problem.threads);
   int64_t layer_idx = o.layer;
   if (layer_idx < 0) {
     const std::vector<int64_t> layers = find_moe_layers(*ck, load);
-    MOE_EP_CHECK(!layers.empty(), "--checkpoint {}: no MoE layer found (layout {}{}); give "
-                 "--tensor-pattern", o.path, o.layout,
-                 o.tensor_pattern.empty() ? "" : ", pattern " + o.tensor_pattern);
+    MOE_EP_CHECK(!layers.empty(), "--checkpoint {}: no MoE layer found ({}); give --tensor-pattern", o.path,
+                 o.layout.describe());
     layer_idx = layers.front();
   }
   const int64_t top_k = o.top_k > 0 ? o.top_k : (config ? config->num_experts_per_tok : 0);

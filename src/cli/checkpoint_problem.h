@@ -18,18 +18,34 @@
 
 #include "cli/cli_common.h"
 #include "cli/problem.h"
+#include "moe_ep/checkpoint.h"
 #include "testing/synthetic.h"
 
 namespace moe_ep::cli {
 
-struct CheckpointRunOptions {
-  std::string path;                     // --checkpoint
-  int64_t layer = -1;                   // --layer; -1: the first MoE layer found
+// How the reader finds a checkpoint's MoE layers: the flags `run`/`bench --checkpoint` and
+// `inspect` share.
+struct CheckpointLayoutOptions {
   std::string layout = "auto";          // --layout
   std::string tensor_pattern;           // --tensor-pattern
   std::vector<std::string> proj_names;  // --proj-names
-  int64_t top_k = 0;                    // --top-k; 0: num_experts_per_tok of config.json
   bool shared_expert = true;            // false: --no-shared-expert
+
+  LayerLoadOptions load_options(int num_threads) const;
+  // "layout auto" or "layout auto, tensor pattern P": what a "no MoE layer found" names.
+  std::string describe() const;
+};
+
+// Registers --layout --tensor-pattern --proj-names --no-shared-expert; `prefix` starts each help
+// text (e.g. "--checkpoint: ").
+void add_checkpoint_layout_options(CLI::App& cmd, CheckpointLayoutOptions& options, const std::string& prefix,
+                                   const std::string& group);
+
+struct CheckpointRunOptions {
+  std::string path;                     // --checkpoint
+  int64_t layer = -1;                   // --layer; -1: the first MoE layer found
+  CheckpointLayoutOptions layout;
+  int64_t top_k = 0;                    // --top-k; 0: num_experts_per_tok of config.json
   const CLI::App* command = nullptr;    // to tell whether --backend was typed
 
   bool given() const { return !path.empty(); }

@@ -28,12 +28,9 @@ struct InspectOptions {
   std::string path;
   bool json = false;
   std::vector<int64_t> layers;  // empty: every MoE layer found
-  std::string layout = "auto";
-  std::string tensor_pattern;
-  std::vector<std::string> proj_names;
+  CheckpointLayoutOptions layout;
   int threads = 0;
   bool stats = true;
-  bool shared_expert = true;
 };
 
 // Kinds of expert-like tensors shown when no MoE layer is found.
@@ -154,8 +151,7 @@ int report_no_moe_layer(const InspectOptions& o, const Checkpoint& ck) {
   const std::vector<TensorGroup> groups = group_tensors(expert_like_tensors(ck, SIZE_MAX));
   const std::vector<CheckpointLayoutInfo> layouts = known_checkpoint_layouts();
   const std::string what = fmt::format(
-      "no MoE layer found in {} (layout {}{})", o.path, o.layout,
-      o.tensor_pattern.empty() ? std::string() : ", tensor pattern " + o.tensor_pattern);
+      "no MoE layer found in {} ({})", o.path, o.layout.describe());
   const size_t shown = std::min(groups.size(), kMaxListedGroups);
   if (o.json) {
     Json tensors = Json::array(), known = Json::array();
@@ -205,12 +201,7 @@ void add_histogram(std::vector<int64_t>& total, const std::vector<int64_t>& h) {
 int inspect_command(const InspectOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   auto ck = Checkpoint::open(o.path);
-  LayerLoadOptions load;
-  load.layout = o.layout;
-  load.tensor_pattern = o.tensor_pattern;
-  load.proj_names = o.proj_names;
-  load.num_threads = o.threads;
-  load.shared_expert = o.shared_expert;
+  const LayerLoadOptions load = o.layout.load_options(o.threads);
   const std::vector<int64_t> found = find_moe_layers(*ck, load);
   if (found.empty() && o.layers.empty()) return report_no_moe_layer(o, *ck);
   const std::vector<int64_t> layers = o.layers.empty() ? found : o.layers;
@@ -331,16 +322,9 @@ Command add_inspect_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "print exactly one JSON object on stdout");
   cmd->add_option("--layers", o->layers, "comma-separated layers (default: every MoE layer found)")
       ->delimiter(',')->check(integer_at_least(0));
-  cmd->add_option("--layout", o->layout, "the expert tensors' layout: auto, " + checkpoint_layout_list())
-      ->check(CLI::IsMember(checkpoint_layout_choices()))->capture_default_str();
-  cmd->add_option("--tensor-pattern", o->tensor_pattern,
-                  "name of the expert weight tensors with {L}, {proj} and (per expert) {e}");
-  cmd->add_option("--proj-names", o->proj_names, "the {proj} names: gate,up,down or w13,w2")
-      ->delimiter(',');
+  add_checkpoint_layout_options(*cmd, o->layout, "", "Checkpoint layout");
   cmd->add_option("--threads", o->threads, "loader threads (default: all)")->check(integer_at_least(1));
   add_on_off_flag(*cmd, "--stats", "--no-stats", o->stats, "FP8-window statistics (default on)");
-  cmd->add_flag("--no-shared-expert{false}", o->shared_expert,
-                "load the layers without their shared expert (one the reader cannot dequantize)");
   return {cmd, [o] { return run_guarded("inspect", [o] { return inspect_command(*o); }); }};
 }
 
