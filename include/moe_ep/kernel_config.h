@@ -51,6 +51,8 @@ struct KernelOverrides {
                                             // multiples of 1024 for mxfp4, of 256 and >= 512 for nvfp4)
   std::optional<bool> fuse_quantize_route;  // GPUs: quantization of x and the routing in one launch
                                             // (auto: SM90 mxfp4's decode buckets)
+  std::optional<bool> one_token_layer;      // SM90 mxfp4: at T = 1 the whole layer in two launches
+                                            // (auto: where it fits and the layer quantizes x)
   int num_threads = 0;                      // CPU backend workers incl. the caller (0: all cores)
   int64_t cpu_batch_tokens = 0;             // CPU backend tokens per batch (0: 256 MiB budget)
 

@@ -59,6 +59,12 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
                "GPU: the quantization of x and the routing in two launches")
       ->group(knobs)
       ->excludes(fuse);
+  auto* one_token = cmd.add_flag("--one-token-layer", o.one_token_layer,
+                                 "SM90 mxfp4: at T = 1 the whole layer in two launches (default: auto)")
+                        ->group(knobs);
+  cmd.add_flag("--no-one-token-layer", o.no_one_token_layer, "SM90 mxfp4: T = 1 on the decode chain")
+      ->group(knobs)
+      ->excludes(one_token);
 }
 
 namespace {
@@ -93,6 +99,7 @@ KernelOverrides parse_overrides(const ProblemOptions& o) {
   if (o.decode_split_k > 0) k.decode_split_k = o.decode_split_k;
   if (o.no_fold) k.fold_fp8 = false;
   if (o.fuse_quantize_route || o.no_fuse_quantize_route) k.fuse_quantize_route = o.fuse_quantize_route;
+  if (o.one_token_layer || o.no_one_token_layer) k.one_token_layer = o.one_token_layer;
   return k;
 }
 

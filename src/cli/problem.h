@@ -42,6 +42,7 @@ struct ProblemOptions {
   int decode_split_k = 0;   // 0: the implementation's
   bool no_fold = false;
   bool fuse_quantize_route = false, no_fuse_quantize_route = false;  // neither: the implementation's
+  bool one_token_layer = false, no_one_token_layer = false;  // neither: the implementation's
   HostBudgetExtent budget;  // set by the subcommand from its own flags, before planning
 };
 

@@ -56,6 +56,7 @@ std::string KernelOverrides::str() const {
   if (fold_fp8) add(fmt::format("fold_fp8={}", *fold_fp8));
   if (decode_split_k) add(fmt::format("decode_split_k={}", *decode_split_k));
   if (fuse_quantize_route) add(fmt::format("fuse_quantize_route={}", *fuse_quantize_route));
+  if (one_token_layer) add(fmt::format("one_token_layer={}", *one_token_layer));
   if (num_threads) add(fmt::format("num_threads={}", num_threads));
   if (cpu_batch_tokens) add(fmt::format("cpu_batch_tokens={}", cpu_batch_tokens));
   return s;

@@ -49,7 +49,8 @@ WorkspaceLayout workspace_layout(const LayerShape& s) {
   w.h = c.take(M * recipe.code_bytes(I));
   w.h_scale = c.take(M * recipe.scale_count(I));
   w.h_global = c.take(nvfp4 ? M * 4 : 0);
-  w.h_f32 = c.take(nvfp4 ? M * I * 4 : 0);  // GEMM 1's fp32 h before its NVFP4 pass
+  // GEMM 1's fp32 h: nvfp4's before its NVFP4 pass; the one-token layer's, one row per slot.
+  w.h_f32 = c.take(nvfp4 ? M * I * 4 : s.one_token ? s.top_k * I * 4 : 0);
   // 16-bit h: nvfp4 converts it from the NVFP4 h, after the pass that read h_f32, into h_f32's
   // region; mxfp4 takes its own.
   w.h_16bit = nvfp4 && s.activations_16bit ? w.h_f32 : c.take(s.activations_16bit ? M * I * 2 : 0);

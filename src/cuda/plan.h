@@ -15,7 +15,8 @@
 //                                                                 expert of each chunk of slots
 //   h            M x I (mxfp4) | M x I/2 (nvfp4)                  quantized SwiGLU output
 //   h_scale      M x I/B
-//   h_global     M x 4 B (nvfp4);  h_f32  M x I x 4 B (nvfp4, before its NVFP4 pass)
+//   h_global     M x 4 B (nvfp4);  h_f32  M x I x 4 B (nvfp4, before its NVFP4 pass), or
+//                K x I x 4 B (mxfp4 with the one-token layer: its h, one row per slot)
 //   h_16bit      M x I x 2 B (activations_16bit only)             h as 16 bits for GEMM 2 forms
 //                                                                 that read it (h_16bit: nvfp4's
 //                                                                 rs-f16; their order along k);
@@ -45,6 +46,7 @@ struct LayerShape {
   bool activations_16bit = false;  // a bucket reads 16-bit h (Sm90Config::uses_16bit_activations; 16-bit x
                                    // needs no region of its own: it is kept in o)
   int64_t shared_intermediate = 0;  // Is of the layer's shared expert (0: none)
+  bool one_token = false;           // a bucket runs the one-token layer (Sm90Config::uses_one_token_layer)
 };
 
 struct WorkspaceLayout {

@@ -11,6 +11,7 @@
 #include "core/weight_prep.h"
 #include "cuda/device_info.h"
 #include "cuda/errors.h"
+#include "cuda/kernels/sm90_one_token.h"
 #include "cuda/kernels/sm90_quantize_route.h"
 #include "cuda/kernels/sm90_shared_expert.h"
 #include "cuda/weight_layout.h"
@@ -51,6 +52,17 @@ void probe_forms(const LayerShape& shape, Sm90Facts& f) {
     if (form.recipe != shape.recipe || (form.folded_only && !(f.w13_folded && f.w2_folded)) ||
         (form.family == GemmKernel::kDecode && !decode_shape))
       continue;
+    if (form.whole_layer) {  // one block of each of its two kernels on an SM together
+      f.one_token_groups = one_token_groups_per_block(shape.hidden, f.sm_count);
+      int fits = 0;
+      if (configure_sm90_one_token(shape.hidden, shape.intermediate, shape.top_k, f.one_token_groups, &fits) !=
+          cudaSuccess) {
+        (void)cudaGetLastError();
+        fits = 0;
+      }
+      f.per_sm(form.form, 0) = f.per_sm(form.form, 1) = fits;
+      continue;
+    }
     const Sm90FormKernels& k = sm90_form_kernels(form.form);
     int& gemm1 = f.per_sm(form.form, 0);
     int& gemm2 = f.per_sm(form.form, 1);
@@ -150,6 +162,7 @@ Sm90ExpertEngine::Sm90ExpertEngine(const MoeDesc& desc, const KernelOverrides& o
   select_sm90_kernels(config_, desc, overrides, facts);
   LayerShape planned = shape;  // 16-bit activation buckets add h as bf16 / f16 to the workspace (plan.h)
   planned.activations_16bit = config_.uses_16bit_activations();
+  planned.one_token = config_.uses_one_token_layer();
   planned.shared_intermediate = desc.shared_intermediate_size;
   plan_ = make_plan(planned);
   if (desc.shared_intermediate_size > 0) {

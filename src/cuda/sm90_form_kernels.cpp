@@ -5,6 +5,11 @@
 #include "core/check.h"
 
 namespace moe_ep::cuda {
+namespace {
+// A whole-layer form has no grouped GEMM kernels: its launches are the pipeline's own steps.
+constexpr Sm90FormKernels kWholeLayerForm{};
+}  // namespace
+
 
 const Sm90FormKernels& sm90_form_kernels(Sm90Form form) {
   switch (form) {
@@ -15,6 +20,7 @@ const Sm90FormKernels& sm90_form_kernels(Sm90Form form) {
     case Sm90Form::kMxfp4RsFp8: return kMxfp4RsFp8Kernels;
     case Sm90Form::kMxfp4RsFp8Tails: return kMxfp4RsFp8TailsKernels;
     case Sm90Form::kMxfp4RsBf16Pairs: return kMxfp4RsBf16PairsKernels;
+    case Sm90Form::kMxfp4OneToken: return kWholeLayerForm;  // its own launches (sm90_pipeline.cpp)
     case Sm90Form::kNvfp4Decode: return kNvfp4DecodeKernels;
     case Sm90Form::kNvfp4DecodeSplit: return kNvfp4DecodeSplitKernels;
     case Sm90Form::kNvfp4Mma: return kNvfp4MmaKernels;

@@ -105,6 +105,29 @@ cudaError_t combine_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) 
   return launch_sm90_combine(c, s);
 }
 
+// The one-token layer (a whole-layer bucket): its two launches; the shared expert's y_add is
+// waited for between them.
+OneTokenParams one_token_of(const Launch& l, const Sm90Binding& b) {
+  OneTokenParams p = l.one_token;
+  p.x = b.x;
+  p.topk_ids = b.topk_ids;
+  p.ids_int64 = b.ids_int64 ? 1 : 0;
+  p.topk_weights = b.topk_weights;
+  p.y = b.y;
+  p.y_add = b.y_add;
+  return p;
+}
+
+cudaError_t one_token_gate_up_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  return launch_sm90_one_token_gate_up(one_token_of(l, b), l.one_token_grid, s);
+}
+
+cudaError_t one_token_down_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
+  if (b.y_add_ready != nullptr)
+    if (const cudaError_t e = cudaStreamWaitEvent(s, b.y_add_ready, 0); e != cudaSuccess) return e;
+  return launch_sm90_one_token_down(one_token_of(l, b), s);
+}
+
 // One GEMM's operands: A rows of the recipe's activation format (k wide), n output columns.
 GroupedGemmOperands operands(const RecipeTraits& recipe, int64_t n, int64_t k, const uint8_t* a,
                              const uint8_t* a_scale, const float* a_global, const Sm90GemmWeights& w) {
@@ -199,6 +222,23 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
 
     const Sm90FormInfo& f1 = sm90_form(bucket.gemm1);
     const Sm90FormInfo& f2 = sm90_form(bucket.gemm2);
+    if (f1.whole_layer) {
+      MOE_EP_ASSERT(quantize_input && bucket.max_tokens <= 1 && config.facts.one_token_groups > 0);
+      OneTokenParams& t = l.one_token;
+      t.w13 = g1.op;
+      t.w2 = g2.op;
+      t.clamp = clamp;
+      t.fast_math = config.fast_math ? 1 : 0;
+      t.top_k = static_cast<int32_t>(s.top_k);
+      t.num_experts = static_cast<int32_t>(s.num_experts);
+      t.groups_per_block = config.facts.one_token_groups;
+      t.h = ws_f32(w.h_f32);
+      t.error_flags = error_flags;
+      l.one_token_grid = config.facts.sm_count;
+      l.steps = {&one_token_gate_up_step, &one_token_down_step};
+      launches_.push_back(std::move(l));
+      continue;
+    }
     MOE_EP_ASSERT(f1.recipe == s.recipe && f2.recipe == s.recipe && f2.has_gemm2 && f1.list_block_m == f2.list_block_m);
     l.gemm1_fn = sm90_form_kernels(bucket.gemm1).launch1;
     l.gemm2_fn = sm90_form_kernels(bucket.gemm2).launch2;
@@ -283,15 +323,26 @@ void Sm90Pipeline::describe(SelectedConfig& out) const {
           : step == &h_to_16bit_step                                          ? fmt::format("h to {}", wide)
           : step == &gemm2_step                                               ? "gemm2"
           : step == &combine_step                                             ? "combine"
+          : step == &one_token_gate_up_step ? "quantize x + gate_up + SwiGLU (one token)"
+          : step == &one_token_down_step    ? "W2 to shared memory + Q8 of h + down + combine (one token)"
                                                                               : "gemm1";
       steps += (steps.empty() ? "" : ", ") + name;
     }
     const std::string forms = l.bucket.gemm1 == l.bucket.gemm2
                                   ? std::string(sm90_form_name(l.bucket.gemm1))
                                   : fmt::format("{} + {}", sm90_form_name(l.bucket.gemm1), sm90_form_name(l.bucket.gemm2));
-    out.plan.push_back({fmt::format("T={}..{}", std::max<int64_t>(1, l.bucket.min_tokens), l.bucket.max_tokens),
-                        fmt::format("{}, routing m tiles of {} rows; gemm1 grid {}, gemm2 grid {}; {} steps ({})", forms,
-                                    l.bucket.block_m(), grid_str(l.grid1), grid_str(l.grid2), l.steps.size(), steps)});
+    const std::string tokens =
+        fmt::format("T={}..{}", std::max<int64_t>(1, l.bucket.min_tokens), l.bucket.max_tokens);
+    if (sm90_form(l.bucket.gemm1).whole_layer) {
+      const int groups = l.one_token.w2.n / 16, per_block = l.one_token.groups_per_block;
+      out.plan.push_back({tokens, fmt::format("{}; gate_up grid {} (SMs), down grid {} ({} column groups of 16 "
+                                              "per block); {} steps ({})", forms, l.one_token_grid,
+                                              (groups + per_block - 1) / per_block, per_block, l.steps.size(), steps)});
+      continue;
+    }
+    out.plan.push_back({tokens, fmt::format("{}, routing m tiles of {} rows; gemm1 grid {}, gemm2 grid {}; {} steps ({})",
+                                            forms, l.bucket.block_m(), grid_str(l.grid1), grid_str(l.grid2),
+                                            l.steps.size(), steps)});
   }
 }
 

@@ -5,6 +5,8 @@
 //
 //   [quantize x] -> routing (m tiles of the bucket's block_m) -> GEMM 1 (+ SwiGLU, + Q8 of h)
 //   -> [NVFP4 of h] -> GEMM 2 -> combine [+ the binding's y_add]
+// A bucket of a whole-layer form (the one-token layer, kernels/sm90_one_token.h) runs its own two
+// launches instead.
 // Where config.fuses_quantize_route, the quantization of x and the routing are one launch. A
 // bucket whose GEMM 1 form reads 16-bit x (sm90_forms.h) gets it written so by the Q8 launch where
 // the layer quantizes x, else converted from the caller's rows; one whose GEMM 2 form reads
@@ -20,6 +22,7 @@
 #include "cuda/kernels/sm90_combine.h"
 #include "cuda/kernels/sm90_grouped_gemm.h"
 #include "cuda/kernels/sm90_nvfp4_quantize.h"
+#include "cuda/kernels/sm90_one_token.h"
 #include "cuda/kernels/sm90_permute.h"
 #include "cuda/kernels/sm90_q8_quantize.h"
 #include "cuda/plan.h"
@@ -93,6 +96,8 @@ class Sm90Pipeline {
     Gemm2Fn gemm2_fn = nullptr;
     GridRule grid1, grid2;
     CombineParams combine;
+    OneTokenParams one_token;  // a whole-layer bucket's (the one-token layer)
+    int one_token_grid = 0;
     std::vector<Step> steps;
   };
 

@@ -102,7 +102,7 @@ void layer_init(PyLayer* self, std::shared_ptr<Runtime> runtime, int64_t num_exp
                 const std::string& gemm, const std::string& tile,
                 std::optional<int64_t> decode_max_tokens, std::optional<bool> fold_fp8,
                 std::optional<int> decode_split_k,
-                std::optional<bool> fuse_quantize_route,
+                std::optional<bool> fuse_quantize_route, std::optional<bool> one_token_layer,
                 int num_threads, int64_t cpu_batch_tokens, nb::handle shared_w13,
                 nb::handle shared_w2, float routed_scaling_factor) {
   if (!runtime) throw nb::type_error("moe_ep: runtime is None; expected moe_ep.Runtime.acquire(...)");
@@ -123,6 +123,7 @@ void layer_init(PyLayer* self, std::shared_ptr<Runtime> runtime, int64_t num_exp
   ov.fold_fp8 = fold_fp8;
   ov.decode_split_k = decode_split_k;
   ov.fuse_quantize_route = fuse_quantize_route;
+  ov.one_token_layer = one_token_layer;
   ov.num_threads = num_threads;
   ov.cpu_batch_tokens = cpu_batch_tokens;
   ImportedWeights w;
@@ -208,12 +209,12 @@ void bind_layer(nb::module_& m) {
            nb::arg("tile") = "auto", nb::arg("decode_max_tokens") = nb::none(),
            nb::arg("fold_fp8") = nb::none(),
            nb::arg("decode_split_k") = nb::none(), nb::arg("fuse_quantize_route") = nb::none(),
-           nb::arg("num_threads") = 0,
+           nb::arg("one_token_layer") = nb::none(), nb::arg("num_threads") = 0,
            nb::arg("cpu_batch_tokens") = 0, nb::arg("shared_w13") = nb::none(),
            nb::arg("shared_w2") = nb::none(), nb::arg("routed_scaling_factor") = 1.0f,
            "Build a layer on `runtime` from a moe_ep.WeightPack. recipe: 'mxfp4' | 'nvfp4'; "
            "activation_clamp: None (+inf) or a finite value >= 0; gemm/tile/decode_max_tokens/"
-           "fold_fp8/decode_split_k/fuse_quantize_route/num_threads/cpu_batch_tokens "
+           "fold_fp8/decode_split_k/fuse_quantize_route/one_token_layer/num_threads/cpu_batch_tokens "
            "pin kernel "
            "choices (KernelOverrides). "
            "shared_w13 bf16 [2Is, H] / shared_w2 bf16 [H, Is]: a shared expert every token passes, "

@@ -62,6 +62,7 @@ TEST_F(CreateValidation, GpuKernelOverridesOnTheCpu) {
       {[](KernelOverrides& o) { o.fold_fp8 = false; }, "fold_fp8=false"},
       {[](KernelOverrides& o) { o.decode_split_k = 2; }, "decode_split_k=2"},
       {[](KernelOverrides& o) { o.fuse_quantize_route = true; }, "fuse_quantize_route=true"},
+      {[](KernelOverrides& o) { o.one_token_layer = false; }, "one_token_layer=false"},
   };
   for (const auto& [pin, name] : pins) {
     Problem p = mx_;

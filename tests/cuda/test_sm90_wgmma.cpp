@@ -138,6 +138,7 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
     LayerShape shape{desc.fleet.num_experts, desc.fleet.hidden_size, desc.intermediate_size, desc.top_k,
                      desc.fleet.max_tokens_per_rank, desc.recipe};
     shape.activations_16bit = c.uses_16bit_activations();
+    shape.one_token = c.uses_one_token_layer();
     const Plan plan = make_plan(shape);
     // Host memory, left uninitialized: the launch table only forms pointers into it.
     const std::unique_ptr<std::byte[]> workspace(new std::byte[plan.workspace.total_bytes]);
@@ -147,10 +148,19 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
   // Auto: mxfp4's decode buckets (K split in two at T = 1) quantize and route in one launch, the
   // rs-fp8 bucket with narrow tails in two; the persistent grids are capped at 1 block x 132 SMs,
   // n tiles of 256 rows (2I = H = 4096: 16 each).
-  const std::string plain = plan_of(d, {});
+  KernelOverrides chain;
+  chain.one_token_layer = false;
+  const std::string plain = plan_of(d, kOneTokenLayerAuto ? chain : KernelOverrides{});
   EXPECT_NE(plain.find("plan T=1..1: mxfp4.decode-split.16x64, routing m tiles of 16 rows; gemm1 grid m_tiles16(T) x 1, "
                        "gemm2 grid m_tiles16(T) x 1; 4 steps (quantize x + routing (one launch), gemm1, gemm2, combine)"),
             std::string::npos) << plain;
+  // The one-token layer's two launches at T = 1 (down: 256 column groups of 16, 2 per block).
+  KernelOverrides one_token;
+  one_token.one_token_layer = true;
+  EXPECT_NE(plan_of(d, one_token).find("plan T=1..1: mxfp4.one-token.1x16; gate_up grid 132 (SMs), down grid 128 (2 "
+                                       "column groups of 16 per block); 2 steps (quantize x + gate_up + SwiGLU (one "
+                                       "token), W2 to shared memory + Q8 of h + down + combine (one token))"),
+            std::string::npos) << plan_of(d, one_token);
   EXPECT_NE(plain.find("plan T=2..640: mxfp4.decode.16x128, routing m tiles of 16 rows; gemm1 grid m_tiles16(T) x 1, "
                        "gemm2 grid m_tiles16(T) x 1; 4 steps (quantize x + routing (one launch), gemm1, gemm2, combine)"),
             std::string::npos) << plain;

@@ -205,7 +205,8 @@ def test_bad_construction_names_the_parameter():
         moe_ep.Layer(rt, **{**kw, "weights": object()})
     # GPU kernel choices are refused by the CPU backend, each named, never ignored.
     for pin, name in [(dict(gemm="wgmma"), "gemm=wgmma"), (dict(decode_split_k=2), "decode_split_k=2"),
-                      (dict(fuse_quantize_route=True), "fuse_quantize_route=true")]:
+                      (dict(fuse_quantize_route=True), "fuse_quantize_route=true"),
+                      (dict(one_token_layer=False), "one_token_layer=false")]:
         with pytest.raises(moe_ep.UnsupportedError, match=name):
             moe_ep.Layer(rt, **kw, **pin)
 

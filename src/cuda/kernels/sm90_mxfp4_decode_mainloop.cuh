@@ -88,6 +88,31 @@ __device__ __forceinline__ void decode_copy_a_chunk(const GroupedGemmOperands& o
   }
 }
 
+// The A fragment of k32 block kb of a warp's 16 weight rows (w0, w1: the k step's words of rows
+// g and g + 8; sw0, sw1: their scale words): a0 = row g lo, a1 = row g + 8 lo, a2 = row g hi,
+// a3 = row g + 8 hi; and, not folded, the rows' E8M0 factors (folded: 1). Folded: byte kb of
+// sw * 8 is the byte offset of the shift's table (shifts are <= 14).
+template <bool kFolded>
+__device__ __forceinline__ void decode_weight_fragment(int kb, const uint4& w0, const uint4& w1, uint32_t sw0,
+                                                       uint32_t sw1, const DecodeTables& tables, uint32_t (&a)[4],
+                                                       float& s_w0, float& s_w1) {
+  const uint32_t word0 = kb == 0 ? w0.x : kb == 1 ? w0.y : kb == 2 ? w0.z : w0.w;
+  const uint32_t word1 = kb == 0 ? w1.x : kb == 1 ? w1.y : kb == 2 ? w1.z : w1.w;
+  s_w0 = s_w1 = 1.0f;
+  if constexpr (kFolded) {
+    const char* table_bytes = reinterpret_cast<const char*>(tables.entry);
+    const uint2 t0 = *reinterpret_cast<const uint2*>(table_bytes + __byte_perm(sw0 << 3, 0, 0x4440 + kb));
+    const uint2 t1 = *reinterpret_cast<const uint2*>(table_bytes + __byte_perm(sw1 << 3, 0, 0x4440 + kb));
+    decode_fp4_word_with(word0, t0.x, t0.y, a[0], a[2]);
+    decode_fp4_word_with(word1, t1.x, t1.y, a[1], a[3]);
+  } else {
+    decode_fp4_word(word0, a[0], a[2]);
+    decode_fp4_word(word1, a[1], a[3]);
+    s_w0 = e8m0_to_float_device(__byte_perm(sw0, 0, 0x4440 + kb));
+    s_w1 = e8m0_to_float_device(__byte_perm(sw1, 0, 0x4440 + kb));
+  }
+}
+
 // kSplit = 2 (for one or two tokens a tile, where a warp's serial walk over K bounds the GEMM): the
 // block's 8 warps are 4 row groups x 2 halves of K; each half has its own A ring, and after the
 // main loop the second half's warps hand their sums to the first's through shared memory, which
@@ -224,26 +249,11 @@ struct Mxfp4DecodeMainloop {
 #pragma unroll
       for (int p = 0; p < 2; ++p) ptx::ldmatrix_x4(b[h][p], a_lane[p] + 8 * h * kAChunkRowBytes + a_off);
     }
-    // Folded: byte kb of sw * 8 is the byte offset of the shift's table (shifts are <= 14).
-    const uint32_t sw0x8 = sw0 << 3, sw1x8 = sw1 << 3;
-    const char* table_bytes = reinterpret_cast<const char*>(tables.entry);
 #pragma unroll
     for (int kb = 0; kb < 4; ++kb) {
-      const uint32_t word0 = kb == 0 ? w0.x : kb == 1 ? w0.y : kb == 2 ? w0.z : w0.w;
-      const uint32_t word1 = kb == 0 ? w1.x : kb == 1 ? w1.y : kb == 2 ? w1.z : w1.w;
-      uint32_t a[4];  // a0 = row g lo, a1 = row g + 8 lo, a2 = row g hi, a3 = row g + 8 hi
-      float s_w0 = 1.0f, s_w1 = 1.0f;
-      if constexpr (kFolded) {
-        const uint2 t0 = *reinterpret_cast<const uint2*>(table_bytes + __byte_perm(sw0x8, 0, 0x4440 + kb));
-        const uint2 t1 = *reinterpret_cast<const uint2*>(table_bytes + __byte_perm(sw1x8, 0, 0x4440 + kb));
-        decode_fp4_word_with(word0, t0.x, t0.y, a[0], a[2]);
-        decode_fp4_word_with(word1, t1.x, t1.y, a[1], a[3]);
-      } else {
-        decode_fp4_word(word0, a[0], a[2]);
-        decode_fp4_word(word1, a[1], a[3]);
-        s_w0 = e8m0_to_float_device(__byte_perm(sw0, 0, 0x4440 + kb));
-        s_w1 = e8m0_to_float_device(__byte_perm(sw1, 0, 0x4440 + kb));
-      }
+      uint32_t a[4];
+      float s_w0, s_w1;
+      decode_weight_fragment<kFolded>(kb, w0, w1, sw0, sw1, tables, a, s_w0, s_w1);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (h == 1 && !two_halves) break;

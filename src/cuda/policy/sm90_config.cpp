@@ -117,6 +117,14 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o) 
   // mxfp4: decode for small T (mma.sync where it cannot run), then mma.sync, then rs-fp8 where it
   // can run (its tails form up to kNarrowTailsMaxRowsPerExpert rows per expert, GEMM 1 on the bf16
   // pairs form where gemm1_bf16_pays), else FP8 wgmma; with exact accumulation mma.sync throughout.
+  // T = 1: the one-token layer where it can run (as pinned, else kOneTokenLayerAuto unless the
+  // decode split is pinned: then the decode forms run every decode bucket), then the decode forms.
+  const Sm90Form one_token = Sm90Form::kMxfp4OneToken;
+  MOE_EP_CHECK_CODE(!c.one_token_layer.value_or(false) || c.available(one_token), ErrorCode::kUnsupported,
+                    "overrides.one_token_layer = true: {} cannot run this layer: {}", sm90_form_name(one_token),
+                    c.reason(one_token));
+  if (c.one_token_layer.value_or(kOneTokenLayerAuto && !c.decode_split.has_value()) && c.available(one_token))
+    list.add(1, one_token);
   const int64_t decode_hi = std::min(c.decode_max_tokens, max_tokens);
   if (c.available(r.decode))
     list.add_decode(decode_hi, r, split_hi);
@@ -212,6 +220,12 @@ bool Sm90Config::uses_16bit_activations() const {
   return false;
 }
 
+bool Sm90Config::uses_one_token_layer() const {
+  for (const Sm90Bucket& b : buckets)
+    if (sm90_form(b.gemm1).whole_layer) return true;
+  return false;
+}
+
 Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o) {
   Sm90Config c;
   c.recipe = desc.recipe;
@@ -259,6 +273,12 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
                     "overrides.fuse_quantize_route = true: this layer does not quantize x "
                     "(desc.quantize_input = false, or the local experts of an expert-parallel rank)");
   c.fuse_quantize_route = o.fuse_quantize_route;
+  MOE_EP_CHECK_CODE(!o.one_token_layer.value_or(false) || (mxfp4 && desc.quantize_input && o.gemm == GemmKernel::kAuto),
+                    ErrorCode::kUnsupported,
+                    "overrides.one_token_layer = true: the one-token layer runs the mxfp4 recipe on a layer that "
+                    "quantizes x, with overrides.gemm = auto (recipe '{}', quantize_input = {}, gemm = {})",
+                    recipe_name(desc.recipe), desc.quantize_input, gemm_kernel_name(o.gemm));
+  c.one_token_layer = o.one_token_layer;
   return c;
 }
 

@@ -24,6 +24,9 @@ namespace moe_ep::cuda {
 inline constexpr int64_t kDecodeMaxTokens = 512;
 inline constexpr int64_t kDecodeMaxRowsPerExpert = 15;
 int64_t mxfp4_decode_max_tokens(const MoeDesc& desc);
+// Whether auto runs T = 1 on the one-token layer where it can (overrides.one_token_layer pins it
+// either way): off until its kernels have run on a GPU beside the decode chain they replace.
+inline constexpr bool kOneTokenLayerAuto = false;
 // nvfp4's decode forms against its mma.sync ones: faster up to about this T on the presets.
 inline constexpr int64_t kNvfp4DecodeMaxTokens = 1536;
 // nvfp4's f16 wgmma forms from the T at which the experts hold this many rows each on average
@@ -73,6 +76,7 @@ struct Sm90Config {
   int64_t decode_max_tokens = kDecodeMaxTokens;
   std::optional<int> decode_split;           // pinned (overrides.decode_split_k)
   std::optional<bool> fuse_quantize_route;   // pinned (overrides.fuse_quantize_route)
+  std::optional<bool> one_token_layer;       // pinned (overrides.one_token_layer)
   bool quantize_input = true;                // desc.quantize_input: the layer quantizes x
   bool exact_accumulation = false, fast_math = false;
   Sm90Facts facts;
@@ -87,6 +91,8 @@ struct Sm90Config {
   bool fuses_quantize_route(const Sm90Bucket& bucket) const;
   // Whether a bucket reads 16-bit h (plan.h's h_16bit region).
   bool uses_16bit_activations() const;
+  // Whether a bucket runs a whole-layer form (plan.h's h_f32 region for mxfp4).
+  bool uses_one_token_layer() const;
   void describe(SelectedConfig& out) const;  // the entries (the plan adds its own lines)
 };
 

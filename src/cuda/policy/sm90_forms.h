@@ -26,6 +26,7 @@ enum class Sm90Form : uint8_t {
   kMxfp4RsFp8,
   kMxfp4RsFp8Tails,
   kMxfp4RsBf16Pairs,
+  kMxfp4OneToken,
   kNvfp4Decode,
   kNvfp4DecodeSplit,
   kNvfp4Mma,
@@ -52,6 +53,8 @@ struct Sm90FormInfo {
   bool folded_only;            // mxfp4 weights folded into the FP8 window
   bool exact;                  // fp32-exact k-block sums: allowed with exact_accumulation
   bool x_16bit, h_16bit;       // reads x (GEMM 1) / h (GEMM 2) as 16-bit rows in its k order
+  bool whole_layer;            // both GEMMs, the quantization of x, the routing and the combine in
+                               // its own launches (a bucket of T = 1), not through the grouped steps
 };
 
 const std::array<Sm90FormInfo, kSm90FormCount>& sm90_forms();
@@ -65,6 +68,8 @@ struct Sm90Facts {
   bool w13_folded = false, w2_folded = false;  // mxfp4 weights folded into the FP8 window
   // Why the decode forms cannot hold a tile's rows of A in shared memory ("" when they can).
   std::string decode_unavailable;
+  // The one-token form's 16-column groups of y per down block (kernels/sm90_one_token.h).
+  int one_token_groups = 0;
   // Blocks of each form's GEMM 1 / GEMM 2 kernel that fit on one SM; 0 where it does not fit or
   // was not probed.
   std::array<std::array<int, 2>, kSm90FormCount> blocks_per_sm{};

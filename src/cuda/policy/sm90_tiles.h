@@ -38,4 +38,9 @@ inline constexpr int kDecodeSplitBlockN = 64;
 inline constexpr int kDecodeThreads = 256;
 inline constexpr int kDecodePrefetch = 2;
 
+// The one-token layer (kernels/sm90_one_token.h): 12 warps in each of its two kernels; a down
+// block keeps the experts of at most kOneTokenMaxTopK slots.
+inline constexpr int kOneTokenThreads = 384;
+inline constexpr int kOneTokenMaxTopK = 64;
+
 }  // namespace moe_ep::cuda

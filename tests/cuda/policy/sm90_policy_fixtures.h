@@ -21,6 +21,7 @@ inline Sm90Facts all_available() {
   Sm90Facts f;
   f.sm_count = 132;
   f.w13_folded = f.w2_folded = true;
+  f.one_token_groups = 2;  // H / 16 = 256 column groups over 132 SMs
   for (const Sm90FormInfo& form : sm90_forms()) {
     const int n = form.k_split > 1 ? 3 : 1;
     f.per_sm(form.form, 0) = n;

@@ -435,5 +435,72 @@ TEST(Sm90Config, FusedQuantizeRouteIsAutoInMxfp4DecodeBucketsOrPinned) {
                  "overrides.decode_max_tokens = -1 is invalid");
 }
 
+// The one-token layer (a whole-layer form) runs T = 1 of mxfp4 where it fits and the layer
+// quantizes x: pinned on, or by auto where kOneTokenLayerAuto, unless pinned off or the decode
+// split is pinned; pinned on, it is refused naming why where it cannot run.
+TEST(Sm90Config, OneTokenLayerRunsTEqualsOneWhereItCan) {
+  const MoeDesc d = flash_desc();
+  EXPECT_EQ(selected(d).bucket(1).gemm1, kOneTokenLayerAuto ? F::kMxfp4OneToken : F::kMxfp4DecodeSplit);
+  KernelOverrides on;
+  on.one_token_layer = true;
+  const Sm90Config c = selected(d, on);
+  EXPECT_EQ(c.bucket(1).gemm1, F::kMxfp4OneToken);
+  EXPECT_EQ(c.bucket(1).max_tokens, 1);
+  EXPECT_EQ(c.bucket(2).gemm1, F::kMxfp4Decode);
+  EXPECT_TRUE(c.uses_one_token_layer());
+  MoeDesc exact = d;
+  exact.numerics.exact_accumulation = true;  // the decode chain's bits: allowed
+  EXPECT_EQ(selected(exact, on).bucket(1).gemm1, F::kMxfp4OneToken);
+  // Where it cannot run: the split decode at T = 1, and the reason in the config.
+  Sm90Facts no_fit = all_available();
+  no_fit.per_sm(F::kMxfp4OneToken, 0) = no_fit.per_sm(F::kMxfp4OneToken, 1) = 0;
+  const Sm90Config nf = selected(d, {}, no_fit);
+  EXPECT_EQ(nf.bucket(1).gemm1, F::kMxfp4DecodeSplit);
+  EXPECT_FALSE(nf.uses_one_token_layer());
+  EXPECT_NE(described(nf).find("mxfp4.one-token.1x16 = unavailable: its down kernel's 12 groups of 16 W2 rows x I "
+                               "per block and its gate_up kernel do not fit on one SM together"),
+            std::string::npos)
+      << described(nf);
+  MoeDesc caller = d;
+  caller.quantize_input = false;
+  EXPECT_EQ(selected(caller).bucket(1).gemm1, F::kMxfp4DecodeSplit);
+  EXPECT_NE(sm90_form_unavailable(F::kMxfp4OneToken, caller, all_available()).find("x comes quantized"),
+            std::string::npos);
+  MoeDesc odd = d;
+  odd.intermediate_size = 2048 + 64;
+  EXPECT_EQ(sm90_form_unavailable(F::kMxfp4OneToken, odd, all_available()),
+            "hidden = 4096 and intermediate = 2112 must be multiples of 128");
+  MoeDesc many_slots = d;
+  many_slots.top_k = kOneTokenMaxTopK + 1;
+  EXPECT_EQ(sm90_form_unavailable(F::kMxfp4OneToken, many_slots, all_available()),
+            fmt::format("top_k = {}: its down kernel keeps at most {} slots", kOneTokenMaxTopK + 1, kOneTokenMaxTopK));
+  EXPECT_NE(sm90_form_unavailable(F::kMxfp4OneToken, flash_desc(Recipe::kNvfp4), all_available()).find("recipe 'mxfp4'"),
+            std::string::npos);
+  EXPECT_EQ(selected(flash_desc(Recipe::kNvfp4)).bucket(1).gemm1, F::kNvfp4DecodeSplit);
+  // Pinned off, or the decode split pinned: the decode chain at T = 1.
+  KernelOverrides off;
+  off.one_token_layer = false;
+  EXPECT_EQ(selected(d, off).bucket(1).gemm1, F::kMxfp4DecodeSplit);
+  KernelOverrides split;
+  split.decode_split_k = 1;
+  EXPECT_EQ(selected(d, split).bucket(1).gemm1, F::kMxfp4Decode);
+  // Pinned on where it cannot run, or with another pin it contradicts: refused, naming it.
+  on.decode_split_k = 2;
+  EXPECT_EQ(selected(d, on).bucket(1).gemm1, F::kMxfp4OneToken);  // the split from T = 2
+  EXPECT_EQ(selected(d, on).bucket(2).gemm1, F::kMxfp4DecodeSplit);
+  on.decode_split_k.reset();
+  expect_refused([&] { selected(d, on, no_fit); }, ErrorCode::kUnsupported,
+                 "overrides.one_token_layer = true: mxfp4.one-token.1x16 cannot run this layer: its down kernel's");
+  expect_refused([&] { select_sm90_load_config(caller, on); }, ErrorCode::kUnsupported,
+                 "overrides.one_token_layer = true: the one-token layer runs the mxfp4 recipe on a layer that "
+                 "quantizes x");
+  KernelOverrides on_mma = on;
+  on_mma.gemm = GemmKernel::kMma;
+  expect_refused([&] { select_sm90_load_config(d, on_mma); }, ErrorCode::kUnsupported, "gemm = mma");
+  expect_refused([&] { select_sm90_load_config(flash_desc(Recipe::kNvfp4), on); }, ErrorCode::kUnsupported,
+                 "recipe 'nvfp4'");
+  EXPECT_EQ(on.str(), "one_token_layer=true");
+}
+
 }  // namespace
 }  // namespace moe_ep::cuda
