@@ -210,6 +210,7 @@ const Sm90Bucket& Sm90Config::bucket(int64_t num_tokens) const {
 }
 
 bool Sm90Config::fuses_quantize_route(const Sm90Bucket& b) const {
+  if (sm90_form(b.gemm1).whole_layer) return false;  // it quantizes x itself
   return quantize_input && fuse_quantize_route.value_or(recipe == Recipe::kMxfp4 &&
                                                         sm90_form(b.gemm1).family == GemmKernel::kDecode);
 }

@@ -25,8 +25,8 @@ inline constexpr int64_t kDecodeMaxTokens = 512;
 inline constexpr int64_t kDecodeMaxRowsPerExpert = 15;
 int64_t mxfp4_decode_max_tokens(const MoeDesc& desc);
 // Whether auto runs T = 1 on the one-token layer where it can (overrides.one_token_layer pins it
-// either way): off until its kernels have run on a GPU beside the decode chain they replace.
-inline constexpr bool kOneTokenLayerAuto = false;
+// either way): on, since it beats the decode chain it replaces at T = 1 (bench/RESULTS.md).
+inline constexpr bool kOneTokenLayerAuto = true;
 // nvfp4's decode forms against its mma.sync ones: faster up to about this T on the presets.
 inline constexpr int64_t kNvfp4DecodeMaxTokens = 1536;
 // nvfp4's f16 wgmma forms from the T at which the experts hold this many rows each on average
