@@ -3,15 +3,18 @@
 // unsplit decode GEMMs, the same products and order), bit for bit, and against the CPU layer at
 // the recipe's threshold. Routings that expose slot handling: random, holes, a repeated expert,
 // no valid slot (zeros), a bad id (flagged, treated as a hole); int32 and int64 ids; folded and
-// E8M0-scaled weights; the tiny shape (one 16-column group per down block) and H = 4096,
-// I = 2048, K = 6 (several groups per block, 12 units); a shared expert (y_add waited for between
-// the launches); graph replays equal to eager; and the layer with SMs held by another stream's
-// kernel (no grid-wide barrier: its blocks wait for SMs, then finish).
+// E8M0-scaled weights; the tiny shape (one 16-column group per down block), H = 4096,
+// I = 2048, K = 6 (several groups per block, 12 units) and a last down block partly past H; a
+// shared expert (y_add waited for between the launches); graph replays equal to eager; and the
+// layer with SMs held by another stream's kernel (no grid-wide barrier: its blocks wait for SMs,
+// then finish).
+#include <regex>
 #include <utility>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "cuda/kernels/sm90_one_token.h"
 #include "cuda_test_util.h"
 #include "moe_ep/layer.h"
 #include "sm_hog_probe.h"
@@ -48,6 +51,12 @@ std::vector<Case> one_token_cases(const Problem& p) {
   return cases;
 }
 
+int sm_count() {
+  int sms = 0;
+  MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  return sms;
+}
+
 Problem decode_chain(Problem p) {
   p.overrides.one_token_layer = false;
   p.overrides.decode_split_k = 1;
@@ -65,7 +74,8 @@ void check_layer(const Problem& p, const WeightSet& w, const std::string& name) 
   const std::string config = layer->info().config.str();
   ASSERT_NE(config.find("plan T=1..1: mxfp4.one-token.1x16; gate_up grid"), std::string::npos) << config;
   const std::string chain_config = chain->info().config.str();
-  EXPECT_NE(chain_config.find(": mxfp4.decode.16x128, routing m tiles of 16 rows"), std::string::npos) << chain_config;
+  EXPECT_TRUE(std::regex_search(chain_config, std::regex(R"(plan T=1\.\.\d+: mxfp4\.decode\.16x128, routing m tiles)")))
+      << chain_config;
   EXPECT_EQ(chain_config.find("plan T=1..1: mxfp4.one-token"), std::string::npos) << chain_config;
   for (const Case& c : one_token_cases(p)) {
     const DeviceInputs d = to_device(p, c.in);
@@ -128,6 +138,18 @@ TEST_F(Sm90OneToken, FlashWidthBitwiseTheDecodeChain) {
   }
 }
 
+// H = 4352: 272 column groups of y, whose last down block (on 114 or 132 SMs: 3 groups per block)
+// has groups past H; I = 1152 (9 k steps of GEMM 2).
+TEST_F(Sm90OneToken, LastDownBlockPartlyPastHidden) {
+  Problem p = flash_width(true);
+  p.hidden = 4352;
+  p.intermediate = 1152;
+  const int groups = static_cast<int>(p.hidden / 16), per_block = cuda::one_token_groups_per_block(p.hidden, sm_count());
+  ASSERT_NE(groups % per_block, 0) << "the shape must leave the last down block partly empty on this device";
+  const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 66);
+  check_layer(p, w, "H=4352 I=1152 K=6 folded");
+}
+
 // With a shared expert the down launch waits for its output (y_add) on the side stream.
 TEST_F(Sm90OneToken, SharedExpertAddedAsTheCombineAddsIt) {
   Problem p = testsupport::tiny_problem("mxfp4");
@@ -145,8 +167,8 @@ TEST_F(Sm90OneToken, FinishesWithSmsHeldByAnotherStream) {
   auto layer = make_gpu_layer(one_token(p), w.pack());
   const DeviceInputs d = to_device(p, one_token_cases(p)[0].in);
   const std::vector<uint16_t> alone = run_on_gpu(*layer, d);
-  int sms = 0, optin = 0;
-  MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int sms = sm_count();
+  int optin = 0;
   MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
   cudaStream_t hog_stream, stream;
   MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&hog_stream, cudaStreamNonBlocking));
@@ -155,6 +177,8 @@ TEST_F(Sm90OneToken, FinishesWithSmsHeldByAnotherStream) {
   // 20 ms.
   MOE_EP_CUDA_CHECK(cuda::test::launch_sm_hog(2 * sms / 3, optin - 4096, 20'000'000, hog_stream));
   const std::vector<uint16_t> beside = run_on_gpu(*layer, d, stream);
+  // The hog still holds its SMs: the layer ran on the others.
+  EXPECT_EQ(cudaStreamQuery(hog_stream), cudaErrorNotReady) << "the hog ended before the layer did";
   MOE_EP_CUDA_CHECK(cudaStreamSynchronize(hog_stream));
   EXPECT_EQ(beside, alone);
   EXPECT_EQ(layer->read_error_flags(), 0u);

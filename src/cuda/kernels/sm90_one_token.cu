@@ -11,6 +11,8 @@
 // (row g + 8) are the token's.
 #include "cuda/kernels/sm90_one_token.h"
 
+#include <algorithm>
+
 #include <cuda_bf16.h>
 
 #include "cuda/kernels/sm90_decode_tile.cuh"
@@ -166,7 +168,7 @@ struct DownLayout {
 
 template <bool kFolded>
 __global__ void __launch_bounds__(kOneTokenThreads, 2) sm90_one_token_down_kernel(const __grid_constant__ OneTokenParams p) {
-  extern __shared__ __align__(128) uint8_t smem[];
+  extern __shared__ __align__(16) uint8_t smem[];
   __shared__ DecodeTables tables;
   const int H = p.w2.n, I = p.w2.k, K = p.top_k, G = p.groups_per_block;
   const int k_steps = I / kGemmBlockK, units = K * G, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -300,24 +302,32 @@ cudaError_t configure_sm90_one_token(int64_t hidden, int64_t intermediate, int64
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&regs_per_sm, cudaDevAttrMaxRegistersPerMultiprocessor, device);
   if (e != cudaSuccess) return e;
-  if (smem_b > static_cast<size_t>(optin)) return cudaSuccess;  // does not fit: *fits stays 0
+  // A down block within the per-block limit; then one block of each on an SM together: registers
+  // and shared memory (dynamic, static, and each block's reserved 1 KB), the larger of each
+  // kernel's two variants.
+  int regs = 0;
+  int64_t static_gate_up = 0, static_down = 0;
+  auto take = [&](auto kernel, int64_t& static_smem) {
+    cudaFuncAttributes a{};
+    const cudaError_t err = cudaFuncGetAttributes(&a, kernel);
+    regs = std::max(regs, a.numRegs);
+    static_smem = std::max(static_smem, static_cast<int64_t>(a.sharedSizeBytes));
+    return err;
+  };
+  for (auto kernel : {sm90_one_token_gate_up_kernel<true>, sm90_one_token_gate_up_kernel<false>})
+    if ((e = take(kernel, static_gate_up)) != cudaSuccess) return e;
+  for (auto kernel : {sm90_one_token_down_kernel<true>, sm90_one_token_down_kernel<false>})
+    if ((e = take(kernel, static_down)) != cudaSuccess) return e;
+  if (static_cast<int64_t>(smem_b) + static_down > optin) return cudaSuccess;  // does not fit: *fits stays 0
   for (auto kernel : {sm90_one_token_gate_up_kernel<true>, sm90_one_token_gate_up_kernel<false>})
     if ((e = configure_kernel(kernel, smem_a, true)) != cudaSuccess) return e;
   for (auto kernel : {sm90_one_token_down_kernel<true>, sm90_one_token_down_kernel<false>})
     if ((e = configure_kernel(kernel, static_cast<int>(smem_b), true)) != cudaSuccess) return e;
-  // One block of each on an SM together: registers and shared memory (with each block's reserved
-  // 1 KB).
-  int regs = 0;
-  for (auto kernel : {sm90_one_token_gate_up_kernel<true>, sm90_one_token_gate_up_kernel<false>,
-                      sm90_one_token_down_kernel<true>, sm90_one_token_down_kernel<false>}) {
-    cudaFuncAttributes a{};
-    if ((e = cudaFuncGetAttributes(&a, kernel)) != cudaSuccess) return e;
-    regs = a.numRegs > regs ? a.numRegs : regs;
-  }
   int reserved = 0;
   if ((e = cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device)) != cudaSuccess) return e;
-  const int64_t static_smem = sizeof(DecodeTables);
-  const bool smem_ok = static_cast<int64_t>(smem_a) + static_cast<int64_t>(smem_b) + 2 * (reserved + static_smem) <= per_sm;
+  const bool smem_ok = static_cast<int64_t>(smem_a) + static_gate_up + static_cast<int64_t>(smem_b) + static_down +
+                           2 * static_cast<int64_t>(reserved) <=
+                       per_sm;
   const bool regs_ok = 2 * static_cast<int64_t>(regs) * kOneTokenThreads <= regs_per_sm;
   *fits = smem_ok && regs_ok ? 1 : 0;
   return cudaSuccess;

@@ -6,6 +6,10 @@
 //     completes only after the grid before it, and stream order holds transitively.
 //   launch_dependents(): lets the next grid be scheduled once every block of this grid has
 //     called it (or exited); it orders no memory.
+//   The one read allowed before the wait: data of a grid two launches back, where every block of
+//   the grid between calls launch_dependents only after its own wait (that grid has then
+//   completed); read it through L2 (__ldcg). The one-token layer's down kernel reads the routing
+//   ids so.
 // Both are no-ops in a grid launched without the attribute.
 #pragma once
 
