@@ -148,9 +148,7 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
   // Auto: mxfp4's decode buckets (K split in two at T = 1) quantize and route in one launch, the
   // rs-fp8 bucket with narrow tails in two; the persistent grids are capped at 1 block x 132 SMs,
   // n tiles of 256 rows (2I = H = 4096: 16 each).
-  KernelOverrides chain;
-  chain.one_token_layer = false;
-  const std::string plain = plan_of(d, kOneTokenLayerAuto ? chain : KernelOverrides{});
+  const std::string plain = plan_of(d, {});
   EXPECT_NE(plain.find("plan T=1..1: mxfp4.decode-split.16x64, routing m tiles of 16 rows; gemm1 grid m_tiles16(T) x 1, "
                        "gemm2 grid m_tiles16(T) x 1; 4 steps (quantize x + routing (one launch), gemm1, gemm2, combine)"),
             std::string::npos) << plain;

@@ -117,13 +117,16 @@ void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o) 
   // mxfp4: decode for small T (mma.sync where it cannot run), then mma.sync, then rs-fp8 where it
   // can run (its tails form up to kNarrowTailsMaxRowsPerExpert rows per expert, GEMM 1 on the bf16
   // pairs form where gemm1_bf16_pays), else FP8 wgmma; with exact accumulation mma.sync throughout.
-  // T = 1: the one-token layer where it can run (as pinned, else kOneTokenLayerAuto unless the
-  // decode split is pinned: then the decode forms run every decode bucket), then the decode forms.
+  // T = 1: the one-token layer where it can run (as pinned, else up to kOneTokenAutoMaxWeightBytes
+  // unless the decode split is pinned: then the decode forms run every decode bucket), then the
+  // decode forms.
   const Sm90Form one_token = Sm90Form::kMxfp4OneToken;
   MOE_EP_CHECK_CODE(!c.one_token_layer.value_or(false) || c.available(one_token), ErrorCode::kUnsupported,
                     "overrides.one_token_layer = true: {} cannot run this layer: {}", sm90_form_name(one_token),
                     c.reason(one_token));
-  if (c.one_token_layer.value_or(kOneTokenLayerAuto && !c.decode_split.has_value()) && c.available(one_token))
+  const bool one_token_auto =
+      !c.decode_split.has_value() && one_token_weight_bytes(desc) <= kOneTokenAutoMaxWeightBytes;
+  if (c.one_token_layer.value_or(one_token_auto) && c.available(one_token))
     list.add(1, one_token);
   const int64_t decode_hi = std::min(c.decode_max_tokens, max_tokens);
   if (c.available(r.decode))
@@ -197,6 +200,11 @@ bool gemm1_bf16_pays(double rows_per_expert) {
 
 int64_t mxfp4_decode_max_tokens(const MoeDesc& desc) {
   return std::max(kDecodeMaxTokens, tokens_at_rows_per_expert(desc, kDecodeMaxRowsPerExpert));
+}
+
+int64_t one_token_weight_bytes(const MoeDesc& desc) {
+  const int64_t H = desc.fleet.hidden_size, I = desc.intermediate_size;
+  return desc.top_k * 3 * H * I * 17 / 32;  // e2m1 codes (1/2 byte) and one E8M0 byte per 32
 }
 
 int64_t nvfp4_wgmma_min_tokens(const MoeDesc& desc) {

@@ -24,9 +24,13 @@ namespace moe_ep::cuda {
 inline constexpr int64_t kDecodeMaxTokens = 512;
 inline constexpr int64_t kDecodeMaxRowsPerExpert = 15;
 int64_t mxfp4_decode_max_tokens(const MoeDesc& desc);
-// Whether auto runs T = 1 on the one-token layer where it can (overrides.one_token_layer pins it
-// either way): on, since it beats the decode chain it replaces at T = 1 (bench/RESULTS.md).
-inline constexpr bool kOneTokenLayerAuto = true;
+// Auto runs T = 1 on the one-token layer where it can and the K experts of one token hold at most
+// this many weight bytes (overrides.one_token_layer pins it either way): it saves the chain two
+// launches and their round trips, but its gate_up kernel streams W13 more slowly than the decode
+// GEMMs do, so it wins where launches, not bytes, are the cost (tiny; not deepseek-v4-flash).
+inline constexpr int64_t kOneTokenAutoMaxWeightBytes = int64_t{16} << 20;
+// The bytes of the K experts of one token: W13 and W2 codes with their E8M0 scales.
+int64_t one_token_weight_bytes(const MoeDesc& desc);
 // nvfp4's decode forms against its mma.sync ones: faster up to about this T on the presets.
 inline constexpr int64_t kNvfp4DecodeMaxTokens = 1536;
 // nvfp4's f16 wgmma forms from the T at which the experts hold this many rows each on average

@@ -140,14 +140,14 @@ TEST(Sm90Config, Mxfp4AutoFollowsTheThresholds) {
   few.fleet.num_experts = 8;
   EXPECT_EQ(mxfp4_decode_max_tokens(few), kDecodeMaxTokens);
 
-  // The one-token layer at T = 1, decode to 640, rs-fp8 with tails to 64 rows per expert (T = 2730),
+  // Split decode at T = 1, decode to 640, rs-fp8 with tails to 64 rows per expert (T = 2730),
   // then rs-fp8 with GEMM 1 on the bf16 pairs form where gemm1_bf16_pays (68.1-128.5 and from
   // 186.6 rows per expert), else plain.
   const Sm90Config c = selected(d);
   expect_well_formed(c, d);
   ASSERT_EQ(c.buckets.size(), 7u) << plan_of(c);
   EXPECT_TRUE(plan_of(c).starts_with(
-      "0..1 mxfp4.one-token.1x16 | 2..640 mxfp4.decode.16x128 | 641..2730 mxfp4.rs-fp8-tails.64x256 | 2731.."))
+      "0..1 mxfp4.decode-split.16x64 | 2..640 mxfp4.decode.16x128 | 641..2730 mxfp4.rs-fp8-tails.64x256 | 2731.."))
       << plan_of(c);
   const double per_token = 6.0 / 256.0;  // rows per expert per token
   for (size_t i = 3; i < c.buckets.size(); ++i) {
@@ -162,8 +162,7 @@ TEST(Sm90Config, Mxfp4AutoFollowsTheThresholds) {
   EXPECT_EQ(c.bucket(6144).gemm1, F::kMxfp4RsFp8);          // 144 rows: a pair and an odd tile cost three
   EXPECT_EQ(c.bucket(8192).gemm1, F::kMxfp4RsBf16Pairs);    // 192 rows
   EXPECT_EQ(c.bucket(8192).block_m(), 64);
-  EXPECT_EQ(c.bucket(1).block_m(), 1);
-  EXPECT_EQ(c.bucket(2).block_m(), kDecodeBlockM);
+  EXPECT_EQ(c.bucket(1).block_m(), kDecodeBlockM);
   EXPECT_FALSE(c.uses_16bit_activations());
   for (double rows = 69; rows < 128; rows += 0.5) EXPECT_TRUE(gemm1_bf16_pays(rows)) << rows;
   for (double rows = 130; rows < 186; rows += 0.5) EXPECT_FALSE(gemm1_bf16_pays(rows)) << rows;
@@ -177,14 +176,13 @@ TEST(Sm90Config, Mxfp4AutoFollowsTheThresholds) {
 
   const std::string out = described(c);
   EXPECT_NE(out.find("mxfp4.rs-fp8-tails.64x256 = T = 641..2730; blocks/SM 1 / 1"), std::string::npos) << out;
-  EXPECT_NE(out.find("mxfp4.one-token.1x16 = T = 1..1; blocks/SM 1 / 1"), std::string::npos) << out;
-  EXPECT_NE(out.find("mxfp4.decode-split.16x64 = available, not selected; blocks/SM 3 / 3"), std::string::npos) << out;
+  EXPECT_NE(out.find("mxfp4.decode-split.16x64 = T = 1..1; blocks/SM 3 / 3"), std::string::npos) << out;
   EXPECT_NE(out.find("mxfp4.wgmma-fp8.64x256 = available, not selected"), std::string::npos) << out;
   EXPECT_NE(out.find(fmt::format("mxfp4.rs-bf16-pairs.128x256 = GEMM 1 at T = {}..{}, ", c.bucket(4096).min_tokens,
                                  c.bucket(4096).max_tokens)),
             std::string::npos)
       << out;
-  EXPECT_NE(out.find("quantize_route = one launch at T = 2..640"), std::string::npos) << out;  // T = 1 quantizes in the layer
+  EXPECT_NE(out.find("quantize_route = one launch at T = 1..640"), std::string::npos) << out;
   EXPECT_EQ(out.find("nvfp4."), std::string::npos) << out;  // the recipe's forms only
 }
 
@@ -194,7 +192,7 @@ TEST(Sm90Config, Mxfp4AutoFallsBackWhereFormsCannotRun) {
   Sm90Facts no_pairs = all_available();
   no_pairs.per_sm(F::kMxfp4RsBf16Pairs, 0) = 0;
   EXPECT_EQ(plan_of(selected(d, {}, no_pairs)),
-            "0..1 mxfp4.one-token.1x16 | 2..640 mxfp4.decode.16x128 | 641..2730 mxfp4.rs-fp8-tails.64x256 | "
+            "0..1 mxfp4.decode-split.16x64 | 2..640 mxfp4.decode.16x128 | 641..2730 mxfp4.rs-fp8-tails.64x256 | "
             "2731..8192 mxfp4.rs-fp8.64x256");
   MoeDesc caller = d;
   caller.quantize_input = false;
@@ -205,40 +203,38 @@ TEST(Sm90Config, Mxfp4AutoFallsBackWhereFormsCannotRun) {
   no_rs.per_sm(F::kMxfp4RsFp8, 0) = 0;
   const Sm90Config nw = selected(d, {}, no_rs);
   EXPECT_EQ(plan_of(nw),
-            "0..1 mxfp4.one-token.1x16 | 2..640 mxfp4.decode.16x128 | 641..8192 mxfp4.wgmma-fp8.64x256");
+            "0..1 mxfp4.decode-split.16x64 | 2..640 mxfp4.decode.16x128 | 641..8192 mxfp4.wgmma-fp8.64x256");
   EXPECT_NE(described(nw).find("mxfp4.rs-fp8.64x256 = unavailable: its kernels do not fit"), std::string::npos);
   // The tails form alone not fitting: rs-fp8 from the decode end.
   Sm90Facts no_tails = all_available();
   no_tails.per_sm(F::kMxfp4RsFp8Tails, 0) = 0;
   EXPECT_EQ(selected(d, {}, no_tails).bucket(1000).gemm1, F::kMxfp4RsFp8);
   expect_well_formed(selected(d, {}, no_tails), d);
-  // Exact accumulation: the one-token layer (the unsplit decode chain's bits), decode (unsplit)
-  // and mma.sync.
+  // Exact accumulation: decode (unsplit) and mma.sync.
   MoeDesc exact = d;
   exact.numerics.exact_accumulation = true;
-  EXPECT_EQ(plan_of(selected(exact)), "0..1 mxfp4.one-token.1x16 | 2..640 mxfp4.decode.16x128 | 641..8192 mxfp4.mma.64x128");
+  EXPECT_EQ(plan_of(selected(exact)), "0..640 mxfp4.decode.16x128 | 641..8192 mxfp4.mma.64x128");
   // The decode limit below the wgmma threshold: mma.sync fills the gap.
   KernelOverrides low;
   low.decode_max_tokens = 16;
-  EXPECT_TRUE(plan_of(selected(d, low)).starts_with("0..1 mxfp4.one-token.1x16 | 2..16 mxfp4.decode.16x128 | 17..255 mxfp4.mma.64x128 | 256..2730 ")) << plan_of(selected(d, low));
+  EXPECT_TRUE(plan_of(selected(d, low)).starts_with("0..1 mxfp4.decode-split.16x64 | 2..16 mxfp4.decode.16x128 | 17..255 mxfp4.mma.64x128 | 256..2730 ")) << plan_of(selected(d, low));
   // Unfolded weights: decode and mma.sync only.
   Sm90Facts unfolded = all_available();
   unfolded.w2_folded = false;
   EXPECT_EQ(plan_of(selected(d, {}, unfolded)),
-            "0..1 mxfp4.one-token.1x16 | 2..640 mxfp4.decode.16x128 | 641..8192 mxfp4.mma.64x128");
+            "0..1 mxfp4.decode-split.16x64 | 2..640 mxfp4.decode.16x128 | 641..8192 mxfp4.mma.64x128");
   EXPECT_NE(described(selected(d, {}, unfolded)).find("fold_fp8 = on (W13 folded, W2 E8M0 block scales)"),
             std::string::npos);
-  // No decode forms (their tile of A does not fit): mma.sync over their range; the one-token
-  // layer's own fit is probed apart.
+  // No decode: mma.sync over its range.
   Sm90Facts no_decode = all_available();
   no_decode.decode_unavailable = "too large";
-  EXPECT_TRUE(plan_of(selected(d, {}, no_decode)).starts_with("0..1 mxfp4.one-token.1x16 | 2..640 mxfp4.mma.64x128 | 641..2730 mxfp4.rs-fp8-tails")) << plan_of(selected(d, {}, no_decode));
+  EXPECT_TRUE(plan_of(selected(d, {}, no_decode)).starts_with("0..640 mxfp4.mma.64x128 | 641..2730 mxfp4.rs-fp8-tails")) << plan_of(selected(d, {}, no_decode));
   EXPECT_NE(described(selected(d, {}, no_decode)).find("mxfp4.decode.16x128 = unavailable: too large"),
             std::string::npos);
   // A fleet that never leaves the decode range.
   MoeDesc small = d;
   small.fleet.max_tokens_per_rank = 64;
-  EXPECT_EQ(plan_of(selected(small)), "0..1 mxfp4.one-token.1x16 | 2..64 mxfp4.decode.16x128");
+  EXPECT_EQ(plan_of(selected(small)), "0..1 mxfp4.decode-split.16x64 | 2..64 mxfp4.decode.16x128");
 }
 
 TEST(Sm90Config, Nvfp4AutoFollowsTheThresholds) {
@@ -386,9 +382,7 @@ TEST(Sm90Config, DecodeSplitKOverride) {
   split.decode_split_k = 2;
   MoeDesc narrow = d;
   narrow.fleet.hidden_size = 1536;  // not a multiple of 1024
-  KernelOverrides chain;
-  chain.one_token_layer = false;  // T = 1 on the decode chain
-  EXPECT_EQ(selected(narrow, chain).bucket(1).gemm1, F::kMxfp4Decode);
+  EXPECT_EQ(selected(narrow).bucket(1).gemm1, F::kMxfp4Decode);
   expect_refused([&] { selected(narrow, split); }, ErrorCode::kUnsupported,
                  "overrides.decode_split_k = 2: mxfp4.decode-split.16x64 cannot run this layer: each half of K");
   MoeDesc nv_small = nv;
@@ -397,7 +391,7 @@ TEST(Sm90Config, DecodeSplitKOverride) {
   expect_refused([&] { selected(nv_small, split); }, ErrorCode::kUnsupported, "at least 512");
   Sm90Facts no_split = all_available();
   no_split.per_sm(F::kMxfp4DecodeSplit, 0) = 0;
-  EXPECT_EQ(selected(d, chain, no_split).bucket(1).gemm1, F::kMxfp4Decode);
+  EXPECT_EQ(selected(d, {}, no_split).bucket(1).gemm1, F::kMxfp4Decode);
   expect_refused([&] { selected(d, split, no_split); }, ErrorCode::kUnsupported, "do not fit on this device");
   MoeDesc exact = d;
   exact.numerics.exact_accumulation = true;
@@ -415,8 +409,7 @@ TEST(Sm90Config, DecodeSplitKOverride) {
 TEST(Sm90Config, FusedQuantizeRouteIsAutoInMxfp4DecodeBucketsOrPinned) {
   const MoeDesc d = flash_desc();
   const Sm90Config c = selected(d);
-  EXPECT_FALSE(c.fuses_quantize_route(c.bucket(1)));  // the one-token layer quantizes x itself
-  EXPECT_TRUE(c.fuses_quantize_route(c.bucket(2)));
+  EXPECT_TRUE(c.fuses_quantize_route(c.bucket(1)));
   EXPECT_TRUE(c.fuses_quantize_route(c.bucket(640)));
   EXPECT_FALSE(c.fuses_quantize_route(c.bucket(641)));
   const Sm90Config nv = selected(flash_desc(Recipe::kNvfp4));
@@ -425,13 +418,12 @@ TEST(Sm90Config, FusedQuantizeRouteIsAutoInMxfp4DecodeBucketsOrPinned) {
   on.fuse_quantize_route = true;
   const Sm90Config pinned = selected(d, on);
   EXPECT_TRUE(pinned.fuses_quantize_route(pinned.bucket(8192)));
-  EXPECT_FALSE(pinned.fuses_quantize_route(pinned.bucket(1)));
-  EXPECT_NE(described(pinned).find("quantize_route = one launch at T = 2..8192"), std::string::npos)
+  EXPECT_NE(described(pinned).find("quantize_route = one launch at T = 1..8192"), std::string::npos)
       << described(pinned);
   KernelOverrides off;
   off.fuse_quantize_route = false;
   const Sm90Config unpinned = selected(d, off);
-  EXPECT_FALSE(unpinned.fuses_quantize_route(unpinned.bucket(2)));
+  EXPECT_FALSE(unpinned.fuses_quantize_route(unpinned.bucket(1)));
   MoeDesc caller = d;
   caller.quantize_input = false;
   EXPECT_FALSE(selected(caller).fuses_quantize_route(selected(caller).bucket(1)));
@@ -444,11 +436,33 @@ TEST(Sm90Config, FusedQuantizeRouteIsAutoInMxfp4DecodeBucketsOrPinned) {
 }
 
 // The one-token layer (a whole-layer form) runs T = 1 of mxfp4 where it fits and the layer
-// quantizes x: pinned on, or by auto where kOneTokenLayerAuto, unless pinned off or the decode
-// split is pinned; pinned on, it is refused naming why where it cannot run.
+// quantizes x: pinned on, or by auto where one token's experts hold at most
+// kOneTokenAutoMaxWeightBytes, unless pinned off or the decode split is pinned; pinned on, it is
+// refused naming why where it cannot run.
 TEST(Sm90Config, OneTokenLayerRunsTEqualsOneWhereItCan) {
   const MoeDesc d = flash_desc();
-  EXPECT_EQ(selected(d).bucket(1).gemm1, kOneTokenLayerAuto ? F::kMxfp4OneToken : F::kMxfp4DecodeSplit);
+  EXPECT_EQ(one_token_weight_bytes(d), 6 * 3 * int64_t{4096} * 2048 * 17 / 32);  // 76.5 MiB
+  EXPECT_EQ(selected(d).bucket(1).gemm1, F::kMxfp4DecodeSplit);
+  // The tiny preset's shape: 0.2 MiB, on the one-token layer; the decode forms from T = 2.
+  MoeDesc tiny = d;
+  tiny.fleet = {16, 256, 256};
+  tiny.intermediate_size = 128;
+  tiny.top_k = 4;
+  ASSERT_LE(one_token_weight_bytes(tiny), kOneTokenAutoMaxWeightBytes);
+  EXPECT_EQ(selected(tiny).bucket(1).gemm1, F::kMxfp4OneToken);
+  EXPECT_EQ(selected(tiny).bucket(2).gemm1, F::kMxfp4Decode);
+  EXPECT_FALSE(selected(tiny).fuses_quantize_route(selected(tiny).bucket(1)));  // it quantizes x itself
+  // At the bound and one expert row past it.
+  MoeDesc at = d;
+  at.top_k = 1;
+  at.intermediate_size = 2560;
+  ASSERT_LE(one_token_weight_bytes(at), kOneTokenAutoMaxWeightBytes);
+  EXPECT_EQ(selected(at, {}).bucket(1).gemm1, F::kMxfp4OneToken) << one_token_weight_bytes(at);
+  at.intermediate_size += 128;  // not whole K halves of 512: the unsplit decode
+  EXPECT_EQ(selected(at, {}).bucket(1).gemm1, F::kMxfp4Decode) << one_token_weight_bytes(at);
+  KernelOverrides tiny_off;
+  tiny_off.one_token_layer = false;
+  EXPECT_EQ(selected(tiny, tiny_off).bucket(1).gemm1, F::kMxfp4Decode);  // the split forms need K halves of 512
   KernelOverrides on;
   on.one_token_layer = true;
   const Sm90Config c = selected(d, on);
