@@ -41,6 +41,7 @@ shared expert in one ``moe_ep.Layer`` call) cannot be offered through it.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import itertools
 import math
 import threading
@@ -310,16 +311,18 @@ def _hf_experts_fake(x, topk_ids, topk_weights, gate_up_proj, down_proj, gate_up
 
 
 @torch.compiler.assume_constant_result
-def _handle(module: torch.nn.Module) -> int:
+def _handle(module_id: int) -> int:
     # Run as plain Python even while dynamo traces (the state holds locks and a weak registry it
-    # cannot trace): the handle enters the graph as a constant.
-    return state_of(module).handle
+    # cannot trace): the handle enters the graph as a constant. Dynamo passes a module's id to such
+    # a function where it cannot pass the module itself (torch 2.11), and the module is alive while
+    # its forward runs or is traced (dynamo guards the graph on that id).
+    return state_of(ctypes.cast(module_id, ctypes.py_object).value).handle
 
 
 def _experts_forward(recipe: str) -> Callable:
     def experts_forward(self: torch.nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                         top_k_weights: torch.Tensor) -> torch.Tensor:
-        handle = _handle(self)
+        handle = _handle(id(self))
         ids = top_k_index
         if getattr(self, "_is_expert_parallel", False):
             # transformers' expert parallelism marks slots owned by another rank with ids >= E.
