@@ -16,6 +16,8 @@ Three kinds of CSV file are read, told apart by their header:
   peer rows   the header of `bench/torch_peer.py --csv` (preset,peer,tokens,time_us,tflops,
               rel_err) with gpu,date,commit added
   stage rows  gpu,date,commit,preset,stage,tokens,layers,time_us,floor_us,source,note
+  stream rows the output of bench/micro/weight_stream.cu (gpu,date,commit,mechanism,threads,
+              depth,alu,units,time_us,gbps,copy_gbps)
 
 For each (gpu, preset, recipe, T, variant) the newest row wins: the later date, and on the same
 date the row read last (files in name order, rows in file order).
@@ -59,7 +61,7 @@ def order_key(value, order):
 
 
 def read_rows(results_dir):
-    layers, stages = [], []
+    layers, stages, streams = [], [], []
     files = sorted(results_dir.glob("*.csv"))
     if not files:
         raise InputError(f"no CSV files in {results_dir}")
@@ -72,7 +74,9 @@ def read_rows(results_dir):
             if missing:
                 raise InputError(f"{path.name}: missing column(s) {', '.join(missing)}; every row "
                                  "must name its gpu, date and commit")
-            if "stage" in header:
+            if "mechanism" in header:
+                kind = "stream"
+            elif "stage" in header:
                 kind = "stage"
             elif "recipe" in header:
                 kind = "layer"
@@ -88,6 +92,13 @@ def read_rows(results_dir):
                 for c in RUN_COLUMNS:
                     if not (row.get(c) or "").strip():
                         raise InputError(f"{where}: empty {c}")
+                if kind == "stream":
+                    streams.append({"gpu": gpu_name(row["gpu"]), "date": row["date"].strip(),
+                                    "commit": row["commit"].strip(), "seq": seq,
+                                    **{c: row[c].strip() for c in ("mechanism", "threads", "depth", "alu",
+                                                                   "units", "time_us", "gbps", "copy_gbps")}})
+                    float(row["gbps"]), float(row["copy_gbps"])  # must parse
+                    continue
                 base = {
                     "gpu": gpu_name(row["gpu"]),
                     "date": row["date"].strip(),
@@ -131,7 +142,7 @@ def read_rows(results_dir):
                 base.update(recipe=recipe, variant=variant, source=source, note=note,
                             fraction=fraction, tflops=tflops, floor_us=floor)
                 layers.append(base)
-    return layers, stages
+    return layers, stages, streams
 
 
 def newest(rows, key):
@@ -173,7 +184,22 @@ def table(header, lines):
     return out
 
 
-def render(layers, stages):
+def stream_section(rows):
+    best = newest(rows, lambda r: (r["mechanism"], r["threads"], r["depth"], r["alu"], r["units"]))
+    srows = sorted(best.values(), key=lambda r: (int(r["alu"]), r["mechanism"], int(r["threads"]), int(r["depth"])))
+    out = ["### Weight streaming at T = 1 (`bench/micro/weight_stream.cu`)", "",
+           "deepseek-v4-flash's W13 of one token (51 MiB) streamed by one block per SM with `alu`",
+           "rounds of 4 integer instructions per k step and lane standing in for the decode; *of copy*",
+           "is the bandwidth over that of a device-to-device copy in the same run.", ""]
+    lines = [[r["alu"], r["mechanism"], r["threads"], r["depth"], r["units"], r["time_us"], r["gbps"],
+              f"{float(r['gbps']) / float(r['copy_gbps']) * 100:.0f}%", r["date"], r["commit"]] for r in srows]
+    out += table(["alu", "mechanism", "threads", "k steps in flight", "units", "µs", "GB/s", "of copy", "date",
+                  "commit"], lines)
+    out.append("")
+    return out
+
+
+def render(layers, stages, streams):
     out = [
         "# moe_ep: measured figures",
         "",
@@ -192,7 +218,7 @@ def render(layers, stages):
         "compare figures only within one GPU, and best within one run.",
         "",
     ]
-    gpus = sorted({r["gpu"] for r in layers} | {r["gpu"] for r in stages})
+    gpus = sorted({r["gpu"] for r in layers} | {r["gpu"] for r in stages} | {r["gpu"] for r in streams})
     for gpu in gpus:
         out += [f"## {gpu}", ""]
         g_layers = [r for r in layers if r["gpu"] == gpu]
@@ -256,6 +282,9 @@ def render(layers, stages):
             out += table(["preset", "what", "T", "layers in graph", "µs", "floor µs", "x floor",
                           "date", "commit", "command; note"], lines)
             out.append("")
+        g_streams = [r for r in streams if r["gpu"] == gpu]
+        if g_streams:
+            out += stream_section(g_streams)
     while out and out[-1] == "":
         out.pop()
     return "\n".join(out) + "\n"
@@ -269,11 +298,11 @@ def main(argv=None):
                     help="compare with --output instead of writing it; exit 1 when they differ")
     args = ap.parse_args(argv)
     try:
-        layers, stages = read_rows(Path(args.results))
+        layers, stages, streams = read_rows(Path(args.results))
     except (InputError, KeyError, ValueError) as exc:
         print(f"summarize.py: {exc}", file=sys.stderr)
         return 2
-    text = render(layers, stages)
+    text = render(layers, stages, streams)
     out = Path(args.output)
     if args.check:
         current = out.read_bytes().decode("utf-8") if out.exists() else None
