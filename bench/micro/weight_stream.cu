@@ -17,7 +17,6 @@
 //   moe_ep_weight_stream [--commit C] > weight_stream.csv
 #include <cuda_runtime.h>
 
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
