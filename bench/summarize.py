@@ -7,7 +7,7 @@
 Python 3 standard library only; the output depends only on the CSV files (read in name order),
 so it is byte for byte reproducible.
 
-Three kinds of CSV file are read, told apart by their header:
+These kinds of CSV file are read, told apart by their header:
 
   layer rows  gpu,date,commit,preset,recipe,tokens,variant,time_us,floor_us,fraction_of_floor,
               tflops,source,note           (the files of record; extra columns are ignored)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/RESULTS.md is exactly what bench/summarize.py makes of bench/results/*.csv, and the
-summary accepts `moe_ep bench --csv` and `bench/torch_peer.py --csv` files with gpu, date and
-commit columns. Standard library only; run by ctest as bench_results_summary."""
+summary accepts `moe_ep bench --csv`, `bench/torch_peer.py --csv` and `moe_ep_weight_stream`
+files with gpu, date and commit columns. Standard library only; run by ctest as bench_results_summary."""
 
 import subprocess
 import sys
@@ -18,6 +18,8 @@ BENCH_HEADER = ("gpu,date,commit,preset,backend,implementation,device,weight_for
 BENCH_ROW = ("NVIDIA H100 80GB HBM3,2099-01-01,abc1234,tiny,mxfp4,cuda-sm90,cuda:0,mxfp4,128,512,16,"
              "19.500,19.000,1048576,1.00663e+08,0.350,0.100,0.350,0.01795,5.16220,3000.00,"
              "1000.0000,fp8-measured,auto")
+STREAM_HEADER = "gpu,date,commit,mechanism,threads,depth,alu,units,time_us,gbps,copy_gbps"
+STREAM_ROW = "NVIDIA H100 80GB HBM3,2099-01-01,abc1234,bulk ring 2 x 4 steps,768,8,16,1536,20.00,2674,3010"
 PEER_HEADER = "gpu,date,commit,preset,peer,tokens,time_us,tflops,rel_err"
 PEER_ROWS = ["NVIDIA H100 80GB HBM3,2099-01-01,abc1234,dense-8192,fp8-scaled-mm-rate,0,1.0,1000,",
              "NVIDIA H100 80GB HBM3,2099-01-01,abc1234,tiny,bf16,128,99.5,1.0,1e-3"]
@@ -61,6 +63,11 @@ def main():
         expected_row = "| 128 | 19.500 | 1.8% | 5.16220 | 99.5 | 2099-01-01 | abc1234 |  |"
         if "## H100" not in text or "### tiny, mxfp4" not in text or expected_row not in text:
             fail("the bench --csv row is missing from the summary:\n" + text)
+        (results / "weight_stream.csv").write_text(STREAM_HEADER + "\n" + STREAM_ROW + "\n")
+        r = run("--results", str(results), "--output", str(out))
+        stream_row = "| 16 | bulk ring 2 x 4 steps | 768 | 8 | 1536 | 20.00 | 2674 | 89% | 2099-01-01 | abc1234 |"
+        if r.returncode != 0 or stream_row not in out.read_text(encoding="utf-8"):
+            fail(f"the weight_stream row is missing from the summary: {r.stderr}\n" + out.read_text(encoding="utf-8"))
 
         # 3. A file without gpu/date/commit is refused, naming the columns.
         (results / "bad.csv").write_text("preset,backend,tokens,time_us\ntiny,mxfp4,1,10\n")
