@@ -3,7 +3,8 @@
 // rows) two micro-tiles of K/128 k steps x 512 bytes (sm90_grouped_gemm.h) and a 4-byte scale
 // word per row group and k step. This program streams deepseek-v4-flash's W13 of one token (6
 // slots x 256 units x 32 k steps: 48 MiB of codes + 3 MiB of scales) with a stand-in for the
-// decode (`alu` rounds of 4 integer instructions per k step and lane, on the loaded words) and
+// decode (`alu` rounds of about 8 dependent integer instructions with the loop, per k step and
+// lane, on the loaded words) and
 // reports the achieved bandwidth against a device-to-device copy, one CSV row per variant:
 //
 //   register ring  each warp keeps `depth` k steps of its unit in registers ahead of use
@@ -52,7 +53,8 @@ __device__ __forceinline__ uint32_t ld_stream_u32(const void* p) {
   return v;
 }
 
-// The decode's stand-in: depends on every loaded word, `alu` x 4 instructions.
+// The decode's stand-in: depends on every loaded word; a round is 6 integer operations plus the
+// loop's own (the SASS of the kernel counts them exactly).
 __device__ __forceinline__ uint32_t consume(const uint4& a, const uint4& b, uint32_t s, uint32_t acc, int alu) {
   uint32_t x = a.x ^ b.y ^ s, y = a.y + b.x, z = a.z ^ b.w, w = a.w + b.z;
   for (int i = 0; i < alu; ++i) {
