@@ -4,8 +4,8 @@
 // word per row group and k step. This program streams deepseek-v4-flash's W13 of one token (6
 // slots x 256 units x 32 k steps: 48 MiB of codes + 3 MiB of scales) with a stand-in for the
 // decode (`alu` rounds of about 8 dependent integer instructions with the loop, per k step and
-// lane, on the loaded words) and
-// reports the achieved bandwidth against a device-to-device copy, one CSV row per variant:
+// lane, on the loaded words) and reports the achieved bandwidth against a device-to-device copy,
+// one CSV row per variant:
 //
 //   register ring  each warp keeps `depth` k steps of its unit in registers ahead of use
 //                  (ld.global.nc.L1::no_allocate, as DecodeWeightStream does)
