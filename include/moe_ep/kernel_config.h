@@ -21,8 +21,10 @@ enum class GemmKernel : uint8_t {
   kWgmma,   // warpgroup MMA: mxfp4 FP8 with both operands in shared memory; nvfp4 f16 with the
             // weights decoded into registers
   kWgmmaRs,  // mxfp4 FP8 warpgroup MMA with the weights decoded into registers
+  kDecodeWgmma,  // mxfp4 small batches as kDecode, each k32 block on an FP8 warpgroup MMA (not
+                 // fp32-exact per k block, so refused with exact_accumulation)
 };
-// "auto", "decode", "mma", "wgmma", "wgmma-rs"
+// "auto", "decode", "mma", "wgmma", "wgmma-rs", "decode-wgmma"
 std::string_view gemm_kernel_name(GemmKernel kernel);
 // Throws kInvalidArgument naming `option` and the allowed names.
 GemmKernel parse_gemm_kernel(std::string_view name, std::string_view option = "gemm");

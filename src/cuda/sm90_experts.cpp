@@ -50,7 +50,7 @@ void probe_forms(const LayerShape& shape, Sm90Facts& f) {
                                        2 * shape.intermediate, kDecodeBlockN);
   for (const Sm90FormInfo& form : sm90_forms()) {
     if (form.recipe != shape.recipe || (form.folded_only && !(f.w13_folded && f.w2_folded)) ||
-        (form.family == GemmKernel::kDecode && !decode_shape))
+        (sm90_decode_family(form.family) && !decode_shape))
       continue;
     if (form.whole_layer) {  // one block of each of its two kernels on an SM together
       f.one_token_groups = one_token_groups_per_block(shape.hidden, f.sm_count);

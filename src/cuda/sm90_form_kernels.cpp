@@ -15,6 +15,8 @@ const Sm90FormKernels& sm90_form_kernels(Sm90Form form) {
   switch (form) {
     case Sm90Form::kMxfp4Decode: return kMxfp4DecodeKernels;
     case Sm90Form::kMxfp4DecodeSplit: return kMxfp4DecodeSplitKernels;
+    case Sm90Form::kMxfp4DecodeWgmma: return kMxfp4DecodeWgmmaKernels;
+    case Sm90Form::kMxfp4DecodeWgmmaSplit: return kMxfp4DecodeWgmmaSplitKernels;
     case Sm90Form::kMxfp4Mma: return kMxfp4MmaKernels;
     case Sm90Form::kMxfp4WgmmaFp8: return kMxfp4WgmmaFp8Kernels;
     case Sm90Form::kMxfp4RsFp8: return kMxfp4RsFp8Kernels;

@@ -282,6 +282,94 @@ TEST(Sm90DecodeSplit, LayerWithinThresholdOfTheCpuRerunsAndReplaysEqual) {
   }
 }
 
+// The decode forms on FP8 wgmma (overrides.gemm = decode-wgmma, mxfp4): the decode tiles and
+// weight stream with each k32 block on an m64 n8 / n16 wgmma, so not bitwise the mma.sync decode
+// (the FP8 tensor cores' k32 sums are not fp32-exact): within the wgmma threshold of the CPU and
+// close to the mma.sync decode, on the structured cases (one-row tiles on n8, 9..16-row tiles on
+// n16, tokens without slots, a repeated expert) at 1, 2 and 3 k steps (the weight ring refilled
+// mid-loop and the next step's block 0 decoded across a chunk), K = 7168 (the A ring refilled many
+// times) and with K split in two (decode_split_k = 2); folded and E8M0 block-scale weights; rerun
+// and graph replays bitwise equal to the first forward.
+struct WgmmaDecodeShape {
+  int64_t hidden, intermediate;
+  int split;
+};
+
+TEST(Sm90DecodeWgmma, LayerWithinThresholdOfTheCpuRerunsAndReplaysEqual) {
+  MOE_EP_REQUIRE_CUDA();
+  for (const bool folded : {true, false}) {
+    for (const WgmmaDecodeShape shape : {WgmmaDecodeShape{256, 128, 1}, {384, 384, 1}, {7168, 1024, 1}, {3072, 1024, 2}}) {
+      Problem p = testsupport::tiny_problem("mxfp4");
+      if (!folded) p.overrides.fold_fp8 = false;
+      p.exact_accumulation = false;  // the FP8 wgmma: refused with exact accumulation
+      p.hidden = shape.hidden;
+      p.intermediate = shape.intermediate;
+      p.max_tokens = 400;
+      if (shape.hidden > 4096) {
+        p.num_experts = 8;
+        p.top_k = 2;
+      }
+      const WeightSet w = testsupport::random_weights(p, p.traits().native_format, 37 + shape.hidden);
+      const std::vector<PlanCase> cases = plan_cases(p, w, shape.hidden < 4096);
+      Problem wg = p, mma = p;
+      wg.overrides.gemm = GemmKernel::kDecodeWgmma;
+      mma.overrides.gemm = GemmKernel::kDecode;
+      wg.overrides.decode_split_k = mma.overrides.decode_split_k = shape.split;
+      auto layer = make_gpu_layer(wg, w.pack());
+      auto mma_layer = make_gpu_layer(mma, w.pack());
+      const std::string config = layer->info().config.str();
+      EXPECT_NE(config.find(shape.split == 2 ? "mxfp4.decode-wgmma-split.16x64, routing m tiles of 16 rows"
+                                             : "mxfp4.decode-wgmma.16x128, routing m tiles of 16 rows"),
+                std::string::npos)
+          << config;
+      for (const PlanCase& c : cases) {
+        const DeviceInputs d = to_device(p, c.in);
+        const std::vector<uint16_t> got = run_on_gpu(*layer, d), again = run_on_gpu(*layer, d);
+        const std::vector<uint16_t> exact = run_on_gpu(*mma_layer, d);
+        const std::string what = fmt::format("folded={} H={} I={} {}: {}", folded, p.hidden, p.intermediate,
+                                             wg.overrides.str(), c.what);
+        const double err = relative_error_rows(got, c.cpu, p.hidden);
+        const double err_mma = relative_error_rows(exact, c.cpu, p.hidden);
+        std::vector<double> exact_d(exact.size());
+        for (size_t i = 0; i < exact.size(); ++i) exact_d[i] = bf16_to_float(exact[i]);
+        const double vs_mma = relative_error_rows(got, exact_d, p.hidden);
+        EXPECT_LE(err, wgmma_recipe_tolerance()) << what;
+        EXPECT_LE(vs_mma, wgmma_recipe_tolerance()) << what << ": against the mma.sync decode";
+        EXPECT_EQ(again, got) << what << ": rerun";
+        fmt::print("[ dwgmma  ] {:<80} rel_err={:.3e} (mma.sync decode {:.3e}; between them {:.3e})\n", what, err,
+                   err_mma, vs_mma);
+      }
+      EXPECT_EQ(layer->read_error_flags(), 0u);
+      expect_replays_equal_eager(*layer, to_device(p, cases[1].in),
+                                 fmt::format("decode-wgmma folded={} H={}", folded, p.hidden));  // T = 7
+    }
+  }
+}
+
+// deepseek-v4-flash at decode sizes on decode-wgmma (K split in two at T = 1, as auto's decode
+// buckets), against the CPU on a subset of rows.
+TEST(Sm90DecodeWgmma, FlashWithinThresholdOfTheCpu) {
+  MOE_EP_REQUIRE_CUDA();
+  const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
+  Problem p = preset_problem("deepseek-v4-flash", "mxfp4", 512);
+  p.overrides.gemm = GemmKernel::kDecodeWgmma;
+  const testing::HostWeights weights = preset_weights(p, p.traits().native_format, 2029);
+  auto layer = make_gpu_layer(p, weights.pack());
+  for (int64_t T : {1, 5, 64, 512}) {
+    const testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, 0.05, preset.routed_scaling_factor,
+                                static_cast<uint64_t>(1200 + T), 0};
+    const Inputs in = from_synthetic(testing::make_inputs(is), p.top_k);
+    const std::vector<int64_t> rows = row_subset(T, 16);
+    const std::vector<double> ref = cpu_reference(p, weights.pack(), in, rows);
+    const std::vector<uint16_t> got = run_on_gpu(*layer, to_device(p, in));
+    const double err = relative_error_rows(got, ref, p.hidden, rows);
+    EXPECT_LE(err, wgmma_recipe_tolerance()) << "T=" << T << ": " << p.str();
+    fmt::print("[ dwgmma  ] flash random T={:<5} rows checked={:<3} rel_err={:.3e}\n", T,
+               static_cast<int64_t>(rows.empty() ? T : rows.size()), err);
+  }
+  EXPECT_EQ(layer->read_error_flags(), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Weights, Sm90Decode,
                          ::testing::Values(DecodeCase{"mxfp4", true, "Folded"},
                                            DecodeCase{"mxfp4", false, "BlockScales"},

@@ -109,6 +109,8 @@ constexpr Sm90FormKernels form_kernels() {
 
 // Each kernel file defines the kernels of its forms:
 extern const Sm90FormKernels kMxfp4DecodeKernels, kMxfp4DecodeSplitKernels;  // sm90_mxfp4_decode_gemm.cu
+extern const Sm90FormKernels kMxfp4DecodeWgmmaKernels,
+    kMxfp4DecodeWgmmaSplitKernels;  // sm90_mxfp4_decode_fp8_gemm.cu
 extern const Sm90FormKernels kMxfp4MmaKernels;                                // sm90_mxfp4_mma_gemm.cu
 extern const Sm90FormKernels kMxfp4WgmmaFp8Kernels;                           // sm90_mxfp4_wgmma_gemm.cu
 extern const Sm90FormKernels kMxfp4RsFp8Kernels, kMxfp4RsFp8TailsKernels;     // sm90_mxfp4_rs_fp8_gemm.cu

@@ -65,11 +65,21 @@ struct DecodeTables {
   uint2 entry[16];
 };
 
+// Where 16-byte column c (0 .. 31: 8 per k step) of tile row r sits in an A chunk.
+// DecodeALayout: row-major, each row's kAChunkSteps k steps together, the XOR inside each
+// 128-byte k step (ldmatrix rows of 8 tokens hit 8 bank groups).
+struct DecodeALayout {
+  static __device__ __forceinline__ uint32_t offset(int r, int c) {
+    return r * kAChunkRowBytes + (c & ~7) * 16 + ((c ^ r) & 7) * 16;
+  }
+};
+
 // The copies of the tile's A rows into the ring: thread i copies 16-byte column i % 32 of rows
-// i / 32 and i / 32 + 8 (the second only for tiles of more than 8 rows) of every chunk. The
-// rows' sources are re-read from shared memory (source[16], -1 past the tile) at each chunk, so
-// nothing of the copies stays in registers through the main loop. ring_chunk: the chunk's place
-// in its ring (chunk itself, or its index within a K part).
+// i / 32 and i / 32 + 8 (the second only for tiles of more than 8 rows) of every chunk, at
+// ALayout::offset. The rows' sources are re-read from shared memory (source[16], -1 past the
+// tile) at each chunk, so nothing of the copies stays in registers through the main loop.
+// ring_chunk: the chunk's place in its ring (chunk itself, or its index within a K part).
+template <class ALayout = DecodeALayout>
 __device__ __forceinline__ void decode_copy_a_chunk(const GroupedGemmOperands& op, const int32_t* source,
                                                     uint32_t a_base, int chunk, int k_steps, bool two_rows,
                                                     int ring_chunk) {
@@ -80,7 +90,7 @@ __device__ __forceinline__ void decode_copy_a_chunk(const GroupedGemmOperands& o
   for (int j = 0; j < 2; ++j) {
     if (j == 1 && !two_rows) break;
     const int r = threadIdx.x / 32 + 8 * j, src = source[r];
-    const uint32_t dst = slot + r * kAChunkRowBytes + (col & ~7) * 16 + ((col ^ r) & 7) * 16;
+    const uint32_t dst = slot + ALayout::offset(r, col);
     if (src >= 0)
       ptx::cp_async_16(dst, op.a + static_cast<int64_t>(src) * op.a_row_bytes + first * kGemmBlockK + col * 16);
     else
@@ -118,8 +128,11 @@ __device__ __forceinline__ void decode_weight_fragment(int kb, const uint4& w0, 
 // main loop the second half's warps hand their sums to the first's through shared memory, which
 // add them (acc = first half + second half: the same order every run) and alone run the
 // epilogue on the block's 64 rows. K must be whole chunks per half (k_steps % 8 == 0).
-template <bool kFolded, int kSplit = 1>
+// ALayout: where the A chunks keep a tile row's columns (the FP8 wgmma mainloop reuses load_a with
+// its own layout, sm90_mxfp4_decode_fp8_mainloop.cuh).
+template <bool kFolded, int kSplit = 1, class ALayout = DecodeALayout>
 struct Mxfp4DecodeMainloop {
+  static constexpr int kParts = kSplit;
   static constexpr int kPrefetch = kDecodePrefetch;  // k steps of weights in registers ahead of the MMAs
   static_assert(kAChunkSteps % kPrefetch == 0, "a chunk holds whole rounds of the weight ring");
   static_assert(kSplit == 1 || kSplit == 2, "K in one or two parts");
@@ -139,8 +152,13 @@ struct Mxfp4DecodeMainloop {
     if (kSplit > 1 && c >= chunks) return;
 #pragma unroll
     for (int p = 0; p < kSplit; ++p)
-      decode_copy_a_chunk(op, source, a_base + p * kARing * kAChunkBytes, p * chunks + c, k_steps, two_rows, c);
+      decode_copy_a_chunk<ALayout>(op, source, a_base + p * kARing * kAChunkBytes, p * chunks + c, k_steps, two_rows,
+                                   c);
   }
+
+  // The kernel's shared memory: its size for K = k, and the base the offsets above count from.
+  static constexpr int shared_bytes(int k) { return decode_shared_bytes(k, kSplit); }
+  static __device__ __forceinline__ uint8_t* smem_base(uint8_t* smem) { return smem; }
 
   // Source rows, the first kAAhead chunks of A, and the scales as fp32 (plain loads, converted
   // once).

@@ -33,13 +33,15 @@ double expected_over_rows(double rows, Cost&& cost) {
   return sum / weight;
 }
 
-// The forms of a recipe's families: decode, decode-split, mma, and the wgmma forms.
+// The forms of a recipe's families: decode, decode-split, mma, and the wgmma forms. The decode
+// pair is mma.sync's unless decode-wgmma is pinned.
 struct RecipeForms {
   F decode, split, mma;
 };
-RecipeForms recipe_forms(Recipe recipe) {
-  return recipe == Recipe::kMxfp4 ? RecipeForms{F::kMxfp4Decode, F::kMxfp4DecodeSplit, F::kMxfp4Mma}
-                                  : RecipeForms{F::kNvfp4Decode, F::kNvfp4DecodeSplit, F::kNvfp4Mma};
+RecipeForms recipe_forms(Recipe recipe, GemmKernel requested) {
+  if (recipe == Recipe::kNvfp4) return {F::kNvfp4Decode, F::kNvfp4DecodeSplit, F::kNvfp4Mma};
+  return requested == GemmKernel::kDecodeWgmma ? RecipeForms{F::kMxfp4DecodeWgmma, F::kMxfp4DecodeWgmmaSplit, F::kMxfp4Mma}
+                                               : RecipeForms{F::kMxfp4Decode, F::kMxfp4DecodeSplit, F::kMxfp4Mma};
 }
 
 // Appends buckets in T order, each from the end of the one before; empty ones are left out, and
@@ -73,7 +75,7 @@ class BucketList {
 void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o) {
   const int64_t max_tokens = desc.fleet.max_tokens_per_rank;
   const bool mxfp4 = desc.recipe == Recipe::kMxfp4;
-  const RecipeForms r = recipe_forms(desc.recipe);
+  const RecipeForms r = recipe_forms(desc.recipe, c.requested);
   c.buckets.clear();
   BucketList list(c.buckets, max_tokens);
 
@@ -220,7 +222,7 @@ const Sm90Bucket& Sm90Config::bucket(int64_t num_tokens) const {
 bool Sm90Config::fuses_quantize_route(const Sm90Bucket& b) const {
   if (sm90_form(b.gemm1).whole_layer) return false;  // it quantizes x itself
   return quantize_input && fuse_quantize_route.value_or(recipe == Recipe::kMxfp4 &&
-                                                        sm90_form(b.gemm1).family == GemmKernel::kDecode);
+                                                        sm90_decode_family(sm90_form(b.gemm1).family));
 }
 
 bool Sm90Config::uses_16bit_activations() const {
@@ -247,12 +249,14 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
   c.decode_max_tokens = mxfp4 ? mxfp4_decode_max_tokens(desc) : kNvfp4DecodeMaxTokens;
   // A family is pinnable for a recipe where the table has a form of it.
   std::string families = "auto";
-  for (const GemmKernel g : {GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma, GemmKernel::kWgmmaRs})
+  for (const GemmKernel g :
+       {GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma, GemmKernel::kWgmmaRs, GemmKernel::kDecodeWgmma})
     if (sm90_family_form(desc.recipe, g)) fmt::format_to(std::back_inserter(families), ", {}", gemm_kernel_name(g));
   MOE_EP_CHECK_CODE(o.gemm == GemmKernel::kAuto || sm90_family_form(desc.recipe, o.gemm), ErrorCode::kUnsupported, "overrides.gemm = {}: recipe '{}' has no such kernel "
                     "family on SM90; allowed: {}", gemm_kernel_name(o.gemm), recipe_name(desc.recipe), families);
   const bool warpgroup = o.gemm == GemmKernel::kWgmma || o.gemm == GemmKernel::kWgmmaRs;
-  MOE_EP_CHECK_CODE(!(warpgroup && c.exact_accumulation), ErrorCode::kInvalidArgument,
+  MOE_EP_CHECK_CODE(!((warpgroup || o.gemm == GemmKernel::kDecodeWgmma) && c.exact_accumulation),
+                    ErrorCode::kInvalidArgument,
                     "overrides.gemm = {} contradicts desc.numerics.exact_accumulation = true (the "
                     "wgmma accumulator is not fp32-exact per k block); allowed with it: auto, decode, mma",
                     gemm_kernel_name(o.gemm));
@@ -298,7 +302,7 @@ void select_sm90_kernels(Sm90Config& c, const MoeDesc& desc, const KernelOverrid
   pick_buckets(c, desc, o);
   bool decode = false;  // a bucket of T >= 1 runs the decode forms
   for (const Sm90Bucket& b : c.buckets)
-    decode = decode || (sm90_form(b.gemm1).family == GemmKernel::kDecode && b.max_tokens >= 1);
+    decode = decode || (sm90_decode_family(sm90_form(b.gemm1).family) && b.max_tokens >= 1);
   MOE_EP_CHECK_CODE(c.decode_split != 2 || decode, ErrorCode::kUnsupported,
                     "overrides.decode_split_k = 2: no T bucket runs the decode GEMMs it splits (overrides.gemm = "
                     "{}, decode up to T = {})", gemm_kernel_name(o.gemm), c.decode_max_tokens);

@@ -20,6 +20,10 @@ constexpr std::array<Sm90FormInfo, kSm90FormCount> kForms = {{
      kDecodeBlockM,  kDecodeBlockM, kDecodeBlockN,      0, 1, false, false, true, false, true,  false, false, false},
   {F::kMxfp4DecodeSplit, "mxfp4.decode-split.16x64",       kMx, G::kDecode, "the decode mainloop, K in two halves per block",          "e4m3 x e2m1 (E8M0 or folded scales)",
      kDecodeBlockM,  kDecodeBlockM, kDecodeSplitBlockN, 0, 2, false, false, true, false, false, false, false, false},
+  {F::kMxfp4DecodeWgmma, "mxfp4.decode-wgmma.16x128",      kMx, G::kDecodeWgmma, "the decode tiles and weight stream, each k32 block on an m64 n8 / n16 FP8 wgmma, weights decoded into the register A operand", "e4m3 x e4m3 (E8M0 or folded scales)",
+     kDecodeBlockM,  kDecodeBlockM, kDecodeBlockN,      2, 1, false, false, true, false, false, false, false, false},
+  {F::kMxfp4DecodeWgmmaSplit, "mxfp4.decode-wgmma-split.16x64", kMx, G::kDecodeWgmma, "the decode-wgmma mainloop, K in two halves per block", "e4m3 x e4m3 (E8M0 or folded scales)",
+     kDecodeBlockM,  kDecodeBlockM, kDecodeSplitBlockN, 2, 2, false, false, true, false, false, false, false, false},
   {F::kMxfp4Mma,         "mxfp4.mma.64x128",               kMx, G::kMma,    "mma.sync, both operands through shared memory",           "e4m3 x e2m1 (E8M0 or folded scales)",
      kGemmBlockM,    kGemmBlockM,   kGemmBlockN,        0, 1, false, true,  true, false, true,  false, false, false},
   {F::kMxfp4WgmmaFp8,    "mxfp4.wgmma-fp8.64x256",         kMx, G::kWgmma,  "FP8 wgmma, weights decoded to shared memory by the producer", "e4m3 x e4m3 (folded)",
@@ -73,8 +77,8 @@ std::string sm90_form_unavailable(Sm90Form form, const MoeDesc& desc, const Sm90
   const int64_t H = desc.fleet.hidden_size, I = desc.intermediate_size;
   if (f.recipe != desc.recipe) return fmt::format("a form of recipe '{}'", recipe_name(f.recipe));
   if (f.exact == false && desc.numerics.exact_accumulation)
-    return f.k_split > 1 ? "it adds the K halves' fp32 sums, so it is not bitwise the CPU layer (exact_accumulation)"
-                         : "its wgmma accumulator is not fp32-exact per k block (exact_accumulation)";
+    return f.consumers == 0 ? "it adds the K halves' fp32 sums, so it is not bitwise the CPU layer (exact_accumulation)"
+                            : "its wgmma accumulator is not fp32-exact per k block (exact_accumulation)";
   if (f.whole_layer) {
     if (!desc.quantize_input)
       return "x comes quantized (desc.quantize_input = false, or the local experts of an expert-parallel rank)";
@@ -92,7 +96,7 @@ std::string sm90_form_unavailable(Sm90Form form, const MoeDesc& desc, const Sm90
   if (f.folded_only && (!facts.w13_folded || !facts.w2_folded))
     return fold ? "the weights are not inside the FP8 window (docs/spec.md), so they are not folded"
                 : "folding is off (overrides.fold_fp8 = false)";
-  const bool decode = f.family == GemmKernel::kDecode;
+  const bool decode = sm90_decode_family(f.family);
   if (decode && !facts.decode_unavailable.empty()) return facts.decode_unavailable;
   if (f.k_split > 1) {
     if (f.recipe == Recipe::kMxfp4 && (H % 1024 != 0 || I % 1024 != 0))
@@ -120,7 +124,7 @@ std::optional<Sm90Form> sm90_family_form(Recipe recipe, GemmKernel family, TileS
 std::string sm90_family_tiles(Recipe recipe, GemmKernel family) {
   std::string out;
   for (const Sm90FormInfo& f : kForms)
-    if (f.recipe == recipe && f.family == family && f.k_split == 1 && family != GemmKernel::kDecode)
+    if (f.recipe == recipe && f.family == family && f.k_split == 1 && !sm90_decode_family(family))
       out += (out.empty() ? "" : ", ") + tile_str(f);
   return out;
 }

@@ -21,6 +21,8 @@ namespace moe_ep::cuda {
 enum class Sm90Form : uint8_t {
   kMxfp4Decode,
   kMxfp4DecodeSplit,
+  kMxfp4DecodeWgmma,
+  kMxfp4DecodeWgmmaSplit,
   kMxfp4Mma,
   kMxfp4WgmmaFp8,
   kMxfp4RsFp8,
@@ -56,6 +58,12 @@ struct Sm90FormInfo {
   bool whole_layer;            // both GEMMs, the quantization of x, the routing and the combine in
                                // its own launches (a bucket of T = 1), not through the grouped steps
 };
+
+// The decode families (kDecode, kDecodeWgmma): tiles of 16 routed rows, weights streamed into
+// registers, one block per (m tile, n chunk).
+constexpr bool sm90_decode_family(GemmKernel family) {
+  return family == GemmKernel::kDecode || family == GemmKernel::kDecodeWgmma;
+}
 
 const std::array<Sm90FormInfo, kSm90FormCount>& sm90_forms();
 const Sm90FormInfo& sm90_form(Sm90Form form);

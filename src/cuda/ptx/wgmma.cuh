@@ -142,7 +142,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
 }
 
 // D(64xN fp32) = A(64x32 e4m3) * B(Nx32 e4m3)^T with A in registers and D not accumulated
-// (scale-d = 0), for N = 48, 64 and 96 (d[N / 2]). Per warp w of the warpgroup, rows 16w..16w+15 as
+// (scale-d = 0), for N = 48, 64 and 96 (d[N / 2]; the narrow forms below: N = 8, 16). Per warp w of the warpgroup, rows 16w..16w+15 as
 // the A fragment of mma.sync m16n8k32 e4m3 (a[0] = row g, k 4t..4t+3; a[1] = row g + 8;
 // a[2] = row g, k 16+4t..16+4t+3; a[3] = row g + 8; lane = 4g + t); B K-major in shared memory
 // (the layout above, one k32 slice = 32 bytes). As for the bf16 form, a[] and d[] belong to the
@@ -200,11 +200,42 @@ __device__ __forceinline__ void wgmma_m64n96k32_e4m3_rs_zero_d(float (&d)[48], c
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(0));
 }
 
+// The narrow forms for the decode kernels' tiles of at most 8 or 16 tokens: m64n8k32 (d[4]) and
+// m64n16k32 (d[8]).
+__device__ __forceinline__ void wgmma_m64n8k32_e4m3_rs_zero_d(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(0));
+}
+
+__device__ __forceinline__ void wgmma_m64n16k32_e4m3_rs_zero_d(float (&d)[8], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(0));
+}
+
 // The form of the wgmma above with d[kN] accumulators (N = 2 kN).
 template <int kN>
 __device__ __forceinline__ void wgmma_k32_e4m3_rs_zero_d(float (&d)[kN], const uint32_t (&a)[4], uint64_t desc_b) {
-  static_assert(kN == 24 || kN == 32 || kN == 48, "m64n48k32, m64n64k32 or m64n96k32");
-  if constexpr (kN == 24)
+  static_assert(kN == 4 || kN == 8 || kN == 24 || kN == 32 || kN == 48,
+                "m64n8k32, m64n16k32, m64n48k32, m64n64k32 or m64n96k32");
+  if constexpr (kN == 4)
+    wgmma_m64n8k32_e4m3_rs_zero_d(d, a, desc_b);
+  else if constexpr (kN == 8)
+    wgmma_m64n16k32_e4m3_rs_zero_d(d, a, desc_b);
+  else if constexpr (kN == 24)
     wgmma_m64n48k32_e4m3_rs_zero_d(d, a, desc_b);
   else if constexpr (kN == 32)
     wgmma_m64n64k32_e4m3_rs_zero_d(d, a, desc_b);

@@ -77,7 +77,7 @@ TEST(Sm90Forms, TableRowsAreUniqueParseableAndConsistent) {
     EXPECT_EQ(f.name.substr(0, 6), std::string(recipe_name(f.recipe)) + ".") << f.name;
     EXPECT_NE(f.name.find(fmt::format(".{}x{}", f.block_m, f.block_n)), std::string_view::npos) << f.name;
     EXPECT_EQ(f.block_m % f.list_block_m, 0) << f.name;
-    EXPECT_TRUE(f.persistent || f.family == GemmKernel::kDecode) << f.name;
+    EXPECT_TRUE(f.persistent || sm90_decode_family(f.family)) << f.name;
     EXPECT_TRUE(!f.folded_only || f.recipe == Recipe::kMxfp4) << f.name;
     EXPECT_TRUE(f.has_gemm2 || f.x_16bit) << f.name;  // the only GEMM 1 form reads bf16 x
   }
@@ -87,6 +87,9 @@ TEST(Sm90Forms, TableRowsAreUniqueParseableAndConsistent) {
   EXPECT_EQ(sm90_family_tiles(Recipe::kNvfp4, GemmKernel::kWgmma), "128x128, 64x256");
   EXPECT_EQ(sm90_family_tiles(Recipe::kNvfp4, GemmKernel::kWgmmaRs), "");
   EXPECT_EQ(sm90_family_form(Recipe::kMxfp4, GemmKernel::kDecode), F::kMxfp4Decode);  // whole K, not the split
+  EXPECT_EQ(sm90_family_form(Recipe::kMxfp4, GemmKernel::kDecodeWgmma), F::kMxfp4DecodeWgmma);
+  EXPECT_FALSE(sm90_family_form(Recipe::kNvfp4, GemmKernel::kDecodeWgmma));
+  EXPECT_EQ(sm90_family_tiles(Recipe::kMxfp4, GemmKernel::kDecodeWgmma), "");
   EXPECT_EQ(sm90_family_form(Recipe::kMxfp4, GemmKernel::kWgmmaRs), F::kMxfp4RsFp8);  // not the tails form
   EXPECT_EQ(sm90_family_form(Recipe::kNvfp4, GemmKernel::kWgmma), F::kNvfp4RsF16);
   EXPECT_EQ(sm90_family_form(Recipe::kNvfp4, GemmKernel::kWgmma, {64, 256}), F::kNvfp4RsF16Wide);
