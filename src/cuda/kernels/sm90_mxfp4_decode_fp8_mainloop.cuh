@@ -93,7 +93,9 @@ struct Mxfp4DecodeFp8Mainloop {
     constexpr bool kTwoHalves = kN == 8;
     const int32_t* source = reinterpret_cast<const int32_t*>(smem + decode_epilogue_offset(op.k, kSplit));
     const uint32_t a_base = ptx::smem_addr(smem);
-    const uint64_t desc0 = ptx::wgmma_desc_k_major_sw128(a_base + part() * kARing * kAChunkBytes);
+    // The warp's K part through a shuffle, so the compiler sees the descriptors warp-uniform.
+    const int ring_part = __shfl_sync(0xFFFFFFFFu, part(), 0);
+    const uint64_t desc0 = ptx::wgmma_desc_k_major_sw128(a_base + ring_part * kARing * kAChunkBytes);
     uint32_t frag[2][4];  // the A fragments of two k32 blocks (j % 2)
     float sw[2][2];       // unfolded: their rows' E8M0 factors
     float part_sum[kN];   // the k32 block in flight
@@ -137,7 +139,7 @@ struct Mxfp4DecodeFp8Mainloop {
       for (int s = 0; s < kAChunkSteps; ++s) {
         const int ks = c * kAChunkSteps + s;  // of the warp's steps
         if (ks >= steps) break;
-        const uint64_t desc = desc0 + ((slot_off + s * kDecodeWgmmaStepBytes) >> 4);  // 16-byte units
+        const uint64_t desc = ptx::wgmma_desc_advance(desc0, (slot_off + s * kDecodeWgmmaStepBytes) >> 4);
         const float* sa_step = saf + ks * 4 * kDecodeBlockM;
         const int kSlot = s % kPrefetch, kNextSlot = (s + 1) % kPrefetch;  // constants once unrolled
         issue(frag[0], desc);
@@ -153,7 +155,7 @@ struct Mxfp4DecodeFp8Mainloop {
           ptx::wgmma_wait_group<0>();
           ptx::fence_operands(part_sum);
           promote(sa_step + kb * kDecodeBlockM, sw[cur]);
-          if (kb < 3) issue(frag[next], desc + 2 * (kb + 1));
+          if (kb < 3) issue(frag[next], ptx::wgmma_desc_advance(desc, 2 * (kb + 1)));  // 32 bytes a k32 block
         }
         if (ks + kPrefetch < steps) ws.fetch(kSlot);
         if (kSlot == kPrefetch - 1) ws.advance();

@@ -29,6 +29,12 @@ __device__ __forceinline__ uint64_t wgmma_desc_k_major_sw128(uint32_t smem_addr)
          (kStrideOffset << 32) | (kSwizzle128B << 62);
 }
 
+// `desc` moved `units` 16-byte units further (the start address is the low 14 bits, and a shared
+// address stays below 256 KB, so the add never carries into the other fields: one 32-bit add).
+__device__ __forceinline__ uint64_t wgmma_desc_advance(uint64_t desc, uint32_t units) {
+  return (desc & 0xFFFFFFFF00000000ull) | static_cast<uint32_t>(static_cast<uint32_t>(desc) + units);
+}
+
 // Orders this warpgroup's register and shared-memory accesses before the wgmma that follows.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 
