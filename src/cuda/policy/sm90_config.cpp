@@ -33,15 +33,18 @@ double expected_over_rows(double rows, Cost&& cost) {
   return sum / weight;
 }
 
-// The forms of a recipe's families: decode, decode-split, mma, and the wgmma forms. The decode
-// pair is mma.sync's unless decode-wgmma is pinned.
+// The forms of a recipe's families: decode, decode-split, mma, and the wgmma forms. mxfp4's decode
+// pair: decode-wgmma's where pinned, or under auto where it can run (it streams the weights with
+// fewer instructions; not where exact_accumulation holds), else mma.sync's.
 struct RecipeForms {
   F decode, split, mma;
 };
-RecipeForms recipe_forms(Recipe recipe, GemmKernel requested) {
-  if (recipe == Recipe::kNvfp4) return {F::kNvfp4Decode, F::kNvfp4DecodeSplit, F::kNvfp4Mma};
-  return requested == GemmKernel::kDecodeWgmma ? RecipeForms{F::kMxfp4DecodeWgmma, F::kMxfp4DecodeWgmmaSplit, F::kMxfp4Mma}
-                                               : RecipeForms{F::kMxfp4Decode, F::kMxfp4DecodeSplit, F::kMxfp4Mma};
+RecipeForms recipe_forms(const Sm90Config& c) {
+  if (c.recipe == Recipe::kNvfp4) return {F::kNvfp4Decode, F::kNvfp4DecodeSplit, F::kNvfp4Mma};
+  const bool wgmma = c.requested == GemmKernel::kDecodeWgmma ||
+                     (c.requested == GemmKernel::kAuto && c.available(F::kMxfp4DecodeWgmma));
+  return wgmma ? RecipeForms{F::kMxfp4DecodeWgmma, F::kMxfp4DecodeWgmmaSplit, F::kMxfp4Mma}
+               : RecipeForms{F::kMxfp4Decode, F::kMxfp4DecodeSplit, F::kMxfp4Mma};
 }
 
 // Appends buckets in T order, each from the end of the one before; empty ones are left out, and
@@ -75,7 +78,7 @@ class BucketList {
 void pick_buckets(Sm90Config& c, const MoeDesc& desc, const KernelOverrides& o) {
   const int64_t max_tokens = desc.fleet.max_tokens_per_rank;
   const bool mxfp4 = desc.recipe == Recipe::kMxfp4;
-  const RecipeForms r = recipe_forms(desc.recipe, c.requested);
+  const RecipeForms r = recipe_forms(c);
   c.buckets.clear();
   BucketList list(c.buckets, max_tokens);
 

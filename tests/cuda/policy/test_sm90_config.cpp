@@ -143,15 +143,22 @@ TEST(Sm90Config, Mxfp4AutoFollowsTheThresholds) {
   few.fleet.num_experts = 8;
   EXPECT_EQ(mxfp4_decode_max_tokens(few), kDecodeMaxTokens);
 
-  // Split decode at T = 1, decode to 640, rs-fp8 with tails to 64 rows per expert (T = 2730),
+  // Split decode at T = 1, decode to 640 (both on FP8 wgmma), rs-fp8 with tails to 64 rows per expert (T = 2730),
   // then rs-fp8 with GEMM 1 on the bf16 pairs form where gemm1_bf16_pays (68.1-128.5 and from
   // 186.6 rows per expert), else plain.
   const Sm90Config c = selected(d);
   expect_well_formed(c, d);
   ASSERT_EQ(c.buckets.size(), 7u) << plan_of(c);
   EXPECT_TRUE(plan_of(c).starts_with(
-      "0..1 mxfp4.decode-split.16x64 | 2..640 mxfp4.decode.16x128 | 641..2730 mxfp4.rs-fp8-tails.64x256 | 2731.."))
+      "0..1 mxfp4.decode-wgmma-split.16x64 | 2..640 mxfp4.decode-wgmma.16x128 | 641..2730 mxfp4.rs-fp8-tails.64x256 | 2731.."))
       << plan_of(c);
+  // The decode buckets on FP8 wgmma; exact_accumulation, or pinned decode, keeps mma.sync's forms.
+  MoeDesc exact = d;
+  exact.numerics.exact_accumulation = true;
+  EXPECT_EQ(plan_of(selected(exact)), "0..640 mxfp4.decode.16x128 | 641..8192 mxfp4.mma.64x128");
+  KernelOverrides mma_decode;
+  mma_decode.gemm = GemmKernel::kDecode;
+  EXPECT_EQ(plan_of(selected(d, mma_decode)), "0..1 mxfp4.decode-split.16x64 | 2..8192 mxfp4.decode.16x128");
   const double per_token = 6.0 / 256.0;  // rows per expert per token
   for (size_t i = 3; i < c.buckets.size(); ++i) {
     const Sm90Bucket& b = c.buckets[i];
@@ -179,7 +186,7 @@ TEST(Sm90Config, Mxfp4AutoFollowsTheThresholds) {
 
   const std::string out = described(c);
   EXPECT_NE(out.find("mxfp4.rs-fp8-tails.64x256 = T = 641..2730; blocks/SM 1 / 1"), std::string::npos) << out;
-  EXPECT_NE(out.find("mxfp4.decode-split.16x64 = T = 1..1; blocks/SM 3 / 3"), std::string::npos) << out;
+  EXPECT_NE(out.find("mxfp4.decode-wgmma-split.16x64 = T = 1..1; blocks/SM 3 / 3"), std::string::npos) << out;
   EXPECT_NE(out.find("mxfp4.wgmma-fp8.64x256 = available, not selected"), std::string::npos) << out;
   EXPECT_NE(out.find(fmt::format("mxfp4.rs-bf16-pairs.128x256 = GEMM 1 at T = {}..{}, ", c.bucket(4096).min_tokens,
                                  c.bucket(4096).max_tokens)),
@@ -195,18 +202,18 @@ TEST(Sm90Config, Mxfp4AutoFallsBackWhereFormsCannotRun) {
   Sm90Facts no_pairs = all_available();
   no_pairs.per_sm(F::kMxfp4RsBf16Pairs, 0) = 0;
   EXPECT_EQ(plan_of(selected(d, {}, no_pairs)),
-            "0..1 mxfp4.decode-split.16x64 | 2..640 mxfp4.decode.16x128 | 641..2730 mxfp4.rs-fp8-tails.64x256 | "
+            "0..1 mxfp4.decode-wgmma-split.16x64 | 2..640 mxfp4.decode-wgmma.16x128 | 641..2730 mxfp4.rs-fp8-tails.64x256 | "
             "2731..8192 mxfp4.rs-fp8.64x256");
   MoeDesc caller = d;
   caller.quantize_input = false;
   EXPECT_EQ(selected(caller).bucket(8192).gemm1, F::kMxfp4RsFp8);
-  EXPECT_EQ(selected(caller).bucket(1).gemm1, F::kMxfp4DecodeSplit);
+  EXPECT_EQ(selected(caller).bucket(1).gemm1, F::kMxfp4DecodeWgmmaSplit);
   // FP8 wgmma where rs-fp8 does not fit.
   Sm90Facts no_rs = all_available();
   no_rs.per_sm(F::kMxfp4RsFp8, 0) = 0;
   const Sm90Config nw = selected(d, {}, no_rs);
   EXPECT_EQ(plan_of(nw),
-            "0..1 mxfp4.decode-split.16x64 | 2..640 mxfp4.decode.16x128 | 641..8192 mxfp4.wgmma-fp8.64x256");
+            "0..1 mxfp4.decode-wgmma-split.16x64 | 2..640 mxfp4.decode-wgmma.16x128 | 641..8192 mxfp4.wgmma-fp8.64x256");
   EXPECT_NE(described(nw).find("mxfp4.rs-fp8.64x256 = unavailable: its kernels do not fit"), std::string::npos);
   // The tails form alone not fitting: rs-fp8 from the decode end.
   Sm90Facts no_tails = all_available();
@@ -220,12 +227,12 @@ TEST(Sm90Config, Mxfp4AutoFallsBackWhereFormsCannotRun) {
   // The decode limit below the wgmma threshold: mma.sync fills the gap.
   KernelOverrides low;
   low.decode_max_tokens = 16;
-  EXPECT_TRUE(plan_of(selected(d, low)).starts_with("0..1 mxfp4.decode-split.16x64 | 2..16 mxfp4.decode.16x128 | 17..255 mxfp4.mma.64x128 | 256..2730 ")) << plan_of(selected(d, low));
+  EXPECT_TRUE(plan_of(selected(d, low)).starts_with("0..1 mxfp4.decode-wgmma-split.16x64 | 2..16 mxfp4.decode-wgmma.16x128 | 17..255 mxfp4.mma.64x128 | 256..2730 ")) << plan_of(selected(d, low));
   // Unfolded weights: decode and mma.sync only.
   Sm90Facts unfolded = all_available();
   unfolded.w2_folded = false;
   EXPECT_EQ(plan_of(selected(d, {}, unfolded)),
-            "0..1 mxfp4.decode-split.16x64 | 2..640 mxfp4.decode.16x128 | 641..8192 mxfp4.mma.64x128");
+            "0..1 mxfp4.decode-wgmma-split.16x64 | 2..640 mxfp4.decode-wgmma.16x128 | 641..8192 mxfp4.mma.64x128");
   EXPECT_NE(described(selected(d, {}, unfolded)).find("fold_fp8 = on (W13 folded, W2 E8M0 block scales)"),
             std::string::npos);
   // No decode: mma.sync over its range.
@@ -237,7 +244,7 @@ TEST(Sm90Config, Mxfp4AutoFallsBackWhereFormsCannotRun) {
   // A fleet that never leaves the decode range.
   MoeDesc small = d;
   small.fleet.max_tokens_per_rank = 64;
-  EXPECT_EQ(plan_of(selected(small)), "0..1 mxfp4.decode-split.16x64 | 2..64 mxfp4.decode.16x128");
+  EXPECT_EQ(plan_of(selected(small)), "0..1 mxfp4.decode-wgmma-split.16x64 | 2..64 mxfp4.decode-wgmma.16x128");
 }
 
 TEST(Sm90Config, Nvfp4AutoFollowsTheThresholds) {
@@ -377,24 +384,24 @@ TEST(Sm90Config, DecodeSplitKOverride) {
   const MoeDesc d = flash_desc(), nv = flash_desc(Recipe::kNvfp4);
   KernelOverrides split;
   split.decode_split_k = 2;  // every decode bucket
-  EXPECT_TRUE(plan_of(selected(d, split)).starts_with("0..640 mxfp4.decode-split.16x64 | 641..2730 mxfp4.rs-fp8-t")) << plan_of(selected(d, split));
+  EXPECT_TRUE(plan_of(selected(d, split)).starts_with("0..640 mxfp4.decode-wgmma-split.16x64 | 641..2730 mxfp4.rs-fp8-t")) << plan_of(selected(d, split));
   EXPECT_TRUE(plan_of(selected(nv, split)).starts_with("0..937 nvfp4.decode-split.16x64 | ")) << plan_of(selected(nv, split));
   split.decode_split_k = 1;  // none
-  EXPECT_TRUE(plan_of(selected(d, split)).starts_with("0..640 mxfp4.decode.16x128 |")) << plan_of(selected(d, split));
+  EXPECT_TRUE(plan_of(selected(d, split)).starts_with("0..640 mxfp4.decode-wgmma.16x128 |")) << plan_of(selected(d, split));
   // Auto does not split where the split forms cannot run; a pin to 2 is refused naming why.
   split.decode_split_k = 2;
   MoeDesc narrow = d;
   narrow.fleet.hidden_size = 1536;  // not a multiple of 1024
-  EXPECT_EQ(selected(narrow).bucket(1).gemm1, F::kMxfp4Decode);
+  EXPECT_EQ(selected(narrow).bucket(1).gemm1, F::kMxfp4DecodeWgmma);
   expect_refused([&] { selected(narrow, split); }, ErrorCode::kUnsupported,
-                 "overrides.decode_split_k = 2: mxfp4.decode-split.16x64 cannot run this layer: each half of K");
+                 "overrides.decode_split_k = 2: mxfp4.decode-wgmma-split.16x64 cannot run this layer: each half of K");
   MoeDesc nv_small = nv;
   nv_small.intermediate_size = 256;  // below 512
   EXPECT_EQ(selected(nv_small).bucket(1).gemm1, F::kNvfp4Decode);
   expect_refused([&] { selected(nv_small, split); }, ErrorCode::kUnsupported, "at least 512");
   Sm90Facts no_split = all_available();
-  no_split.per_sm(F::kMxfp4DecodeSplit, 0) = 0;
-  EXPECT_EQ(selected(d, {}, no_split).bucket(1).gemm1, F::kMxfp4Decode);
+  no_split.per_sm(F::kMxfp4DecodeWgmmaSplit, 0) = 0;
+  EXPECT_EQ(selected(d, {}, no_split).bucket(1).gemm1, F::kMxfp4DecodeWgmma);
   expect_refused([&] { selected(d, split, no_split); }, ErrorCode::kUnsupported, "do not fit on this device");
   MoeDesc exact = d;
   exact.numerics.exact_accumulation = true;
@@ -445,7 +452,7 @@ TEST(Sm90Config, FusedQuantizeRouteIsAutoInMxfp4DecodeBucketsOrPinned) {
 TEST(Sm90Config, OneTokenLayerRunsTEqualsOneWhereItCan) {
   const MoeDesc d = flash_desc();
   EXPECT_EQ(one_token_weight_bytes(d), 6 * 3 * int64_t{4096} * 2048 * 17 / 32);  // 76.5 MiB
-  EXPECT_EQ(selected(d).bucket(1).gemm1, F::kMxfp4DecodeSplit);
+  EXPECT_EQ(selected(d).bucket(1).gemm1, F::kMxfp4DecodeWgmmaSplit);
   // The tiny preset's shape: 0.2 MiB, on the one-token layer; the decode forms from T = 2.
   MoeDesc tiny = d;
   tiny.fleet = {16, 256, 256};
@@ -453,7 +460,7 @@ TEST(Sm90Config, OneTokenLayerRunsTEqualsOneWhereItCan) {
   tiny.top_k = 4;
   ASSERT_LE(one_token_weight_bytes(tiny), kOneTokenAutoMaxWeightBytes);
   EXPECT_EQ(selected(tiny).bucket(1).gemm1, F::kMxfp4OneToken);
-  EXPECT_EQ(selected(tiny).bucket(2).gemm1, F::kMxfp4Decode);
+  EXPECT_EQ(selected(tiny).bucket(2).gemm1, F::kMxfp4DecodeWgmma);
   EXPECT_FALSE(selected(tiny).fuses_quantize_route(selected(tiny).bucket(1)));  // it quantizes x itself
   // At the bound and one expert row past it.
   MoeDesc at = d;
@@ -462,16 +469,16 @@ TEST(Sm90Config, OneTokenLayerRunsTEqualsOneWhereItCan) {
   ASSERT_LE(one_token_weight_bytes(at), kOneTokenAutoMaxWeightBytes);
   EXPECT_EQ(selected(at, {}).bucket(1).gemm1, F::kMxfp4OneToken) << one_token_weight_bytes(at);
   at.intermediate_size += 128;  // not whole K halves of 512: the unsplit decode
-  EXPECT_EQ(selected(at, {}).bucket(1).gemm1, F::kMxfp4Decode) << one_token_weight_bytes(at);
+  EXPECT_EQ(selected(at, {}).bucket(1).gemm1, F::kMxfp4DecodeWgmma) << one_token_weight_bytes(at);
   KernelOverrides tiny_off;
   tiny_off.one_token_layer = false;
-  EXPECT_EQ(selected(tiny, tiny_off).bucket(1).gemm1, F::kMxfp4Decode);  // the split forms need K halves of 512
+  EXPECT_EQ(selected(tiny, tiny_off).bucket(1).gemm1, F::kMxfp4DecodeWgmma);  // the split forms need K halves of 512
   KernelOverrides on;
   on.one_token_layer = true;
   const Sm90Config c = selected(d, on);
   EXPECT_EQ(c.bucket(1).gemm1, F::kMxfp4OneToken);
   EXPECT_EQ(c.bucket(1).max_tokens, 1);
-  EXPECT_EQ(c.bucket(2).gemm1, F::kMxfp4Decode);
+  EXPECT_EQ(c.bucket(2).gemm1, F::kMxfp4DecodeWgmma);
   EXPECT_TRUE(c.uses_one_token_layer());
   MoeDesc exact = d;
   exact.numerics.exact_accumulation = true;  // the decode chain's bits: allowed
@@ -480,7 +487,7 @@ TEST(Sm90Config, OneTokenLayerRunsTEqualsOneWhereItCan) {
   Sm90Facts no_fit = all_available();
   no_fit.per_sm(F::kMxfp4OneToken, 0) = no_fit.per_sm(F::kMxfp4OneToken, 1) = 0;
   const Sm90Config nf = selected(d, {}, no_fit);
-  EXPECT_EQ(nf.bucket(1).gemm1, F::kMxfp4DecodeSplit);
+  EXPECT_EQ(nf.bucket(1).gemm1, F::kMxfp4DecodeWgmmaSplit);
   EXPECT_FALSE(nf.uses_one_token_layer());
   EXPECT_NE(described(nf).find("mxfp4.one-token.1x16 = unavailable: its down kernel's 12 groups of 16 W2 rows x I "
                                "per block and its gate_up kernel do not fit on one SM together"),
@@ -488,7 +495,7 @@ TEST(Sm90Config, OneTokenLayerRunsTEqualsOneWhereItCan) {
       << described(nf);
   MoeDesc caller = d;
   caller.quantize_input = false;
-  EXPECT_EQ(selected(caller).bucket(1).gemm1, F::kMxfp4DecodeSplit);
+  EXPECT_EQ(selected(caller).bucket(1).gemm1, F::kMxfp4DecodeWgmmaSplit);
   EXPECT_NE(sm90_form_unavailable(F::kMxfp4OneToken, caller, all_available()).find("x comes quantized"),
             std::string::npos);
   MoeDesc odd = d;
@@ -505,14 +512,14 @@ TEST(Sm90Config, OneTokenLayerRunsTEqualsOneWhereItCan) {
   // Pinned off, or the decode split pinned: the decode chain at T = 1.
   KernelOverrides off;
   off.one_token_layer = false;
-  EXPECT_EQ(selected(d, off).bucket(1).gemm1, F::kMxfp4DecodeSplit);
+  EXPECT_EQ(selected(d, off).bucket(1).gemm1, F::kMxfp4DecodeWgmmaSplit);
   KernelOverrides split;
   split.decode_split_k = 1;
-  EXPECT_EQ(selected(d, split).bucket(1).gemm1, F::kMxfp4Decode);
+  EXPECT_EQ(selected(d, split).bucket(1).gemm1, F::kMxfp4DecodeWgmma);
   // Pinned on where it cannot run, or with another pin it contradicts: refused, naming it.
   on.decode_split_k = 2;
   EXPECT_EQ(selected(d, on).bucket(1).gemm1, F::kMxfp4OneToken);  // the split from T = 2
-  EXPECT_EQ(selected(d, on).bucket(2).gemm1, F::kMxfp4DecodeSplit);
+  EXPECT_EQ(selected(d, on).bucket(2).gemm1, F::kMxfp4DecodeWgmmaSplit);
   on.decode_split_k.reset();
   expect_refused([&] { selected(d, on, no_fit); }, ErrorCode::kUnsupported,
                  "overrides.one_token_layer = true: mxfp4.one-token.1x16 cannot run this layer: its down kernel's");
