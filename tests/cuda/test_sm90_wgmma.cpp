@@ -48,17 +48,22 @@ namespace {
 using namespace gemmtest;
 
 // Every mxfp4 form on folded weights a shape can run: the warpgroup forms (wgmma_variants()), the
-// decode form, and the decode form with K split in two where each half of K is whole 512-wide
-// chunks.
+// decode forms (mma.sync and FP8 wgmma), and each with K split in two where each half of K is whole
+// 512-wide chunks.
 std::vector<Kernels> compared_forms(const Shape& s) {
   std::vector<Kernels> forms = wgmma_variants();
   forms.emplace_back(Sm90Form::kMxfp4Decode);
-  if (s.H % 1024 == 0 && s.I % 1024 == 0) forms.emplace_back(Sm90Form::kMxfp4DecodeSplit);
+  forms.emplace_back(Sm90Form::kMxfp4DecodeWgmma);
+  if (s.H % 1024 == 0 && s.I % 1024 == 0) {
+    forms.emplace_back(Sm90Form::kMxfp4DecodeSplit);
+    forms.emplace_back(Sm90Form::kMxfp4DecodeWgmmaSplit);
+  }
   return forms;
 }
 
 // The threshold of a form against mma.sync: the warpgroup forms' k32 sums (FP8 wgmma promotion,
-// bf16 products summed over K) have their own; the decode forms run mma.sync's products.
+// bf16 products summed over K, the decode-wgmma k32 sums) have their own; the mma.sync decode forms
+// run mma.sync's products.
 double tolerance_of(const Kernels& k) {
   const bool warpgroup = sm90_form(k.gemm1).consumers > 0 || sm90_form(k.gemm2).consumers > 0;
   return warpgroup ? cudatest::wgmma_recipe_tolerance() : cudatest::same_recipe_tolerance(Recipe::kMxfp4);
@@ -149,7 +154,7 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
   // rs-fp8 bucket with narrow tails in two; the persistent grids are capped at 1 block x 132 SMs,
   // n tiles of 256 rows (2I = H = 4096: 16 each).
   const std::string plain = plan_of(d, {});
-  EXPECT_NE(plain.find("plan T=1..1: mxfp4.decode-split.16x64, routing m tiles of 16 rows; gemm1 grid m_tiles16(T) x 1, "
+  EXPECT_NE(plain.find("plan T=1..1: mxfp4.decode-wgmma-split.16x64, routing m tiles of 16 rows; gemm1 grid m_tiles16(T) x 1, "
                        "gemm2 grid m_tiles16(T) x 1; 4 steps (quantize x + routing (one launch), gemm1, gemm2, combine)"),
             std::string::npos) << plain;
   // The one-token layer's two launches at T = 1 (down: 256 column groups of 16, 2 per block).
@@ -159,7 +164,7 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
                                        "column groups of 16 per block); 2 steps (quantize x + gate_up + SwiGLU (one "
                                        "token), W2 to shared memory + Q8 of h + down + combine (one token))"),
             std::string::npos) << plan_of(d, one_token);
-  EXPECT_NE(plain.find("plan T=2..640: mxfp4.decode.16x128, routing m tiles of 16 rows; gemm1 grid m_tiles16(T) x 1, "
+  EXPECT_NE(plain.find("plan T=2..640: mxfp4.decode-wgmma.16x128, routing m tiles of 16 rows; gemm1 grid m_tiles16(T) x 1, "
                        "gemm2 grid m_tiles16(T) x 1; 4 steps (quantize x + routing (one launch), gemm1, gemm2, combine)"),
             std::string::npos) << plain;
   EXPECT_NE(plain.find("plan T=641..1024: mxfp4.rs-fp8-tails.64x256, routing m tiles of 64 rows; gemm1 grid "
@@ -192,7 +197,7 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
   KernelOverrides split;
   split.decode_split_k = 2;
   const std::string split_plan = plan_of(d, split);
-  EXPECT_NE(split_plan.find("plan T=1..640: mxfp4.decode-split.16x64, routing m tiles of 16 rows"), std::string::npos)
+  EXPECT_NE(split_plan.find("plan T=1..640: mxfp4.decode-wgmma-split.16x64, routing m tiles of 16 rows"), std::string::npos)
       << split_plan;
   KernelOverrides fuse;
   fuse.fuse_quantize_route = true;
