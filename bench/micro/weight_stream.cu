@@ -244,8 +244,8 @@ int main(int argc, char** argv) {
     row("register ring", 8, register_ring<8>, 384, 0, alu);
     row("register ring", 4, register_ring<4>, 768, 0, alu);
     row("register ring", 2, register_ring<2>, 1024, 0, alu);
-    row("register ring, half units", 4, register_ring<4>, 768, 0, alu, 2);
-    row("register ring, half units", 2, register_ring<2>, 1024, 0, alu, 2);
+    row("register ring (half units)", 4, register_ring<4>, 768, 0, alu, 2);
+    row("register ring (half units)", 2, register_ring<2>, 1024, 0, alu, 2);
     row("bulk ring 4 x 4 steps", 16, bulk_ring<4, 4>, 384, bulk_smem(12, 4, 4), alu);
     row("bulk ring 2 x 4 steps", 8, bulk_ring<2, 4>, 768, bulk_smem(24, 2, 4), alu);
     row("bulk ring 2 x 2 steps", 4, bulk_ring<2, 2>, 1024, bulk_smem(32, 2, 2), alu);
