@@ -47,7 +47,11 @@ template <bool kFolded, int kSplit = 1>
 struct Mxfp4DecodeFp8Mainloop {
   using Rows = Mxfp4DecodeMainloop<kFolded, kSplit, DecodeWgmmaALayout>;  // load_a and the K parts
   static constexpr int kParts = kSplit;
+  // The decode's ring of 2 k steps on 3 blocks per SM: a ring of 4 on 2 blocks (<= 128 registers)
+  // streams slower, the warps then too few to cover the decode and the wgmma round trips.
+  static constexpr int kMinBlocks = Rows::kMinBlocks;
   static constexpr int kPrefetch = Rows::kPrefetch;
+  static_assert(kAChunkSteps % kPrefetch == 0, "a chunk holds whole rounds of the weight ring");
   static constexpr int kGroups = Rows::kGroups;
   static constexpr int kBlockRows = Rows::kBlockRows;
   static_assert(kGroups % 4 == 0, "whole warpgroups per K part");

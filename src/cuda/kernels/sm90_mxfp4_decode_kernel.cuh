@@ -15,7 +15,7 @@ namespace moe_ep::cuda {
 // (mma.sync) or Mxfp4DecodeFp8Mainloop (FP8 wgmma); kParts = 2: K in two halves, blocks of 64
 // weight rows, an A ring per half.
 template <class Mainloop, class Epilogue, class Params>
-__global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks)
+__global__ void __launch_bounds__(kDecodeThreads, Mainloop::kMinBlocks)
     sm90_mxfp4_decode_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = Mainloop::smem_base(smem_raw);

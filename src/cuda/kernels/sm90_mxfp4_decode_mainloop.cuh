@@ -133,6 +133,7 @@ __device__ __forceinline__ void decode_weight_fragment(int kb, const uint4& w0, 
 template <bool kFolded, int kSplit = 1, class ALayout = DecodeALayout>
 struct Mxfp4DecodeMainloop {
   static constexpr int kParts = kSplit;
+  static constexpr int kMinBlocks = kDecodeMinBlocks;  // per SM, the kernel's launch bound
   static constexpr int kPrefetch = kDecodePrefetch;  // k steps of weights in registers ahead of the MMAs
   static_assert(kAChunkSteps % kPrefetch == 0, "a chunk holds whole rounds of the weight ring");
   static_assert(kSplit == 1 || kSplit == 2, "K in one or two parts");
