@@ -346,19 +346,23 @@ TEST(Sm90DecodeWgmma, LayerWithinThresholdOfTheCpuRerunsAndReplaysEqual) {
   }
 }
 
+// deepseek-v4-flash inputs of T tokens (the preset's routing scale, 5% holes).
+Inputs flash_inputs(const Problem& p, int64_t T, uint64_t seed) {
+  const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
+  const testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, 0.05, preset.routed_scaling_factor, seed, 0};
+  return from_synthetic(testing::make_inputs(is), p.top_k);
+}
+
 // deepseek-v4-flash at decode sizes on decode-wgmma (K split in two at T = 1, as auto's decode
 // buckets), against the CPU on a subset of rows.
 TEST(Sm90DecodeWgmma, FlashWithinThresholdOfTheCpu) {
   MOE_EP_REQUIRE_CUDA();
-  const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
   Problem p = preset_problem("deepseek-v4-flash", "mxfp4", 512);
   p.exact_accumulation = false;
   p.overrides.gemm = GemmKernel::kDecodeWgmma;
   const testing::HostWeights weights = preset_weights(p, p.traits().native_format, 2029);
   for (int64_t T : {1, 5, 64, 512}) {
-    const testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, 0.05, preset.routed_scaling_factor,
-                                static_cast<uint64_t>(1200 + T), 0};
-    const Inputs in = from_synthetic(testing::make_inputs(is), p.top_k);
+    const Inputs in = flash_inputs(p, T, static_cast<uint64_t>(1200 + T));
     const std::vector<int64_t> rows = row_subset(T, 16);
     // The CPU layer first: a process holds one runtime world at a time, the GPU layer's after it.
     const std::vector<double> ref = cpu_reference(p, weights.pack(), in, rows);
@@ -386,13 +390,10 @@ class Sm90DecodeFlash : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(Sm90DecodeFlash, MatchesCpuAndTheMmaKernels) {
-  const testing::Preset& preset = testing::find_preset("deepseek-v4-flash");
   const Problem p = preset_problem("deepseek-v4-flash", GetParam(), 256);
   const testing::HostWeights weights = preset_weights(p, p.traits().native_format, 2028);
   for (int64_t T : {1, 5, 64, 256}) {
-    const testing::InputSpec is{T, p.hidden, p.num_experts, p.top_k, 0.05, preset.routed_scaling_factor,
-                                static_cast<uint64_t>(1100 + T), 0};
-    const Inputs in = from_synthetic(testing::make_inputs(is), p.top_k);
+    const Inputs in = flash_inputs(p, T, static_cast<uint64_t>(1100 + T));
     const std::vector<int64_t> rows = row_subset(T, 16);
     const std::vector<double> ref = cpu_reference(p, weights.pack(), in, rows);
     const Outputs o = run_both(p, weights.pack(), in);

@@ -27,7 +27,6 @@
 #include <cstdint>
 
 #include "cuda/kernels/sm90_mxfp4_decode_mainloop.cuh"
-#include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 
 namespace moe_ep::cuda {
@@ -92,8 +91,9 @@ struct Mxfp4DecodeFp8Mainloop {
 
   // The main loop on m64 n(2 kN) k32 wgmmas: kN = 4 (one n8 half) or 8 (both).
   template <int kN>
-  static __device__ __forceinline__ void loop(const GroupedGemmOperands& op, uint8_t* smem, const float* saf, int chunks, int steps, int k_steps,
-                                              const DecodeTables& tables, Stream& ws, DecodeAccumulators& acc) {
+  static __device__ __forceinline__ void loop(const GroupedGemmOperands& op, uint8_t* smem, const float* saf,
+                                              int chunks, int steps, int k_steps, const DecodeTables& tables,
+                                              Stream& ws, DecodeAccumulators& acc) {
     constexpr bool kTwoHalves = kN == 8;
     const int32_t* source = reinterpret_cast<const int32_t*>(smem + decode_epilogue_offset(op.k, kSplit));
     const uint32_t a_base = ptx::smem_addr(smem);
@@ -129,15 +129,8 @@ struct Mxfp4DecodeFp8Mainloop {
       }
     };
     for (int c = 0; c < chunks; ++c) {
-      // Chunk c has landed (this thread's copies, made visible to the wgmma's proxy, then
-      // everyone's), and every warpgroup has retired its wgmmas of chunk c - 1, whose slot the
-      // copy of chunk c + kAAhead reuses. The scales and the tables are ordered by the first of
-      // these barriers.
-      ptx::cp_async_wait<kAAhead - 1>();
-      ptx::fence_proxy_async_shared();
-      __syncthreads();
-      if (c + kAAhead < chunks) Rows::copy_chunks(op, source, a_base, c + kAAhead, k_steps, kTwoHalves);
-      ptx::cp_async_commit();
+      // Every warpgroup has retired its wgmmas of chunk c - 1 (each k step ends in wait_group 0).
+      Rows::template begin_chunk<true>(op, source, a_base, c, chunks, k_steps, kTwoHalves);
       const uint32_t slot_off = (c % kARing) * kAChunkBytes;
 #pragma unroll
       for (int s = 0; s < kAChunkSteps; ++s) {

@@ -40,6 +40,7 @@
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/ld_global.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/mma.cuh"
 #include "cuda/tile/fp4_codec.h"
 #include "cuda/tile/quant_device.cuh"
@@ -157,6 +158,20 @@ struct Mxfp4DecodeMainloop {
                                    c);
   }
 
+  // The main loop's barrier before chunk c: chunk c has landed (this thread's copies; kProxyFence:
+  // made visible to the wgmma's async proxy; then everyone's), and every warp is done with chunk
+  // c - 1, whose slot the copy of chunk c + kAAhead then reuses. The scales and the tables are
+  // ordered by the first of these barriers.
+  template <bool kProxyFence = false>
+  static __device__ __forceinline__ void begin_chunk(const GroupedGemmOperands& op, const int32_t* source,
+                                                     uint32_t a_base, int c, int chunks, int k_steps, bool two_rows) {
+    ptx::cp_async_wait<kAAhead - 1>();
+    if constexpr (kProxyFence) ptx::fence_proxy_async_shared();
+    __syncthreads();
+    if (c + kAAhead < chunks) copy_chunks(op, source, a_base, c + kAAhead, k_steps, two_rows);
+    ptx::cp_async_commit();
+  }
+
   // The kernel's shared memory: its size for K = k, and the base the offsets above count from.
   static constexpr int shared_bytes(int k) { return decode_shared_bytes(k, kSplit); }
   static __device__ __forceinline__ uint8_t* smem_base(uint8_t* smem) { return smem; }
@@ -231,13 +246,7 @@ struct Mxfp4DecodeMainloop {
     const float* saf = reinterpret_cast<const float*>(smem + decode_saf_offset(kSplit)) + 2 * tq +
                        first_step * 4 * kDecodeBlockM;
     for (int c = 0; c < chunks; ++c) {
-      // Chunk c has landed (this thread's copies, then everyone's), and every warp is done with
-      // chunk c - 1, whose slot the copy of chunk c + kAAhead reuses. The scales and the tables
-      // are ordered by the first of these barriers.
-      ptx::cp_async_wait<kAAhead - 1>();
-      __syncthreads();
-      if (c + kAAhead < chunks) copy_chunks(op, source, a_base, c + kAAhead, k_steps, two_halves);
-      ptx::cp_async_commit();
+      begin_chunk(op, source, a_base, c, chunks, k_steps, two_halves);
       const int slot_off = (c % kARing) * kAChunkBytes;
 #pragma unroll
       for (int s = 0; s < kAChunkSteps; ++s) {
