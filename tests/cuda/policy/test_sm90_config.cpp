@@ -352,6 +352,19 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   expect_refused([&] { select_sm90_load_config(nv, rs); }, ErrorCode::kUnsupported,
                  "overrides.gemm = wgmma-rs: recipe 'nvfp4' has no such kernel family on SM90; allowed: auto, "
                  "decode, mma, wgmma");
+  // decode-wgmma: not with exact accumulation, not for nvfp4; E8M0 block scales allowed.
+  KernelOverrides dw;
+  dw.gemm = GemmKernel::kDecodeWgmma;
+  expect_refused([&] { select_sm90_load_config(exact, dw); }, ErrorCode::kInvalidArgument,
+                 "overrides.gemm = decode-wgmma contradicts desc.numerics.exact_accumulation = true");
+  expect_refused([&] { select_sm90_load_config(nv, dw); }, ErrorCode::kUnsupported,
+                 "overrides.gemm = decode-wgmma: recipe 'nvfp4' has no such kernel family on SM90");
+  Sm90Facts e8m0 = all_available();
+  e8m0.w13_folded = e8m0.w2_folded = false;
+  KernelOverrides dw_unfolded = dw;
+  dw_unfolded.fold_fp8 = false;
+  EXPECT_EQ(plan_of(selected(d, dw_unfolded, e8m0)),
+            "0..1 mxfp4.decode-wgmma-split.16x64 | 2..8192 mxfp4.decode-wgmma.16x128");
   KernelOverrides decode;
   decode.gemm = GemmKernel::kDecode;
   Sm90Facts no_decode = all_available();
