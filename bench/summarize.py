@@ -18,6 +18,8 @@ These kinds of CSV file are read, told apart by their header:
   stage rows  gpu,date,commit,preset,stage,tokens,layers,time_us,floor_us,source,note
   stream rows the output of bench/micro/weight_stream.cu (gpu,date,commit,mechanism,threads,
               depth,alu,units,time_us,gbps,copy_gbps)
+  numerics rows the output of bench/numerics/promotion_groups.py (gpu,date,commit,distribution,
+              k_per_promotion,rel_err_vs_recipe,rel_err_recipe,zeroed)
 
 For each (gpu, preset, recipe, T, variant) the newest row wins: the later date, and on the same
 date the row read last (files in name order, rows in file order).
@@ -61,7 +63,7 @@ def order_key(value, order):
 
 
 def read_rows(results_dir):
-    layers, stages, streams = [], [], []
+    layers, stages, streams, numerics = [], [], [], []
     files = sorted(results_dir.glob("*.csv"))
     if not files:
         raise InputError(f"no CSV files in {results_dir}")
@@ -74,7 +76,9 @@ def read_rows(results_dir):
             if missing:
                 raise InputError(f"{path.name}: missing column(s) {', '.join(missing)}; every row "
                                  "must name its gpu, date and commit")
-            if "mechanism" in header:
+            if "k_per_promotion" in header:
+                kind = "numerics"
+            elif "mechanism" in header:
                 kind = "stream"
             elif "stage" in header:
                 kind = "stage"
@@ -92,6 +96,13 @@ def read_rows(results_dir):
                 for c in RUN_COLUMNS:
                     if not (row.get(c) or "").strip():
                         raise InputError(f"{where}: empty {c}")
+                if kind == "numerics":
+                    numerics.append({"date": row["date"].strip(), "commit": row["commit"].strip(), "seq": seq,
+                                     **{c: row[c].strip() for c in ("distribution", "k_per_promotion",
+                                                                    "rel_err_vs_recipe", "rel_err_recipe",
+                                                                    "zeroed")}})
+                    float(row["rel_err_vs_recipe"]), int(row["k_per_promotion"])  # must parse
+                    continue
                 if kind == "stream":
                     streams.append({"gpu": gpu_name(row["gpu"]), "date": row["date"].strip(),
                                     "commit": row["commit"].strip(), "seq": seq,
@@ -142,7 +153,7 @@ def read_rows(results_dir):
                 base.update(recipe=recipe, variant=variant, source=source, note=note,
                             fraction=fraction, tflops=tflops, floor_us=floor)
                 layers.append(base)
-    return layers, stages, streams
+    return layers, stages, streams, numerics
 
 
 def newest(rows, key):
@@ -199,7 +210,23 @@ def stream_section(rows):
     return out
 
 
-def render(layers, stages, streams):
+def numerics_section(rows):
+    best = newest(rows, lambda r: (r["distribution"], r["k_per_promotion"]))
+    nrows = sorted(best.values(), key=lambda r: (r["distribution"], int(r["k_per_promotion"])))
+    out = ["## Promotion groups (CPU emulation, `bench/numerics/promotion_groups.py`)", "",
+           "GEMM 1 of deepseek-v4-flash's shape (K = 4096) in float64 with the recipe's Q8 activations",
+           "re-encoded so that the k32 blocks of each group of *k per promotion* share the group's largest",
+           "scale: the error that re-encoding adds against the recipe's GEMM (the tensor cores' own k-sum",
+           "precision not emulated), beside the recipe's own error against unquantized activations.", ""]
+    lines = [[r["distribution"], r["k_per_promotion"], r["rel_err_vs_recipe"], r["rel_err_recipe"], r["zeroed"],
+              r["date"], r["commit"]] for r in nrows]
+    out += table(["activations", "k per promotion", "rel. error vs the recipe", "recipe vs unquantized",
+                  "codes zeroed", "date", "commit"], lines)
+    out.append("")
+    return out
+
+
+def render(layers, stages, streams, numerics=()):
     out = [
         "# moe_ep: measured figures",
         "",
@@ -285,6 +312,8 @@ def render(layers, stages, streams):
         g_streams = [r for r in streams if r["gpu"] == gpu]
         if g_streams:
             out += stream_section(g_streams)
+    if numerics:
+        out += numerics_section(list(numerics))
     while out and out[-1] == "":
         out.pop()
     return "\n".join(out) + "\n"
@@ -298,11 +327,11 @@ def main(argv=None):
                     help="compare with --output instead of writing it; exit 1 when they differ")
     args = ap.parse_args(argv)
     try:
-        layers, stages, streams = read_rows(Path(args.results))
+        layers, stages, streams, numerics = read_rows(Path(args.results))
     except (InputError, KeyError, ValueError) as exc:
         print(f"summarize.py: {exc}", file=sys.stderr)
         return 2
-    text = render(layers, stages, streams)
+    text = render(layers, stages, streams, numerics)
     out = Path(args.output)
     if args.check:
         current = out.read_bytes().decode("utf-8") if out.exists() else None

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/RESULTS.md is exactly what bench/summarize.py makes of bench/results/*.csv, and the
-summary accepts `moe_ep bench --csv`, `bench/torch_peer.py --csv` and `moe_ep_weight_stream`
-files with gpu, date and commit columns. Standard library only; run by ctest as bench_results_summary."""
+summary accepts `moe_ep bench --csv`, `bench/torch_peer.py --csv`, `moe_ep_weight_stream` and
+`bench/numerics/promotion_groups.py` files with gpu, date and commit columns. Standard library only; run by ctest as bench_results_summary."""
 
 import subprocess
 import sys
@@ -20,6 +20,8 @@ BENCH_ROW = ("NVIDIA H100 80GB HBM3,2099-01-01,abc1234,tiny,mxfp4,cuda-sm90,cuda
              "1000.0000,fp8-measured,auto")
 STREAM_HEADER = "gpu,date,commit,mechanism,threads,depth,alu,units,time_us,gbps,copy_gbps"
 STREAM_ROW = "NVIDIA H100 80GB HBM3,2099-01-01,abc1234,bulk ring 2 x 4 steps,768,8,16,1536,20.00,2674,3010"
+NUMERICS_HEADER = "gpu,date,commit,distribution,k_per_promotion,rel_err_vs_recipe,rel_err_recipe,zeroed"
+NUMERICS_ROW = "cpu (numpy),2099-01-01,abc1234,student-t3,128,2.430e-07,2.706e-02,2.29e-05"
 PEER_HEADER = "gpu,date,commit,preset,peer,tokens,time_us,tflops,rel_err"
 PEER_ROWS = ["NVIDIA H100 80GB HBM3,2099-01-01,abc1234,dense-8192,fp8-scaled-mm-rate,0,1.0,1000,",
              "NVIDIA H100 80GB HBM3,2099-01-01,abc1234,tiny,bf16,128,99.5,1.0,1e-3"]
@@ -68,6 +70,11 @@ def main():
         stream_row = "| 16 | bulk ring 2 x 4 steps | 768 | 8 | 1536 | 20.00 | 2674 | 89% | 2099-01-01 | abc1234 |"
         if r.returncode != 0 or stream_row not in out.read_text(encoding="utf-8"):
             fail(f"the weight_stream row is missing from the summary: {r.stderr}\n" + out.read_text(encoding="utf-8"))
+        (results / "promotion_groups.csv").write_text(NUMERICS_HEADER + "\n" + NUMERICS_ROW + "\n")
+        r = run("--results", str(results), "--output", str(out))
+        numerics_row = "| student-t3 | 128 | 2.430e-07 | 2.706e-02 | 2.29e-05 | 2099-01-01 | abc1234 |"
+        if r.returncode != 0 or numerics_row not in out.read_text(encoding="utf-8"):
+            fail(f"the promotion_groups row is missing from the summary: {r.stderr}\n" + out.read_text(encoding="utf-8"))
 
         # 3. A file without gpu/date/commit is refused, naming the columns.
         (results / "bad.csv").write_text("preset,backend,tokens,time_us\ntiny,mxfp4,1,10\n")
