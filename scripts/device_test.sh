@@ -57,10 +57,11 @@ note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)  date: $
 if has_step tests; then
   groups=("Sm90Kernels.*:Sm90Fp4*:Sm90WeightLayout*:Recipes/Sm90WeightLayout*:Sm90Plan*:Sm90LayerErrors*"
           "Recipes/Sm90LayerTiny.*/0" "Recipes/Sm90LayerTiny.*/1" "Sm90FlashMxfp4.*" "Sm90FlashNvfp4.*"
-          "Weights/Sm90Decode.*:Recipes/Sm90DecodeFlash.*:Sm90OneToken.*" "Recipes/EpSimOneGpu.*" "EpNcclWorldOfOne.*"
+          "Weights/Sm90Decode.*:Recipes/Sm90DecodeFlash.*:Sm90DecodeSplit.*:Sm90DecodeWgmma.*:Sm90OneToken.*" "Recipes/EpSimOneGpu.*" "EpNcclWorldOfOne.*"
           "Sm90SharedExpert*:Recipes/Sm90LayerSharedExpert.*:Sm90Routing*:Sm90RoutingStage*:Sm90LayerChain*"
           "Sm90Config*:Sm90RsCodec*:Sm90WgmmaKernels.*:Sm90WgmmaLayer.*:Kernels/Sm90WgmmaFlashLayer.*"
-          "Sm90Nvfp4Kernels.*:Sm90SharedExpertLayout*:Sm90Sanitizer.*")
+          "Sm90Nvfp4Kernels.*:Sm90SharedExpertLayout*:Sm90Sanitizer.*"
+          "Sm90LayerMxfp4.*:Sm90RouteBounds.*:*Sm90WeightPrep*:EpSimBootstrap.*:EpSimHost.*:EpSimFaults.*")
   # MOE_EP_DEVICE_TEST_GROUPS="g1;g2": only these gtest filters.
   [[ -n "${MOE_EP_DEVICE_TEST_GROUPS:-}" ]] && IFS=';' read -r -a groups <<< "$MOE_EP_DEVICE_TEST_GROUPS"
   : > "$WORK/tests.log"
