@@ -287,9 +287,10 @@ TEST(Sm90DecodeSplit, LayerWithinThresholdOfTheCpuRerunsAndReplaysEqual) {
 // (the FP8 tensor cores' k32 sums are not fp32-exact): within the wgmma threshold of the CPU and
 // close to the mma.sync decode, on the structured cases (one-row tiles on n8, 9..16-row tiles on
 // n16, tokens without slots, a repeated expert) at 1, 2 and 3 k steps (the weight ring refilled
-// mid-loop and the next step's block 0 decoded across a chunk), K = 7168 (the A ring refilled many
-// times) and with K split in two (decode_split_k = 2); folded and E8M0 block-scale weights; rerun
-// and graph replays bitwise equal to the first forward.
+// mid-loop and the next step's block 0 decoded across a chunk), K = 1152 (9 k steps: a partial
+// chunk copied inside the main loop), K = 7168 (the A ring refilled many times) and with K split
+// in two (decode_split_k = 2); folded and E8M0 block-scale weights; rerun and graph replays bitwise
+// equal to the first forward.
 struct WgmmaDecodeShape {
   int64_t hidden, intermediate;
   int split;
@@ -298,7 +299,8 @@ struct WgmmaDecodeShape {
 TEST(Sm90DecodeWgmma, LayerWithinThresholdOfTheCpuRerunsAndReplaysEqual) {
   MOE_EP_REQUIRE_CUDA();
   for (const bool folded : {true, false}) {
-    for (const WgmmaDecodeShape shape : {WgmmaDecodeShape{256, 128, 1}, {384, 384, 1}, {7168, 1024, 1}, {3072, 1024, 2}}) {
+    for (const WgmmaDecodeShape shape :
+         {WgmmaDecodeShape{256, 128, 1}, {384, 384, 1}, {1152, 640, 1}, {7168, 1024, 1}, {3072, 1024, 2}}) {
       Problem p = testsupport::tiny_problem("mxfp4");
       if (!folded) p.overrides.fold_fp8 = false;
       p.exact_accumulation = false;  // the FP8 wgmma: refused with exact accumulation

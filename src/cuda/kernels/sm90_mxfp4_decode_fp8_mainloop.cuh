@@ -51,6 +51,8 @@ struct Mxfp4DecodeFp8Mainloop {
   static constexpr int kMinBlocks = Rows::kMinBlocks;
   static constexpr int kPrefetch = Rows::kPrefetch;
   static_assert(kAChunkSteps % kPrefetch == 0, "a chunk holds whole rounds of the weight ring");
+  // Block 0 of step ks + 1 is decoded from its ring slot before step ks's slot is refilled.
+  static_assert(kPrefetch >= 2, "the next step's words must be in another slot");
   static constexpr int kGroups = Rows::kGroups;
   static constexpr int kBlockRows = Rows::kBlockRows;
   static_assert(kGroups % 4 == 0, "whole warpgroups per K part");

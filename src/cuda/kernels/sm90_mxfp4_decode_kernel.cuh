@@ -1,5 +1,6 @@
-// The mxfp4 decode kernel (sm90_mxfp4_decode_mainloop.cuh) and its launcher (form_kernels),
-// instantiated by sm90_mxfp4_decode_gemm.cu.
+// The mxfp4 decode kernel and its launcher (form_kernels) over a mainloop: mma.sync
+// (sm90_mxfp4_decode_mainloop.cuh, instantiated by sm90_mxfp4_decode_gemm.cu) or FP8 wgmma
+// (sm90_mxfp4_decode_fp8_mainloop.cuh, by sm90_mxfp4_decode_fp8_gemm.cu).
 #pragma once
 
 #include "cuda/kernels/sm90_decode_epilogues.cuh"
@@ -9,8 +10,9 @@
 
 namespace moe_ep::cuda {
 
-// Three blocks of 8 warps per SM (<= 80 registers; shared memory is the 24 KB A ring plus 2 * K
-// bytes of fp32 scales) with 2 k steps of weights in flight per warp.
+// Three blocks of 8 warps per SM (<= 80 registers; shared memory is a 24 KB A ring per K part
+// plus 2 * K bytes of fp32 scales, and for the FP8 mainloop up to 1 KB aligning its base) with 2 k
+// steps of weights in flight per warp.
 // The epilogue gets the shared memory after the activation scales. Mainloop: Mxfp4DecodeMainloop
 // (mma.sync) or Mxfp4DecodeFp8Mainloop (FP8 wgmma); kParts = 2: K in two halves, blocks of 64
 // weight rows, an A ring per half.

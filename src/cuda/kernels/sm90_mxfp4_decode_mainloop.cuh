@@ -23,9 +23,11 @@
 // per word), and every shared address of a k step is a per-lane base plus a constant.
 //
 // Shared memory (decode_shared_bytes(K)):
-//   A    kARing chunks x 16 rows x kAChunkSteps * 128 bytes e4m3; in a chunk, 16-byte column c
-//        of row r at r * kAChunkRowBytes + (c & ~7) * 16 + ((c ^ r) & 7) * 16 (XOR inside each
-//        128-byte k step, so the ldmatrix rows of 8 tokens hit 8 bank groups)
+//   A    kARing chunks x 16 rows x kAChunkSteps * 128 bytes e4m3 (per K part); in a chunk,
+//        16-byte column c of row r at ALayout::offset(r, c): here DecodeALayout, r *
+//        kAChunkRowBytes + (c & ~7) * 16 + ((c ^ r) & 7) * 16 (XOR inside each 128-byte k step,
+//        so the ldmatrix rows of 8 tokens hit 8 bank groups; the FP8 mainloop's DecodeWgmmaALayout
+//        keeps each k step's 16 rows together for the wgmma)
 //   SAF  K/32 k32 blocks x 16 rows fp32: 2^sa of row r, block kb at (kb * 16 + r) * 4
 //        (rows past the tile: 0; rows 8..15 only written for tiles of more than 8 rows)
 //   then the epilogue's 8 warps x 16 floats (before the main loop: the tile's 16 source rows)
@@ -160,8 +162,8 @@ struct Mxfp4DecodeMainloop {
 
   // The main loop's barrier before chunk c: chunk c has landed (this thread's copies; kProxyFence:
   // made visible to the wgmma's async proxy; then everyone's), and every warp is done with chunk
-  // c - 1, whose slot the copy of chunk c + kAAhead then reuses. The scales and the tables are
-  // ordered by the first of these barriers.
+  // c - 1, whose slot the copy of chunk c + kAAhead then reuses. The scales load_a converted are
+  // ordered by the first of these barriers (the tables by load_a's own barrier).
   template <bool kProxyFence = false>
   static __device__ __forceinline__ void begin_chunk(const GroupedGemmOperands& op, const int32_t* source,
                                                      uint32_t a_base, int c, int chunks, int k_steps, bool two_rows) {

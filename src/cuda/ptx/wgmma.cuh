@@ -35,7 +35,8 @@ __device__ __forceinline__ uint64_t wgmma_desc_advance(uint64_t desc, uint32_t u
   return (desc & 0xFFFFFFFF00000000ull) | static_cast<uint32_t>(static_cast<uint32_t>(desc) + units);
 }
 
-// Orders this warpgroup's register and shared-memory accesses before the wgmma that follows.
+// Orders this warpgroup's register accesses (accumulators, A fragments) before the wgmma that
+// follows; shared-memory writes reach a wgmma through fence.proxy.async (ptx/mbarrier.cuh).
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 
 __device__ __forceinline__ void wgmma_commit_group() {
