@@ -72,11 +72,7 @@ struct Mxfp4DecodeFp8Mainloop {
     const int steps = kSplit == 1 ? k_steps : chunks * kAChunkSteps;  // this warp's k steps
     zero_accumulators(acc);
     Stream ws(op, t, k_steps, first_step, steps);
-    if constexpr (kFolded)
-      if (threadIdx.x < 16)
-        tables.entry[threadIdx.x] = threadIdx.x < kFoldedShifts
-                                        ? make_uint2(folded_table_word(threadIdx.x, 0), folded_table_word(threadIdx.x, 4))
-                                        : make_uint2(0u, 0u);
+    if constexpr (kFolded) init_decode_tables(tables);
     Rows::load_a(op, t, smem);
     // The fp32 scales of tokens 2t, 2t + 1 from the warp's first k step.
     const float* saf = reinterpret_cast<const float*>(smem + decode_saf_offset(kSplit)) + 2 * (threadIdx.x % 4) +
@@ -112,23 +108,11 @@ struct Mxfp4DecodeFp8Mainloop {
       ptx::wgmma_k32_e4m3_rs_zero_d(part_sum, a, desc);
       ptx::wgmma_commit_group();
     };
-    // acc += part * 2^sa (* 2^sw): Mxfp4DecodeMainloop::step's promotion, n8 half h from part[4h].
+    // The mma.sync decode's promotion, n8 half h from part_sum[4h].
     auto promote = [&](const float* sa_kb, const float(&s)[2]) {
 #pragma unroll
-      for (int h = 0; h < kN / 4; ++h) {
-        const float2 sa = *reinterpret_cast<const float2*>(sa_kb + 8 * h);
-        if constexpr (kFolded) {
-          acc[h][0] = fmaf(part_sum[4 * h + 0], sa.x, acc[h][0]);
-          acc[h][1] = fmaf(part_sum[4 * h + 1], sa.y, acc[h][1]);
-          acc[h][2] = fmaf(part_sum[4 * h + 2], sa.x, acc[h][2]);
-          acc[h][3] = fmaf(part_sum[4 * h + 3], sa.y, acc[h][3]);
-        } else {
-          acc[h][0] = fmaf(part_sum[4 * h + 0], sa.x * s[0], acc[h][0]);
-          acc[h][1] = fmaf(part_sum[4 * h + 1], sa.y * s[0], acc[h][1]);
-          acc[h][2] = fmaf(part_sum[4 * h + 2], sa.x * s[1], acc[h][2]);
-          acc[h][3] = fmaf(part_sum[4 * h + 3], sa.y * s[1], acc[h][3]);
-        }
-      }
+      for (int h = 0; h < kN / 4; ++h)
+        promote_k32<kFolded>(acc[h], part_sum + 4 * h, *reinterpret_cast<const float2*>(sa_kb + 8 * h), s[0], s[1]);
     };
     for (int c = 0; c < chunks; ++c) {
       // Every warpgroup has retired its wgmmas of chunk c - 1 (each k step ends in wait_group 0).

@@ -68,6 +68,32 @@ struct DecodeTables {
   uint2 entry[16];
 };
 
+// Threads 0..15 of the block fill the tables (entry 15 unused: zeros); a barrier orders them
+// before their first read.
+__device__ __forceinline__ void init_decode_tables(DecodeTables& tables) {
+  if (threadIdx.x < 16)
+    tables.entry[threadIdx.x] = threadIdx.x < kFoldedShifts
+                                    ? make_uint2(folded_table_word(threadIdx.x, 0), folded_table_word(threadIdx.x, 4))
+                                    : make_uint2(0u, 0u);
+}
+
+// acc += part * 2^sa of the C fragment's two tokens (sa.x: token 2t, sa.y: 2t + 1); unfolded also
+// times its rows' E8M0 factors, in the operand order of Mxfp4MainloopT (sa * sw).
+template <bool kFolded>
+__device__ __forceinline__ void promote_k32(float (&acc)[4], const float* part, float2 sa, float s_w0, float s_w1) {
+  if constexpr (kFolded) {
+    acc[0] = fmaf(part[0], sa.x, acc[0]);
+    acc[1] = fmaf(part[1], sa.y, acc[1]);
+    acc[2] = fmaf(part[2], sa.x, acc[2]);
+    acc[3] = fmaf(part[3], sa.y, acc[3]);
+  } else {
+    acc[0] = fmaf(part[0], sa.x * s_w0, acc[0]);
+    acc[1] = fmaf(part[1], sa.y * s_w0, acc[1]);
+    acc[2] = fmaf(part[2], sa.x * s_w1, acc[2]);
+    acc[3] = fmaf(part[3], sa.y * s_w1, acc[3]);
+  }
+}
+
 // Where 16-byte column c (0 .. 31: 8 per k step) of tile row r sits in an A chunk.
 // DecodeALayout: row-major, each row's kAChunkSteps k steps together, the XOR inside each
 // 128-byte k step (ldmatrix rows of 8 tokens hit 8 bank groups).
@@ -228,11 +254,7 @@ struct Mxfp4DecodeMainloop {
     // This warp's weights and the shift / scale words of its rows, kPrefetch k steps ahead.
     DecodeWeightStream<uint32_t, kPrefetch, kGroups> ws(op, t, k_steps, first_step, steps);
 
-    if constexpr (kFolded)
-      if (threadIdx.x < 16)
-        tables.entry[threadIdx.x] = threadIdx.x < kFoldedShifts
-                                        ? make_uint2(folded_table_word(threadIdx.x, 0), folded_table_word(threadIdx.x, 4))
-                                        : make_uint2(0u, 0u);
+    if constexpr (kFolded) init_decode_tables(tables);
     load_a(op, t, smem);
     const int32_t* source = reinterpret_cast<const int32_t*>(smem + decode_epilogue_offset(k, kSplit));
 
@@ -289,18 +311,8 @@ struct Mxfp4DecodeMainloop {
         if (h == 1 && !two_halves) break;
         float part[4];
         ptx::mma_m16n8k32_e4m3_via_f16(part, a, b[h][kb / 2][2 * (kb % 2)], b[h][kb / 2][2 * (kb % 2) + 1]);
-        const float2 sa = *reinterpret_cast<const float2*>(saf + kb * kDecodeBlockM + 8 * h);
-        if constexpr (kFolded) {
-          acc[h][0] = fmaf(part[0], sa.x, acc[h][0]);
-          acc[h][1] = fmaf(part[1], sa.y, acc[h][1]);
-          acc[h][2] = fmaf(part[2], sa.x, acc[h][2]);
-          acc[h][3] = fmaf(part[3], sa.y, acc[h][3]);
-        } else {  // the operand order of Mxfp4MainloopT: sa * sw
-          acc[h][0] = fmaf(part[0], sa.x * s_w0, acc[h][0]);
-          acc[h][1] = fmaf(part[1], sa.y * s_w0, acc[h][1]);
-          acc[h][2] = fmaf(part[2], sa.x * s_w1, acc[h][2]);
-          acc[h][3] = fmaf(part[3], sa.y * s_w1, acc[h][3]);
-        }
+        promote_k32<kFolded>(acc[h], part, *reinterpret_cast<const float2*>(saf + kb * kDecodeBlockM + 8 * h),
+                             s_w0, s_w1);
       }
     }
   }

@@ -49,13 +49,6 @@ __device__ __forceinline__ int slot_expert(const OneTokenParams& p, int k, bool 
   return id >= 0 && id < p.num_experts ? static_cast<int>(id) : -1;
 }
 
-__device__ __forceinline__ void init_tables(DecodeTables& tables) {
-  if (threadIdx.x < 16)
-    tables.entry[threadIdx.x] = threadIdx.x < kFoldedShifts
-                                    ? make_uint2(folded_table_word(threadIdx.x, 0), folded_table_word(threadIdx.x, 4))
-                                    : make_uint2(0u, 0u);
-}
-
 // One 128-wide k step of a warp's 16 rows on the token: q = the token's Q8 row at this step,
 // sa = its four k32 factors (lanes t = 0 use them).
 template <bool kFolded>
@@ -93,7 +86,7 @@ __global__ void __launch_bounds__(kOneTokenThreads, 2) sm90_one_token_gate_up_ke
   uint8_t* xq = smem;
   uint8_t* xs = smem + H;
   float* xsf = reinterpret_cast<float*>(smem + H + ((H / 32 + 15) / 16) * 16);
-  if constexpr (kFolded) init_tables(tables);
+  if constexpr (kFolded) init_decode_tables(tables);
   ptx::grid_dependency_wait();
   // down may start now: it reads the ids (written before this grid began) through L2 and waits
   // for this grid before it reads h.
@@ -179,7 +172,7 @@ __global__ void __launch_bounds__(kOneTokenThreads, 2) sm90_one_token_down_kerne
   // below (which units are copied, waited for, computed and summed) uses these.
   __shared__ int experts[kOneTokenMaxTopK];
   if (threadIdx.x < K) experts[threadIdx.x] = slot_expert(p, threadIdx.x, true);
-  if constexpr (kFolded) init_tables(tables);
+  if constexpr (kFolded) init_decode_tables(tables);
   for (int j = threadIdx.x; j < units; j += kOneTokenThreads) ptx::mbarrier_init(&bars[j], 1);
   ptx::fence_mbarrier_init();
   __syncthreads();

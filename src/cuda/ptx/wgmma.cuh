@@ -150,10 +150,10 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
 
 // D(64xN fp32) = A(64x32 e4m3) * B(Nx32 e4m3)^T with A in registers and D not accumulated
 // (scale-d = 0), for N = 48, 64 and 96 (d[N / 2]; the narrow forms below: N = 8, 16). Per warp w
-// of the warpgroup, rows 16w..16w+15 as the A fragment of mma.sync m16n8k32 e4m3 (a[0] = row g, k 4t..4t+3; a[1] = row g + 8;
-// a[2] = row g, k 16+4t..16+4t+3; a[3] = row g + 8; lane = 4g + t); B K-major in shared memory
-// (the layout above, one k32 slice = 32 bytes). As for the bf16 form, a[] and d[] belong to the
-// wgmma until a wgmma_wait_group has retired it.
+// of the warpgroup, rows 16w..16w+15 as the A fragment of mma.sync m16n8k32 e4m3 (a[0] = row g,
+// k 4t..4t+3; a[1] = row g + 8; a[2] = row g, k 16+4t..16+4t+3; a[3] = row g + 8; lane = 4g + t);
+// B K-major in shared memory (the layout above, one k32 slice = 32 bytes). As for the bf16 form,
+// a[] and d[] belong to the wgmma until a wgmma_wait_group has retired it.
 __device__ __forceinline__ void wgmma_m64n48k32_e4m3_rs_zero_d(float (&d)[24], const uint32_t (&a)[4], uint64_t desc_b) {
   asm volatile(
       "{\n"
