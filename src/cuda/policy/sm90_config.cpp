@@ -253,11 +253,13 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
   // A family is pinnable for a recipe where the table has a form of it.
   std::string families = "auto";
   for (const GemmKernel g :
-       {GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma, GemmKernel::kWgmmaRs, GemmKernel::kDecodeWgmma})
+       {GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma, GemmKernel::kWgmmaRs, GemmKernel::kDecodeWgmma,
+        GemmKernel::kWgmmaRsK128})
     if (sm90_family_form(desc.recipe, g)) fmt::format_to(std::back_inserter(families), ", {}", gemm_kernel_name(g));
   MOE_EP_CHECK_CODE(o.gemm == GemmKernel::kAuto || sm90_family_form(desc.recipe, o.gemm), ErrorCode::kUnsupported, "overrides.gemm = {}: recipe '{}' has no such kernel "
                     "family on SM90; allowed: {}", gemm_kernel_name(o.gemm), recipe_name(desc.recipe), families);
-  const bool warpgroup = o.gemm == GemmKernel::kWgmma || o.gemm == GemmKernel::kWgmmaRs;
+  const bool warpgroup =
+      o.gemm == GemmKernel::kWgmma || o.gemm == GemmKernel::kWgmmaRs || o.gemm == GemmKernel::kWgmmaRsK128;
   MOE_EP_CHECK_CODE(!((warpgroup || o.gemm == GemmKernel::kDecodeWgmma) && c.exact_accumulation),
                     ErrorCode::kInvalidArgument,
                     "overrides.gemm = {} contradicts desc.numerics.exact_accumulation = true (the "
