@@ -257,9 +257,8 @@ TEST(Sm90RsCodecDevice, FragmentDecodeIsBitwiseTheHosts) {
   }
 }
 
-// Random Q8 rows (formats module quantizer) -> bf16 rows in the rs order on the GPU, against the
-// host: position rs_position_of_k(k) of each 128-wide step holds bf16(e4m3 * 2^(E8M0 - 127)).
-// tile/e4m3_rescale.cuh: every e4m3 code but NaN at every shift d = 1 .. 40 against the formats
+// tile/e4m3_rescale.cuh: every e4m3 code but NaN at every shift d = 1 .. 40 and a few up to the
+// largest E8M0 difference (253) against the formats
 // module's encoder (float_to_e4m3, checked against ml_dtypes) of the exact value code * 2^-d:
 // round to nearest even into e4m3's subnormals and to signed zeros; across d = 15 | 16 the device
 // changes from the f16 path to the fp32 one. Each word's four bytes are four different codes.
@@ -268,7 +267,10 @@ TEST(Sm90RsCodecDevice, E4m3RescaleRoundsLikeTheFormatsModule) {
   std::vector<uint32_t> words;
   std::vector<int32_t> shifts;
   std::vector<uint32_t> want;
-  for (int d = 1; d <= 40; ++d)
+  std::vector<int> shift_values;
+  for (int d = 1; d <= 40; ++d) shift_values.push_back(d);
+  for (const int d : {63, 64, 65, 127, 253}) shift_values.push_back(d);
+  for (const int d : shift_values)
     for (uint32_t c = 0; c < 256; ++c) {
       uint32_t word = 0, expect = 0;
       for (int b = 0; b < 4; ++b) {
@@ -301,6 +303,8 @@ TEST(Sm90RsCodecDevice, E4m3RescaleRoundsLikeTheFormatsModule) {
   EXPECT_GT(nonzero, 0);
 }
 
+// Random Q8 rows (formats module quantizer) -> bf16 rows in the rs order on the GPU, against the
+// host: position rs_position_of_k(k) of each 128-wide step holds bf16(e4m3 * 2^(E8M0 - 127)).
 TEST(Sm90RsCodecDevice, Q8ToBf16WritesEachValueExactlyAtItsRsPosition) {
   MOE_EP_REQUIRE_CUDA();
   const int64_t rows = 37, k = 384;

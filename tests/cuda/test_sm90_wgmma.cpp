@@ -437,9 +437,10 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
 // What promoting once per 128 k costs in accuracy: the layer (H = 1024, I = 512, T = 1024) on
 // rs-fp8 (k32 promotion, the recipe's codes) and on rs-fp8-k128 (each token's four k32 blocks
 // re-encoded to their largest scale) against the CPU layer, with x normal, Student-t with 3
-// degrees of freedom, and normal with every 61st column times 100 (the outlier columns of
-// bench/numerics/promotion_groups.py). Both stay within the wgmma threshold; the errors print
-// side by side for the report.
+// degrees of freedom, normal with every 61st column times 100 (the outlier columns of
+// bench/numerics/promotion_groups.py), and normal with each k32 block of a token times 2^-j, j
+// uniform in 0 .. 8 (a token's four scales of a k step apart by up to 8 octaves: the re-encoding
+// drops the most bits). Both stay within the wgmma threshold; the errors print side by side.
 TEST(Sm90WgmmaLayer, K128PromotionErrorOnHeavyTailedActivations) {
   MOE_EP_REQUIRE_CUDA();
   Problem p = testsupport::tiny_problem("mxfp4");
@@ -451,11 +452,14 @@ TEST(Sm90WgmmaLayer, K128PromotionErrorOnHeavyTailedActivations) {
   std::mt19937_64 rng(77);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::chi_squared_distribution<double> chi2(3.0);
-  for (const char* dist : {"normal", "student-t(3)", "outlier columns x100"}) {
+  std::uniform_int_distribution<int> octave(0, 8);
+  for (const char* dist : {"normal", "student-t(3)", "outlier columns x100", "k32 blocks x2^-(0..8)"}) {
     Inputs in = testsupport::random_inputs(p, 1024, 41, {.skip_fraction = 0.05});
     for (int64_t t = 0; t < in.tokens; ++t)
-      for (int64_t h = 0; h < p.hidden; ++h) {
+      for (int64_t h = 0, j = 0; h < p.hidden; ++h) {
+        if (h % 32 == 0) j = octave(rng);
         double v = normal(rng);
+        if (dist[0] == 'k') v = std::ldexp(v, -static_cast<int>(j));
         if (dist[0] == 's') v /= std::sqrt(chi2(rng) / 3.0);
         if (dist[0] == 'o' && h % 61 == 0) v *= 100.0;
         in.x[static_cast<size_t>(t * p.hidden + h)] = float_to_bf16(static_cast<float>(v));

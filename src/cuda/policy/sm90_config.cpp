@@ -272,7 +272,7 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
   if (!o.tile.automatic()) {
     const std::string tiles = sm90_family_tiles(desc.recipe, o.gemm);
     MOE_EP_CHECK_CODE(warpgroup && !tiles.empty(), ErrorCode::kUnsupported,
-                      "overrides.tile = {}: a tile is pinned together with overrides.gemm = wgmma or wgmma-rs "
+                      "overrides.tile = {}: a tile is pinned together with overrides.gemm = wgmma, wgmma-rs or wgmma-rs-k128 "
                       "(overrides.gemm = {})", o.tile.str(), gemm_kernel_name(o.gemm));
     MOE_EP_CHECK_CODE(sm90_family_form(desc.recipe, o.gemm, o.tile).has_value(), ErrorCode::kUnsupported, "overrides.tile = {} is not a tile of {} for recipe '{}' on "
                       "SM90; allowed: {}", o.tile.str(), gemm_kernel_name(o.gemm), recipe_name(desc.recipe), tiles);

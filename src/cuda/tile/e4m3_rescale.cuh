@@ -31,9 +31,9 @@ __device__ __forceinline__ uint32_t e4m3x4_times_pow2_neg(uint32_t v, int d) {
            (static_cast<uint32_t>(ptx::cvt_e4m3x2_from_f16x2(ptx::hmul2_f16(hi, scale))) << 16);
   }
   const float f = __uint_as_float(static_cast<uint32_t>(127 - min(d, 64)) << 23);
-  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
-  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-  return ptx::cvt_e4m3x2(a.x * f, a.y * f) | (static_cast<uint32_t>(ptx::cvt_e4m3x2(b.x * f, b.y * f)) << 16);
+  auto half = [](uint32_t v, int i) { return __half2float(__ushort_as_half(static_cast<unsigned short>(v >> (16 * i)))); };
+  return ptx::cvt_e4m3x2(half(lo, 0) * f, half(lo, 1) * f) |
+         (static_cast<uint32_t>(ptx::cvt_e4m3x2(half(hi, 0) * f, half(hi, 1) * f)) << 16);
 }
 
 // Sixteen e4m3 codes (a 16-byte chunk of a row) times 2^-d, as e4m3x4_times_pow2_neg.

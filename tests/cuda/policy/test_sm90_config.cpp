@@ -390,7 +390,7 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   KernelOverrides tile;
   tile.tile = {64, 256};
   expect_refused([&] { select_sm90_load_config(d, tile); }, ErrorCode::kUnsupported,
-                 "a tile is pinned together with overrides.gemm = wgmma or wgmma-rs");
+                 "a tile is pinned together with overrides.gemm = wgmma, wgmma-rs or wgmma-rs-k128");
   tile.gemm = GemmKernel::kWgmma;
   tile.tile = {128, 128};
   expect_refused([&] { select_sm90_load_config(d, tile); }, ErrorCode::kUnsupported,
