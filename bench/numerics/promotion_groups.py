@@ -12,8 +12,10 @@ block's codes re-encoded to e4m3 at the group's largest scale,
 which is exact except where a code falls into e4m3's subnormals or below them. This script
 measures that re-encoding alone (the tensor cores' own k-sum precision is not emulated), in
 float64, against the recipe's GEMM on the same quantized weights, for activations drawn from a
-normal, a Student-t (3 degrees of freedom) and a normal with a few outlier columns, one row per
-(distribution, group) as CSV:
+normal, a Student-t (3 degrees of freedom), a normal with a few outlier columns, and a normal
+whose k32 blocks are each scaled by 2^-j, j uniform in 0..8 (a token's neighbouring scales apart
+by up to 8 octaves, the re-encoding's worst ordinary case), one row per (distribution, group) as
+CSV:
 
     python3 bench/numerics/promotion_groups.py [--commit C] > bench/results/promotion_groups.csv
 
@@ -47,6 +49,10 @@ def activations(kind, rng):
         cols = rng.choice(H, 8, replace=False)
         x[:, cols] *= 100.0
         return x
+    if kind == "mixed-block-scales":
+        x = rng.standard_normal((TOKENS, H // 32, 32))
+        x *= np.ldexp(1.0, -rng.integers(0, 9, (TOKENS, H // 32, 1)))
+        return x.reshape(TOKENS, H)
     raise ValueError(kind)
 
 
@@ -72,7 +78,7 @@ def main():
     w = ref.mxfp4_dequant(packed, wscale)
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     print("gpu,date,commit,distribution,k_per_promotion,rel_err_vs_recipe,rel_err_recipe,zeroed")
-    for kind in ("normal", "student-t3", "outlier-columns"):
+    for kind in ("normal", "student-t3", "outlier-columns", "mixed-block-scales"):
         x = activations(kind, rng)
         codes, scales = ref.q8(x)
         recipe = ref.q8_dequant(codes, scales) @ w.T
