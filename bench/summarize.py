@@ -18,8 +18,10 @@ These kinds of CSV file are read, told apart by their header:
   stage rows  gpu,date,commit,preset,stage,tokens,layers,time_us,floor_us,source,note
   stream rows the output of bench/micro/weight_stream.cu (gpu,date,commit,mechanism,threads,
               depth,alu,units,time_us,gbps,copy_gbps)
+  sass     rows the output of scripts/sass_loops.py --csv (gpu,date,commit,kernel,wgmma_shape,
+              k_step_instructions,wgmma,ffma,lds): a consumer warp's instructions per k step
   numerics rows the output of bench/numerics/promotion_groups.py (gpu,date,commit,distribution,
-              k_per_promotion,rel_err_vs_recipe,rel_err_recipe,zeroed)
+              k_per_promotion,rel_err_vs_recipe,rel_err_recipe,zeroed[,rel_err_direct_vs_recipe])
 
 For each (gpu, preset, recipe, T, variant) the newest row wins: the later date, and on the same
 date the row read last (files in name order, rows in file order).
@@ -63,7 +65,7 @@ def order_key(value, order):
 
 
 def read_rows(results_dir):
-    layers, stages, streams, numerics = [], [], [], []
+    layers, stages, streams, numerics, sass = [], [], [], [], []
     files = sorted(results_dir.glob("*.csv"))
     if not files:
         raise InputError(f"no CSV files in {results_dir}")
@@ -78,6 +80,8 @@ def read_rows(results_dir):
                                  "must name its gpu, date and commit")
             if "k_per_promotion" in header:
                 kind = "numerics"
+            elif "k_step_instructions" in header:
+                kind = "sass"
             elif "mechanism" in header:
                 kind = "stream"
             elif "stage" in header:
@@ -96,11 +100,18 @@ def read_rows(results_dir):
                 for c in RUN_COLUMNS:
                     if not (row.get(c) or "").strip():
                         raise InputError(f"{where}: empty {c}")
+                if kind == "sass":
+                    sass.append({"date": row["date"].strip(), "commit": row["commit"].strip(), "seq": seq,
+                                 **{c: row[c].strip() for c in ("kernel", "wgmma_shape", "k_step_instructions",
+                                                                "wgmma", "ffma", "lds")}})
+                    int(row["k_step_instructions"])  # must parse
+                    continue
                 if kind == "numerics":
                     numerics.append({"date": row["date"].strip(), "commit": row["commit"].strip(), "seq": seq,
                                      **{c: row[c].strip() for c in ("distribution", "k_per_promotion",
                                                                     "rel_err_vs_recipe", "rel_err_recipe",
-                                                                    "zeroed")}})
+                                                                    "zeroed")},
+                                     "direct": (row.get("rel_err_direct_vs_recipe") or "").strip() or "—"})
                     float(row["rel_err_vs_recipe"]), int(row["k_per_promotion"])  # must parse
                     continue
                 if kind == "stream":
@@ -153,7 +164,7 @@ def read_rows(results_dir):
                 base.update(recipe=recipe, variant=variant, source=source, note=note,
                             fraction=fraction, tflops=tflops, floor_us=floor)
                 layers.append(base)
-    return layers, stages, streams, numerics
+    return layers, stages, streams, numerics, sass
 
 
 def newest(rows, key):
@@ -217,16 +228,33 @@ def numerics_section(rows):
            "GEMM 1 of deepseek-v4-flash's shape (K = 4096) in float64 with the recipe's Q8 activations",
            "re-encoded so that the k32 blocks of each group of *k per promotion* share the group's largest",
            "scale: the error that re-encoding adds against the recipe's GEMM (the tensor cores' own k-sum",
-           "precision not emulated), beside the recipe's own error against unquantized activations.", ""]
-    lines = [[r["distribution"], r["k_per_promotion"], r["rel_err_vs_recipe"], r["rel_err_recipe"], r["zeroed"],
-              r["date"], r["commit"]] for r in nrows]
-    out += table(["activations", "k per promotion", "rel. error vs the recipe", "recipe vs unquantized",
-                  "codes zeroed", "date", "commit"], lines)
+           "precision not emulated), beside the recipe's own error against unquantized activations;",
+           "*quantized per group*: the activations quantized once at the group's largest scale instead.", ""]
+    lines = [[r["distribution"], r["k_per_promotion"], r["rel_err_vs_recipe"], r["direct"], r["rel_err_recipe"],
+              r["zeroed"], r["date"], r["commit"]] for r in nrows]
+    out += table(["activations", "k per promotion", "rel. error vs the recipe (re-encoded)",
+                  "(quantized per group)", "recipe vs unquantized", "codes zeroed", "date", "commit"], lines)
     out.append("")
     return out
 
 
-def render(layers, stages, streams, numerics=()):
+def sass_section(rows):
+    best = newest(rows, lambda r: (r["kernel"], r["wgmma_shape"]))
+    srows = sorted(best.values(), key=lambda r: (r["kernel"], r["wgmma_shape"]))
+    out = ["## SASS: a consumer warp's instructions per k step (`scripts/sass_loops.py --csv`)", "",
+           "Each innermost loop around a kernel's wgmma, from the sm_90a SASS of the build: one iteration",
+           "is one pass of a consumer warp's mainloop (the instructions it issues; of them wgmma, FFMA and",
+           "LDS). The wgmma count times the shape's K is the k that one pass covers (128 for the",
+           "register-operand and FP8 forms, 512 for the decode forms). The warps of all warpgroups share",
+           "each SM sub-partition's one issue slot per clock.", ""]
+    lines = [[f"`{r['kernel']}`", r["wgmma_shape"], r["k_step_instructions"], r["wgmma"], r["ffma"], r["lds"],
+              r["date"], r["commit"]] for r in srows]
+    out += table(["kernel", "wgmma", "instructions", "wgmma", "FFMA", "LDS", "date", "commit"], lines)
+    out.append("")
+    return out
+
+
+def render(layers, stages, streams, numerics=(), sass=()):
     out = [
         "# moe_ep: measured figures",
         "",
@@ -314,6 +342,8 @@ def render(layers, stages, streams, numerics=()):
             out += stream_section(g_streams)
     if numerics:
         out += numerics_section(list(numerics))
+    if sass:
+        out += sass_section(list(sass))
     while out and out[-1] == "":
         out.pop()
     return "\n".join(out) + "\n"
@@ -327,11 +357,11 @@ def main(argv=None):
                     help="compare with --output instead of writing it; exit 1 when they differ")
     args = ap.parse_args(argv)
     try:
-        layers, stages, streams, numerics = read_rows(Path(args.results))
+        layers, stages, streams, numerics, sass = read_rows(Path(args.results))
     except (InputError, KeyError, ValueError) as exc:
         print(f"summarize.py: {exc}", file=sys.stderr)
         return 2
-    text = render(layers, stages, streams, numerics)
+    text = render(layers, stages, streams, numerics, sass)
     out = Path(args.output)
     if args.check:
         current = out.read_bytes().decode("utf-8") if out.exists() else None

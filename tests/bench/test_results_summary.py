@@ -72,9 +72,25 @@ def main():
             fail(f"the weight_stream row is missing from the summary: {r.stderr}\n" + out.read_text(encoding="utf-8"))
         (results / "promotion_groups.csv").write_text(NUMERICS_HEADER + "\n" + NUMERICS_ROW + "\n")
         r = run("--results", str(results), "--output", str(out))
-        numerics_row = "| student-t3 | 128 | 2.430e-07 | 2.706e-02 | 2.29e-05 | 2099-01-01 | abc1234 |"
+        numerics_row = "| student-t3 | 128 | 2.430e-07 | — | 2.706e-02 | 2.29e-05 | 2099-01-01 | abc1234 |"
         if r.returncode != 0 or numerics_row not in out.read_text(encoding="utf-8"):
             fail(f"the promotion_groups row is missing from the summary: {r.stderr}\n" + out.read_text(encoding="utf-8"))
+        # scripts/sass_loops.py --csv rows.
+        (results / "sass_k_step.csv").write_text(
+            "gpu,date,commit,kernel,wgmma_shape,k_step_instructions,wgmma,ffma,lds\n"
+            'sm_90a SASS,2099-01-01,abc1234,"sm90_rs_kernel<Cfg, Epi, Gemm1Params>",64x64x32,185,4,32,16\n')
+        r = run("--results", str(results), "--output", str(out))
+        sass_row = "| `sm90_rs_kernel<Cfg, Epi, Gemm1Params>` | 64x64x32 | 185 | 4 | 32 | 16 | 2099-01-01 | abc1234 |"
+        if r.returncode != 0 or sass_row not in out.read_text(encoding="utf-8"):
+            fail(f"the sass_loops row is missing from the summary: {r.stderr}\n" + out.read_text(encoding="utf-8"))
+        # The per-group quantization column, where the file has it.
+        (results / "promotion_groups.csv").write_text(
+            NUMERICS_HEADER + ",rel_err_direct_vs_recipe\n" + NUMERICS_ROW + ",2.426e-07\n")
+        r = run("--results", str(results), "--output", str(out))
+        numerics_row = "| student-t3 | 128 | 2.430e-07 | 2.426e-07 | 2.706e-02 | 2.29e-05 | 2099-01-01 | abc1234 |"
+        if r.returncode != 0 or numerics_row not in out.read_text(encoding="utf-8"):
+            fail(f"the per-group quantization column is missing from the summary: {r.stderr}\n" +
+                 out.read_text(encoding="utf-8"))
 
         # 3. A file without gpu/date/commit is refused, naming the columns.
         (results / "bad.csv").write_text("preset,backend,tokens,time_us\ntiny,mxfp4,1,10\n")
