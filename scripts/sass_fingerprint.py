@@ -17,6 +17,7 @@ import sys
 
 
 def kernels(sass):
+    """{mangled name: [(address, instruction text)]} of cuobjdump --dump-sass output."""
     fns, cur = {}, None
     for line in sass.splitlines():
         m = re.search(r"Function : (\S+)", line)
@@ -24,9 +25,9 @@ def kernels(sass):
             cur = m.group(1)
             fns[cur] = []
             continue
-        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", line)
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
         if cur and m:
-            fns[cur].append(m.group(1))
+            fns[cur].append((int(m.group(1), 16), m.group(2)))
     return fns
 
 
@@ -40,7 +41,7 @@ def main():
         sys.stderr.write(out.stderr)
         return out.returncode
     for name, code in sorted(kernels(out.stdout).items()):
-        print(hashlib.md5("\n".join(code).encode()).hexdigest(), f"{len(code):6d}", name)
+        print(hashlib.md5("\n".join(t for _, t in code).encode()).hexdigest(), f"{len(code):6d}", name)
     return 0
 
 

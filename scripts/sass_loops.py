@@ -23,22 +23,12 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sass_fingerprint import kernels  # noqa: E402  (the SASS listing parsed per kernel)
 
 COUNTED = ("QGMMA", "HGMMA", "FFMA", "LDS", "LDGSTS", "SYNCS", "HMUL2", "F2FP")
-
-
-def kernels(sass):
-    fns, cur = {}, None
-    for line in sass.splitlines():
-        m = re.search(r"Function : (\S+)", line)
-        if m:
-            cur = m.group(1)
-            fns[cur] = []
-            continue
-        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
-        if cur and m:
-            fns[cur].append((int(m.group(1), 16), m.group(2)))
-    return fns
 
 
 def opcode(text):
