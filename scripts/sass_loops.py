@@ -47,12 +47,9 @@ def back_edges(instrs):
 
 
 def loops(instrs, ops):
+    """(start, end, instruction count, {opcode: count}) of each loop holding one of ops."""
     out = []
-    for addr, text in instrs:
-        m = re.search(r"\bBRA\s+(?:`\()?(0x[0-9a-f]+)", text)
-        if not m or int(m.group(1), 16) >= addr:
-            continue
-        lo = int(m.group(1), 16)
+    for lo, addr in back_edges(instrs):
         body = [opcode(t) for a, t in instrs if lo <= a <= addr]
         if not any(o in ops for o in body):
             continue
@@ -73,7 +70,7 @@ def main():
     ap.add_argument("--kernel", default="", help="only kernels whose mangled name matches this regex")
     ap.add_argument("--ops", default="QGMMA,HGMMA,LDGSTS", help="print loops holding one of these opcodes")
     ap.add_argument("--cuobjdump", default=os.environ.get("MOE_EP_CUOBJDUMP", "cuobjdump"))
-    ap.add_argument("--csv", action="store_true", help="one row per kernel: its wgmma k step")
+    ap.add_argument("--csv", action="store_true", help="CSV rows: each innermost loop holding a wgmma")
     ap.add_argument("--commit", default="", help="the commit column of --csv")
     ap.add_argument("--header", action="store_true", help="with --csv: print the header line first")
     a = ap.parse_args()
