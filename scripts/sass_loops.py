@@ -87,13 +87,13 @@ def main():
         if a.kernel and not re.search(a.kernel, name):
             continue
         if writer:
-            edges = back_edges(instrs)
+            edges, kernel = back_edges(instrs), short_name(name)
             for lo, hi, n, c in loops(instrs, {"QGMMA", "HGMMA"}):
                 if any(lo <= l2 and h2 < hi for l2, h2 in edges):
                     continue  # another loop closes inside it: not a k step
                 shape = next((m.group(1) for addr, t in instrs if lo <= addr <= hi
                               for m in [re.search(r"[QH]GMMA\.(\d+x\d+x\d+)", t)] if m), "")
-                writer.writerow(["sm_90a SASS", date, a.commit, short_name(name), shape, n,
+                writer.writerow(["sm_90a SASS", date, a.commit, kernel, shape, n,
                                  c.get("QGMMA", 0) + c.get("HGMMA", 0), c.get("FFMA", 0), c.get("LDS", 0)])
             continue
         print(name)

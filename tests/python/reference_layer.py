@@ -135,15 +135,19 @@ def _silu(gate):
         return np.where(np.isneginf(gate), -0.0, gate / (1.0 + np.exp(-gate)))
 
 
+def q8_encode(g: np.ndarray, byte: np.ndarray) -> np.ndarray:
+    """Blocks g [..., blocks, 32] as e4m3 codes at the E8M0 bytes [..., blocks] (saturating)."""
+    over = (np.abs(g) > Q8_MAX_FINITE) & (np.abs(g) <= F32_MAX)
+    g = np.where(over, np.copysign(Q8_MAX_FINITE, g), g)
+    return e4m3_encode(g / np.ldexp(1.0, np.asarray(byte, dtype=np.int64) - 127)[..., None])
+
+
 def q8(v: np.ndarray) -> tuple:
     """Q8 (docs/spec.md §3) along the last axis: e4m3 codes and one E8M0 byte per 32 elements."""
     g = np.asarray(v, dtype=np.float64).reshape(*v.shape[:-1], -1, 32)
     amax = np.maximum(np.abs(g).max(axis=-1), 1e-4)
     byte = np.clip(_ceil_log2_ratio(amax, 448.0) + 127, 1, 254)
-    over = (np.abs(g) > Q8_MAX_FINITE) & (np.abs(g) <= F32_MAX)
-    g = np.where(over, np.copysign(Q8_MAX_FINITE, g), g)
-    codes = e4m3_encode(g / np.ldexp(1.0, byte - 127)[..., None])
-    return codes.reshape(v.shape), byte.astype(np.uint8)
+    return q8_encode(g, byte).reshape(v.shape), byte.astype(np.uint8)
 
 
 def q8_dequant(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
