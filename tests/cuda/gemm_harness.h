@@ -189,11 +189,12 @@ struct Kernels {
 };
 
 // The mxfp4 forms on folded weights that every comparison runs against mma.sync: FP8 wgmma,
-// rs-fp8 (weights in registers, four consumers), rs-fp8 with narrow tail tiles, and GEMM 1 on the
-// bf16 pairs form (128-token tiles over 64-row list tiles) with GEMM 2 on rs-fp8.
+// rs-fp8 (weights in registers, four consumers), rs-fp8 with narrow tail tiles, rs-fp8-k128 (one
+// promotion per k step, activations re-encoded per 128 k), and GEMM 1 on the bf16 pairs form
+// (128-token tiles over 64-row list tiles) with GEMM 2 on rs-fp8.
 inline const std::vector<Kernels>& wgmma_variants() {
   static const std::vector<Kernels> v = {Kernels(Sm90Form::kMxfp4WgmmaFp8), Kernels(Sm90Form::kMxfp4RsFp8),
-                                         Kernels(Sm90Form::kMxfp4RsFp8Tails),
+                                         Kernels(Sm90Form::kMxfp4RsFp8Tails), Kernels(Sm90Form::kMxfp4RsFp8K128),
                                          Kernels(Sm90Form::kMxfp4RsBf16Pairs, Sm90Form::kMxfp4RsFp8)};
   return v;
 }

@@ -319,7 +319,8 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
   };
   for (const Case c : {Case{"mxfp4", GemmKernel::kDecode}, Case{"mxfp4", GemmKernel::kDecode, true},
                        Case{"mxfp4", GemmKernel::kMma}, Case{"mxfp4", GemmKernel::kWgmma},
-                       Case{"mxfp4", GemmKernel::kWgmmaRs}, Case{"nvfp4", GemmKernel::kDecode},
+                       Case{"mxfp4", GemmKernel::kWgmmaRs}, Case{"mxfp4", GemmKernel::kWgmmaRsK128},
+                       Case{"nvfp4", GemmKernel::kDecode},
                        Case{"nvfp4", GemmKernel::kDecode, true}, Case{"nvfp4", GemmKernel::kMma},
                        Case{"nvfp4", GemmKernel::kWgmma}, Case{"nvfp4", GemmKernel::kWgmma, false, true},
                        Case{"mxfp4", GemmKernel::kDecode, false, false, true},
@@ -333,7 +334,8 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
     }
     if (c.fused) p.overrides.fuse_quantize_route = true;
     // The warpgroup kernels and the split decode kernels are refused with exact accumulation.
-    const bool warpgroup = c.kernel == GemmKernel::kWgmma || c.kernel == GemmKernel::kWgmmaRs;
+    const bool warpgroup =
+        c.kernel == GemmKernel::kWgmma || c.kernel == GemmKernel::kWgmmaRs || c.kernel == GemmKernel::kWgmmaRsK128;
     p.exact_accumulation = !warpgroup && !c.split;
     const WeightSet w = testsupport::random_weights(p, native_format(p), 10);
     if (c.fused) {  // the plan runs what the case names

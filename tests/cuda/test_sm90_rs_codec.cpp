@@ -2,7 +2,8 @@
 // weights as operand A): on the host, every code at every shift against the formats module, and
 // the fragments of a whole kernel-layout tensor against the canonical weights, element by element
 // in the order along k the activations are stored in; on the GPU, the same decode bitwise equal
-// to the host's (Sm90RsCodecDevice), and the Q8 -> bf16 conversion of the activations into that
+// to the host's (Sm90RsCodecDevice), rs-fp8-k128's re-encoding of e4m3 codes to a coarser scale
+// against the formats module, and the Q8 -> bf16 conversion of the activations into that
 // order (launch_sm90_q8_to_rs_bf16) against a host model built from the formats module.
 #include <cmath>
 #include <cstring>
@@ -254,6 +255,52 @@ TEST(Sm90RsCodecDevice, FragmentDecodeIsBitwiseTheHosts) {
     for (int r = 0; r < 4; ++r)
       ASSERT_EQ(got[4 * i + r], want[r]) << "case " << i << " register " << r << " shift " << d_g[i];
   }
+}
+
+// tile/e4m3_rescale.cuh: every e4m3 code but NaN at every shift d = 1 .. 40 and a few up to the
+// largest E8M0 difference (253) against the formats
+// module's encoder (float_to_e4m3, checked against ml_dtypes) of the exact value code * 2^-d:
+// round to nearest even into e4m3's subnormals and to signed zeros; across d = 15 | 16 the device
+// changes from the f16 path to the fp32 one. Each word's four bytes are four different codes.
+TEST(Sm90RsCodecDevice, E4m3RescaleRoundsLikeTheFormatsModule) {
+  MOE_EP_REQUIRE_CUDA();
+  std::vector<uint32_t> words;
+  std::vector<int32_t> shifts;
+  std::vector<uint32_t> want;
+  std::vector<int> shift_values;
+  for (int d = 1; d <= 40; ++d) shift_values.push_back(d);
+  for (const int d : {63, 64, 65, 127, 253}) shift_values.push_back(d);
+  for (const int d : shift_values)
+    for (uint32_t c = 0; c < 256; ++c) {
+      uint32_t word = 0, expect = 0;
+      for (int b = 0; b < 4; ++b) {
+        uint32_t code = (c + 67 * b) & 0xFF;
+        if ((code & 0x7F) == 0x7F) code ^= 1;  // NaN never reaches the kernels
+        word |= code << (8 * b);
+        expect |= static_cast<uint32_t>(float_to_e4m3(std::ldexp(e4m3_to_float(static_cast<uint8_t>(code)), -d)))
+                  << (8 * b);
+      }
+      words.push_back(word);
+      shifts.push_back(d);
+      want.push_back(expect);
+    }
+  const int n = static_cast<int>(words.size());
+  const DeviceBuffer dw = DeviceBuffer::upload(words), ds = DeviceBuffer::upload(shifts);
+  DeviceBuffer out(words.size() * 4), out16(words.size() * 4);
+  MOE_EP_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));
+  MOE_EP_CUDA_CHECK(cudaMemset(out16.get(), 0xFF, out16.bytes()));
+  MOE_EP_CUDA_CHECK(test::run_e4m3_rescale_probe(dw.get<uint32_t>(), ds.get<int32_t>(), n, out.get<uint32_t>(),
+                                                 out16.get<uint32_t>()));
+  std::vector<uint32_t> got(n), got16(n);
+  MOE_EP_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
+  MOE_EP_CUDA_CHECK(cudaMemcpy(got16.data(), out16.get(), out16.bytes(), cudaMemcpyDeviceToHost));
+  int64_t nonzero = 0;
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(got[i], want[i]) << "word " << std::hex << words[i] << std::dec << " at d = " << shifts[i];
+    ASSERT_EQ(got16[i], want[i]) << "16-byte form, word " << std::hex << words[i] << std::dec << " at d = " << shifts[i];
+    for (int b = 0; b < 4; ++b) nonzero += ((want[i] >> (8 * b)) & 0x7F) != 0;
+  }
+  EXPECT_GT(nonzero, 0);
 }
 
 // Random Q8 rows (formats module quantizer) -> bf16 rows in the rs order on the GPU, against the

@@ -23,9 +23,11 @@
 // wgmma-rs) or on auto (which reaches the bf16 pairs GEMM 1 at large T) against the CPU layer on
 // the tiny preset and deepseek-v4-flash (T = 1, 7, 300, 1024, 4096, 6144, a subset of rows for the
 // large ones), structured routings, and 20 bitwise reruns; nvfp4's f16 wgmma forms likewise.
+#include <cmath>
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -395,6 +397,7 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
   for (const Variant v : {Variant{"wgmma", GemmKernel::kWgmma, ""}, Variant{"wgmma 64x256", GemmKernel::kWgmma, "64x256"},
                           Variant{"wgmma-rs", GemmKernel::kWgmmaRs, ""},
                           Variant{"wgmma-rs 64x256", GemmKernel::kWgmmaRs, "64x256"},
+                          Variant{"wgmma-rs-k128", GemmKernel::kWgmmaRsK128, ""},
                           Variant{"auto", GemmKernel::kAuto, ""}}) {
     const char* tile = v.name;
     Problem p = testsupport::tiny_problem("mxfp4");
@@ -428,6 +431,54 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
     for (int64_t t = 0; t < in.tokens; ++t)
       for (int64_t k = 0; k < p.top_k; ++k) in.set_id(t, k, k == 0 ? 5 : -1);
     check(in, "one expert, all rows");
+  }
+}
+
+// What promoting once per 128 k costs in accuracy: the layer (H = 1024, I = 512, T = 1024) on
+// rs-fp8 (k32 promotion, the recipe's codes) and on rs-fp8-k128 (each token's four k32 blocks
+// re-encoded to their largest scale) against the CPU layer, with x normal, Student-t with 3
+// degrees of freedom, normal with every 61st column times 100 (the outlier columns of
+// bench/numerics/promotion_groups.py), and normal with each k32 block of a token times 2^-j, j
+// uniform in 0 .. 8 (a token's four scales of a k step apart by up to 8 octaves: the re-encoding
+// drops the most bits). Both stay within the wgmma threshold; the errors print side by side.
+TEST(Sm90WgmmaLayer, K128PromotionErrorOnHeavyTailedActivations) {
+  MOE_EP_REQUIRE_CUDA();
+  Problem p = testsupport::tiny_problem("mxfp4");
+  p.max_tokens = 1024;
+  p.hidden = 1024;
+  p.intermediate = 512;
+  p.exact_accumulation = false;
+  const testsupport::WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 31);
+  std::mt19937_64 rng(77);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::chi_squared_distribution<double> chi2(3.0);
+  std::uniform_int_distribution<int> octave(0, 8);
+  for (const char* dist : {"normal", "student-t(3)", "outlier columns x100", "k32 blocks x2^-(0..8)"}) {
+    Inputs in = testsupport::random_inputs(p, 1024, 41, {.skip_fraction = 0.05});
+    for (int64_t t = 0; t < in.tokens; ++t)
+      for (int64_t h = 0, j = 0; h < p.hidden; ++h) {
+        if (h % 32 == 0) j = octave(rng);
+        double v = normal(rng);
+        if (dist[0] == 'k') v = std::ldexp(v, -static_cast<int>(j));
+        if (dist[0] == 's') v /= std::sqrt(chi2(rng) / 3.0);
+        if (dist[0] == 'o' && h % 61 == 0) v *= 100.0;
+        in.x[static_cast<size_t>(t * p.hidden + h)] = float_to_bf16(static_cast<float>(v));
+      }
+    const std::vector<double> ref = cpu_reference(p, w.pack(), in);
+    double errs[2] = {0, 0};
+    int i = 0;
+    for (const GemmKernel g : {GemmKernel::kWgmmaRs, GemmKernel::kWgmmaRsK128}) {
+      Problem pg = p;
+      pg.overrides.gemm = g;
+      auto layer = make_gpu_layer(pg, w.pack());
+      const std::vector<uint16_t> y = run_on_gpu(*layer, to_device(pg, in));
+      EXPECT_EQ(layer->read_error_flags(), 0u) << dist;
+      errs[i] = relative_error_rows(y, ref, p.hidden);
+      EXPECT_LE(errs[i], wgmma_recipe_tolerance()) << dist << " " << gemm_kernel_name(g);
+      ++i;
+    }
+    fmt::print("[ wgmma   ] layer H=1024 I=512 T=1024 x {:<22} rel_err rs-fp8 (k32)={:.3e}  rs-fp8-k128={:.3e}\n",
+               dist, errs[0], errs[1]);
   }
 }
 
@@ -561,6 +612,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, Sm90WgmmaFlashLayer,
                                          "T=1..6144: mxfp4.wgmma-fp8.64x256, routing m tiles of 64 rows"},
                              FlashKernel{"wgmma_rs", GemmKernel::kWgmmaRs, Recipe::kMxfp4, "",
                                          "T=1..6144: mxfp4.rs-fp8.64x256, routing m tiles of 64 rows"},
+                             FlashKernel{"wgmma_rs_k128", GemmKernel::kWgmmaRsK128, Recipe::kMxfp4, "",
+                                         "T=1..6144: mxfp4.rs-fp8-k128.64x256, routing m tiles of 64 rows"},
                              FlashKernel{"nvfp4_wgmma", GemmKernel::kWgmma, Recipe::kNvfp4, "",
                                          "T=1..6144: nvfp4.rs-f16.128x128, routing m tiles of 128 rows"},
                              FlashKernel{"nvfp4_wgmma_64x256", GemmKernel::kWgmma, Recipe::kNvfp4, "64x256",

@@ -31,6 +31,7 @@
 //     D   kBlockN shift words (the 4 k32 blocks of one weight row)
 //     SA  kBlockM E8M0 words (the 4 k32 blocks of one token), as copied
 //     SF  4 x kBlockM fp32: 2^(sa - 127) of k32 block kb at [kb][rs_fp8_scale_slot(token)]
+//         (kK128: [0][rs_fp8_scale_slot(token)] holds the largest of the four, A re-encoded to it)
 //   amax   [kConsumers][kBlockM][4 warps] fp32 (GEMM 1 epilogue: Q8 amax per token)
 //   table  16 x 8 B: e4m3 magnitude bytes of codes 0..7 for shift d (15 unused)
 //   full[kStages], empty[kStages]  mbarriers (full: 128 producer arrivals; empty: one per
@@ -46,7 +47,9 @@
 #include "cuda/kernels/sm90_rs_ring.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
+#include "cuda/tile/e4m3_rescale.cuh"
 #include "cuda/tile/fp4_codec.h"
 #include "cuda/tile/quant_device.cuh"
 
@@ -63,7 +66,18 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
 // kNarrowLast is the rs-fp8-tails form (policy/sm90_forms.cpp).
 enum class RsFp8Tails { kFull, kNarrowLast };
 
-template <RsFp8Tails kTails_ = RsFp8Tails::kFull>
+// How often a consumer adds the tensor cores' sums into its fp32 accumulator:
+//   kK32   every k32 block, times the token's E8M0 factor of that block: the recipe's codes and
+//          scales as they are.
+//   kK128  every k step: the step's four k32 wgmmas chain on one partial set and are promoted
+//          once, times the token's largest factor of the four. Before the consumers read a stage,
+//          the producer re-encodes each token's blocks to that factor (tile/e4m3_rescale.cuh:
+//          a block whose scale is 2^d below it keeps its codes times 2^-d, rounded to nearest
+//          even in e4m3), so its codes are not the recipe's where a token's four scales differ.
+//          A quarter of the promotions, for the rs-fp8-k128 form.
+enum class RsFp8Promotion { kK32, kK128 };
+
+template <RsFp8Tails kTails_ = RsFp8Tails::kFull, RsFp8Promotion kPromotion_ = RsFp8Promotion::kK32>
 struct RsFp8TileConfig {
   // The kernel body (sm90_rs_kernel.cuh) and its launch check: folded weights only.
   template <class Epilogue, class Params>
@@ -80,10 +94,13 @@ struct RsFp8TileConfig {
   static constexpr int kStages = 8;
   static constexpr int kLookahead = 3;  // k steps in flight (kStages - 2 measured no faster)
   static constexpr RsFp8Tails kTails = kTails_;
+  static constexpr RsFp8Promotion kPromotion = kPromotion_;
   static constexpr int kNarrowRows = 48;
   static constexpr int kLastPassRows = kTails_ == RsFp8Tails::kNarrowLast ? kNarrowRows : 0;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kProducerRegs = 56;
+  // kK128: the producer re-encodes the landed activations; 128 x 64 + 512 x 104 fills the launch's
+  // 640 x 96.
+  static constexpr int kProducerRegs = kPromotion_ == RsFp8Promotion::kK128 ? 64 : 56;
   static constexpr int kConsumerRegs = 104;
   // setmaxnreg moves registers within the block's allocation: kThreads x the launch's share of
   // the register file (whole multiples of 8): 640 x 96.
@@ -115,6 +132,9 @@ __host__ __device__ constexpr int rs_fp8_scale_slot(int c) {
   const int i = c / 8, t = (c % 8) / 2, e = c % 2;
   return (i / 2) * 16 + 4 * t + 2 * (i % 2) + e;
 }
+
+// The producer warpgroup's named barrier (the consumers' epilogues use 1 + their warpgroup).
+inline constexpr uint32_t kRsProducerBarrier = 5;
 
 template <class Cfg>
 struct RsFp8Smem : RsRingSmem<Cfg> {
@@ -156,8 +176,27 @@ struct alignas(64) RsFp8Producer {
       ptx::cp_async_4(ptx::smem_addr(sm.sa(s)) + tid * 4, sa_src ? sa_src + ks * 4 : op.a_scale, sa_src ? 4 : 0);
   }
 
-  // After this thread's copies of stage s landed: its token's four factors 2^(sa - 127).
+  // After this thread's copies of stage s landed: its token's four factors 2^(sa - 127) (kK128:
+  // after every producer thread's copies landed, the rows this thread copied re-encoded to their
+  // token's largest scale, and its token's factor of that scale).
   static __device__ __forceinline__ void landed(const RsFp8Smem<Cfg>& sm, int s, int tid) {
+    if constexpr (Cfg::kPromotion == RsFp8Promotion::kK128) {
+      ptx::named_barrier_sync(kRsProducerBarrier, 128);  // the scale words of every token landed
+      const uint32_t* sa = reinterpret_cast<const uint32_t*>(sm.sa(s));
+      const int c = tid % 8;  // the 16-byte chunk of the row: k 16 c .. 16 c + 15, k32 block c / 2
+#pragma unroll
+      for (int j = 0; j < Cfg::kBlockM / 16; ++j) {
+        const int row = tid / 8 + 16 * j;
+        const uint32_t word = sa[row];
+        const int d = e8m0_word_max(word) - static_cast<int>((word >> (8 * (c / 2))) & 0xFF);
+        if (d == 0) continue;
+        uint4* chunk = reinterpret_cast<uint4*>(sm.a(s) + row * 128 + ((c ^ (row & 7)) << 4));
+        *chunk = e4m3x16_times_pow2_neg(*chunk, d);
+      }
+      if (tid < Cfg::kBlockM)
+        sm.sf(s)[rs_fp8_scale_slot(tid)] = e8m0_to_float_device(static_cast<uint32_t>(e8m0_word_max(sa[tid])));
+      return;
+    }
     if (tid >= Cfg::kBlockM) return;
     const uint32_t word = reinterpret_cast<const uint32_t*>(sm.sa(s))[tid];
     float* sf = sm.sf(s) + rs_fp8_scale_slot(tid);
@@ -263,6 +302,34 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
       if (lane == 0) ptx::mbarrier_arrive(sm.empty(s));
     };
 
+    if constexpr (Cfg::kPromotion == RsFp8Promotion::kK128) {
+      // Per k step: its four blocks decoded in two pairs (the second pair while the first pair's
+      // wgmmas run), all four chained on `part` and committed as one group; the next step's words
+      // are loaded while they run, then the group is retired and promoted once.
+      uint32_t quad[4][4];
+      auto pair = [&](auto first_constant, int s) {
+        constexpr int kb = decltype(first_constant)::value;
+        decode(kb, quad[kb]);
+        decode(kb + 1, quad[kb + 1]);
+        ptx::wgmma_fence();
+        ptx::wgmma_k32_e4m3_rs<kb != 0>(part, quad[kb], desc(s, kb));
+        ptx::wgmma_k32_e4m3_rs<true>(part, quad[kb + 1], desc(s, kb + 1));
+      };
+      load_step(0);
+      for (int ks = 0; ks < k_steps; ++ks) {
+        const int s = (item + ks) % S;
+        pair(std::integral_constant<int, 0>{}, s);
+        pair(std::integral_constant<int, 2>{}, s);
+        ptx::wgmma_commit_group();
+        if (ks + 1 < k_steps) load_step(ks + 1);
+        ptx::wgmma_wait_group<0>();
+        ptx::fence_operands(part);
+        promote(part, s, 0);
+        release(s);
+      }
+      Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
+      return;
+    }
     using B0 = std::integral_constant<int, 0>;
     using B1 = std::integral_constant<int, 1>;
     using B2 = std::integral_constant<int, 2>;

@@ -32,6 +32,8 @@ constexpr std::array<Sm90FormInfo, kSm90FormCount> kForms = {{
      kRsWideBlockM,  kRsWideBlockM, kRsFp8WideBlockN,   4, 1, false, true,  true, true,  false, false, false, false},
   {F::kMxfp4RsFp8Tails,  "mxfp4.rs-fp8-tails.64x256",      kMx, G::kAuto,   "rs-fp8, an expert's last tile of <= 48 rows on n48 after the others", "e4m3 x e4m3 (folded)",
      kRsWideBlockM,  kRsWideBlockM, kRsFp8WideBlockN,   4, 1, true,  true,  true, true,  false, false, false, false},
+  {F::kMxfp4RsFp8K128,   "mxfp4.rs-fp8-k128.64x256",       kMx, G::kWgmmaRsK128, "rs-fp8-tails, each k step's four k32 wgmmas chained and promoted once, activations re-encoded to each token's largest scale of the step", "e4m3 x e4m3 (folded; x and h re-encoded per 128 k)",
+     kRsWideBlockM,  kRsWideBlockM, kRsFp8WideBlockN,   4, 1, true,  true,  true, true,  false, false, false, false},
   {F::kMxfp4RsBf16Pairs, "mxfp4.rs-bf16-pairs.128x256",    kMx, G::kAuto,   "bf16 wgmma, weights decoded into registers; an expert's pairs of list tiles as 128-token tiles, its odd last tile after", "bf16 x bf16 (folded)",
      kRsWide128BlockM, kRsWideBlockM, kRsWideBlockN,    4, 1, false, true,  false, true, false, true,  false, false},
   {F::kMxfp4OneToken,    "mxfp4.one-token.1x16",           kMx, G::kAuto,   "the layer of one token in two launches: mma.sync on the token, W2 copied to shared memory while W13 streams", "e4m3 x e2m1 (E8M0 or folded scales)",

@@ -27,6 +27,7 @@ enum class Sm90Form : uint8_t {
   kMxfp4WgmmaFp8,
   kMxfp4RsFp8,
   kMxfp4RsFp8Tails,
+  kMxfp4RsFp8K128,
   kMxfp4RsBf16Pairs,
   kMxfp4OneToken,
   kNvfp4Decode,
