@@ -306,7 +306,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, Sm90LayerTiny, ::testing::Values("mxfp4", "nvf
 
 // The sanitizer case on each GEMM family pinned in turn (the auto choice at T = 70 is decode only),
 // so compute-sanitizer covers the decode (also with K split in two, and with x's quantization and
-// the routing in one launch), mma.sync, wgmma and wgmma-rs forms of mxfp4 and the nvfp4 families
+// the routing in one launch), mma.sync, wgmma, wgmma-rs and wgmma-rs-k128 (both tiles) forms of mxfp4 and the nvfp4 families
 // (decode, mma.sync, the f16 wgmma forms on both tiles).
 TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
   MOE_EP_REQUIRE_CUDA();
@@ -316,10 +316,12 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
     bool fused = false;  // decode: x's quantization and the routing in one launch
     bool wide = false;   // wgmma: the 64x256 tile (four consumers)
     bool split = false;  // decode: K split in two per block (H = I = 1024, whole halves for both recipes)
+    bool pairs = false;  // wgmma-rs-k128: the 128x128 tile (128-token pairs of list tiles, two consumers)
   };
   for (const Case c : {Case{"mxfp4", GemmKernel::kDecode}, Case{"mxfp4", GemmKernel::kDecode, true},
                        Case{"mxfp4", GemmKernel::kMma}, Case{"mxfp4", GemmKernel::kWgmma},
                        Case{"mxfp4", GemmKernel::kWgmmaRs}, Case{"mxfp4", GemmKernel::kWgmmaRsK128},
+                       Case{"mxfp4", GemmKernel::kWgmmaRsK128, false, false, false, true},
                        Case{"nvfp4", GemmKernel::kDecode},
                        Case{"nvfp4", GemmKernel::kDecode, true}, Case{"nvfp4", GemmKernel::kMma},
                        Case{"nvfp4", GemmKernel::kWgmma}, Case{"nvfp4", GemmKernel::kWgmma, false, true},
@@ -328,6 +330,7 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
     Problem p = tiny(c.family, 80);
     p.overrides.gemm = c.kernel;
     if (c.wide) p.overrides.tile = {64, 256};
+    if (c.pairs) p.overrides.tile = {128, 128};
     if (c.split) {
       p.hidden = p.intermediate = 1024;
       p.overrides.decode_split_k = 2;
@@ -352,6 +355,10 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
     if (c.wide) {
       const std::string plan = make_gpu_layer(p, w.pack())->info().config.str();
       EXPECT_NE(plan.find("nvfp4.rs-f16.64x256, routing m tiles of 64 rows"), std::string::npos) << plan;
+    }
+    if (c.pairs) {
+      const std::string plan = make_gpu_layer(p, w.pack())->info().config.str();
+      EXPECT_NE(plan.find("mxfp4.rs-fp8-k128-pairs.128x128, routing m tiles of 64 rows"), std::string::npos) << plan;
     }
     const Inputs in = testsupport::random_inputs(p, 70, 15, {.skip_fraction = 0.2});
     // nvfp4's wgmma products are exact f16 ones: its own threshold.

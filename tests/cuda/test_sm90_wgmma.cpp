@@ -398,6 +398,7 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
                           Variant{"wgmma-rs", GemmKernel::kWgmmaRs, ""},
                           Variant{"wgmma-rs 64x256", GemmKernel::kWgmmaRs, "64x256"},
                           Variant{"wgmma-rs-k128", GemmKernel::kWgmmaRsK128, ""},
+                          Variant{"wgmma-rs-k128 128x128", GemmKernel::kWgmmaRsK128, "128x128"},
                           Variant{"auto", GemmKernel::kAuto, ""}}) {
     const char* tile = v.name;
     Problem p = testsupport::tiny_problem("mxfp4");
@@ -479,6 +480,46 @@ TEST(Sm90WgmmaLayer, K128PromotionErrorOnHeavyTailedActivations) {
     }
     fmt::print("[ wgmma   ] layer H=1024 I=512 T=1024 x {:<22} rel_err rs-fp8 (k32)={:.3e}  rs-fp8-k128={:.3e}\n",
                dist, errs[0], errs[1]);
+  }
+}
+
+// rs-fp8-k128 on both tiles with x quantized by the caller (quantize_input = false): the plan moves
+// the caller's rows to one scale per 128 into the workspace (never in the caller's buffers, which
+// must come back unchanged) and GEMM 1 reads them there; the layer meets the wgmma threshold of the
+// CPU layer. A second forward gives the same bits.
+TEST(Sm90WgmmaLayer, K128WithCallerQuantizedActivations) {
+  MOE_EP_REQUIRE_CUDA();
+  auto bytes = [](const DeviceTensor& t) {
+    std::vector<uint8_t> v(t.buffer.bytes());
+    MOE_EP_CUDA_CHECK(cudaMemcpy(v.data(), t.buffer.get(), v.size(), cudaMemcpyDeviceToHost));
+    return v;
+  };
+  for (const char* tile : {"", "128x128"}) {
+    Problem p = testsupport::tiny_problem("mxfp4");
+    p.max_tokens = 512;
+    p.exact_accumulation = false;
+    p.quantize_input = false;
+    p.overrides.gemm = GemmKernel::kWgmmaRsK128;
+    if (*tile) p.overrides.tile = parse_tile_shape(tile);
+    const testsupport::WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 17);
+    Inputs in = testsupport::random_inputs(p, 300, 43, {.skip_fraction = 0.1});
+    testsupport::quantize_inputs_for_caller(p, in);
+    const std::vector<double> ref = cpu_reference(p, w.pack(), in);
+    auto layer = make_gpu_layer(p, w.pack());
+    const std::string plan = layer->info().config.str();
+    EXPECT_NE(plan.find("x to one scale per 128, routing, gemm1, h to one scale per 128, gemm2"), std::string::npos)
+        << plan;
+    const DeviceInputs d = to_device(p, in);
+    const std::vector<uint8_t> a_before = bytes(d.a), s_before = bytes(d.a_scale);
+    const std::vector<uint16_t> y = run_on_gpu(*layer, d);
+    EXPECT_EQ(layer->read_error_flags(), 0u) << tile;
+    EXPECT_EQ(bytes(d.a), a_before) << tile << ": the caller's codes changed";
+    EXPECT_EQ(bytes(d.a_scale), s_before) << tile << ": the caller's scales changed";
+    const double err = relative_error_rows(y, ref, p.hidden);
+    EXPECT_LE(err, wgmma_recipe_tolerance()) << tile;
+    EXPECT_EQ(run_on_gpu(*layer, d), y) << tile << ": a second forward differs";
+    fmt::print("[ wgmma   ] layer tiny rs-fp8-k128 {:<8} quantize_input = false T=300 rel_err={:.3e}\n",
+               *tile ? tile : "64x256", err);
   }
 }
 
@@ -614,6 +655,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, Sm90WgmmaFlashLayer,
                                          "T=1..6144: mxfp4.rs-fp8.64x256, routing m tiles of 64 rows"},
                              FlashKernel{"wgmma_rs_k128", GemmKernel::kWgmmaRsK128, Recipe::kMxfp4, "",
                                          "T=1..6144: mxfp4.rs-fp8-k128.64x256, routing m tiles of 64 rows"},
+                             FlashKernel{"wgmma_rs_k128_pairs", GemmKernel::kWgmmaRsK128, Recipe::kMxfp4, "128x128",
+                                         "T=1..6144: mxfp4.rs-fp8-k128-pairs.128x128, routing m tiles of 64 rows"},
                              FlashKernel{"nvfp4_wgmma", GemmKernel::kWgmma, Recipe::kNvfp4, "",
                                          "T=1..6144: nvfp4.rs-f16.128x128, routing m tiles of 128 rows"},
                              FlashKernel{"nvfp4_wgmma_64x256", GemmKernel::kWgmma, Recipe::kNvfp4, "64x256",

@@ -9,20 +9,21 @@
 // products and the promotion of the FP8 wgmma kernel (sm90_mxfp4_wgmma_mainloop.cuh), on the
 // transposed tile. The epilogues multiply by the column factor (sm90_rs_epilogues.cuh).
 //
-// Block of 5 warpgroups (640 threads), one block per SM, persistent over the (m tile, n tile) list
-// of the routing kernel (m tiles of kBlockM = 64 tokens, n tiles of kBlockN = 256 weight rows):
+// Block of 1 + kConsumers warpgroups, one block per SM, persistent over the (m tile, n tile) list
+// of the routing kernel (m tiles of kBlockM tokens, or pairs of the list's 64-row tiles where
+// kBlockM = 128: for_each_block_tile; n tiles of kBlockN = 64 kConsumers weight rows):
 //   WG 0      producer: per k step, cp.async of the tile's token rows (a_row_index gathers;
-//             zero-filled past the tile's rows), their E8M0 scale words, the n tile's 32 weight
+//             zero-filled past the tile's rows), their E8M0 scale words, the n tile's weight
 //             micro-tiles and kBlockN shift words; kLookahead steps later each thread converts its
-//             token's scale word to four fp32 factors, fences and arrives on the full barrier.
-//   WG 1 .. 4 consumers: weight rows 64 c .. 64 c + 63 of the n tile each, one partial set each
-//             (a quarter of the consumers' registers): one m64 n64 k32 wgmma in flight per
-//             consumer; after wait_group 0 retires block j, the consumer promotes it and issues
-//             block j + 1 (decoded meanwhile into the other fragment set) into the same set, while
-//             the other three keep the tensor cores busy. (ptxas follows wgmma
-//             registers only through wait_group 0: reading a set retired by wait_group 1 while
-//             another wgmma is in flight serializes every wgmma (C7514). Closed groups of 2 or 4
-//             wgmmas in flight, which avoid that, are slower.)
+//             token's scale word to fp32 factors, fences and arrives on the full barrier.
+//   WG 1 ..   consumers: weight rows 64 c .. 64 c + 63 of the n tile each, one partial set each.
+//             kK32: one m64 n(kBlockM) k32 wgmma in flight per consumer; after wait_group 0
+//             retires block j, the consumer promotes it and issues block j + 1 (decoded meanwhile
+//             into the other fragment set) into the same set, while the other consumers keep the
+//             tensor cores busy. (ptxas follows wgmma registers only through wait_group 0: reading
+//             a set retired by wait_group 1 while another wgmma is in flight serializes every
+//             wgmma (C7514). Closed groups of 2 or 4 wgmmas in flight, which avoid that, are
+//             slower.) kK128: the step's four k32 wgmmas chained on the partial set, one promotion.
 //
 // Shared memory (base aligned to 1024 bytes):
 //   stage s < kStages, kStageBytes (a multiple of 1024) apart:
@@ -30,8 +31,8 @@
 //     W   kBlockN / 8 micro-tiles x 512 B: weight rows 8u .. 8u + 7 of the n tile, this k step
 //     D   kBlockN shift words (the 4 k32 blocks of one weight row)
 //     SA  kBlockM E8M0 words (the 4 k32 blocks of one token), as copied
-//     SF  4 x kBlockM fp32: 2^(sa - 127) of k32 block kb at [kb][rs_fp8_scale_slot(token)]
-//         (kK128: [0][rs_fp8_scale_slot(token)] holds the largest of the four, A re-encoded to it)
+//     SF  kK32: 4 x kBlockM fp32, 2^(sa - 127) of k32 block kb at [kb][rs_fp8_scale_slot(token)];
+//         kK128: kBlockM fp32, the step's one factor of each token at [rs_fp8_scale_slot(token)]
 //   amax   [kConsumers][kBlockM][4 warps] fp32 (GEMM 1 epilogue: Q8 amax per token)
 //   table  16 x 8 B: e4m3 magnitude bytes of codes 0..7 for shift d (15 unused)
 //   full[kStages], empty[kStages]  mbarriers (full: 128 producer arrivals; empty: one per
@@ -47,9 +48,7 @@
 #include "cuda/kernels/sm90_rs_ring.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
-#include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
-#include "cuda/tile/e4m3_rescale.cuh"
 #include "cuda/tile/fp4_codec.h"
 #include "cuda/tile/quant_device.cuh"
 
@@ -70,14 +69,18 @@ enum class RsFp8Tails { kFull, kNarrowLast };
 //   kK32   every k32 block, times the token's E8M0 factor of that block: the recipe's codes and
 //          scales as they are.
 //   kK128  every k step: the step's four k32 wgmmas chain on one partial set and are promoted
-//          once, times the token's largest factor of the four. Before the consumers read a stage,
-//          the producer re-encodes each token's blocks to that factor (tile/e4m3_rescale.cuh:
-//          a block whose scale is 2^d below it keeps its codes times 2^-d, rounded to nearest
-//          even in e4m3), so its codes are not the recipe's where a token's four scales differ.
-//          A quarter of the promotions, for the rs-fp8-k128 form.
+//          once, times the token's factor of the step. The activations must hold one scale per
+//          128 k (launch_sm90_q8_regroup_128: a token's four k32 scales of a step are equal), so
+//          the producer takes each token's first scale byte of the step. A quarter of the
+//          promotions, for the rs-fp8-k128 forms.
 enum class RsFp8Promotion { kK32, kK128 };
 
-template <RsFp8Tails kTails_ = RsFp8Tails::kFull, RsFp8Promotion kPromotion_ = RsFp8Promotion::kK32>
+// kBlockM_: token rows of a tile (64: m64 n64 k32 wgmmas; 128 with kK128 only: m64 n128 k32, two
+// consumers, each decoded weight fragment feeding twice the tokens). kListBlockM_ and kTileWalk_:
+// as for Rs16WideTileConfig (sm90_persistent_tiles.cuh: the 128-token tiles as pairs of the
+// routing's 64-row tiles).
+template <RsFp8Tails kTails_ = RsFp8Tails::kFull, RsFp8Promotion kPromotion_ = RsFp8Promotion::kK32,
+          int kBlockM_ = 64, int kConsumers_ = 4, int kListBlockM_ = kBlockM_, TileWalk kTileWalk_ = TileWalk::kEvery>
 struct RsFp8TileConfig {
   // The kernel body (sm90_rs_kernel.cuh) and its launch check: folded weights only.
   template <class Epilogue, class Params>
@@ -85,8 +88,13 @@ struct RsFp8TileConfig {
     run_rs_fp8_grouped_gemm<RsFp8TileConfig, Epilogue>(p, smem);
   }
   static bool operands_ok(const GroupedGemmOperands& op) { return op.w_col_scale != nullptr; }
-  static constexpr int kBlockM = 64;  // token rows (the wgmma N side)
-  static constexpr int kConsumers = 4;
+  static constexpr int kBlockM = kBlockM_;  // token rows (the wgmma N side)
+  static constexpr int kListBlockM = kListBlockM_;
+  static constexpr TileWalk kTileWalk = kTileWalk_;
+  static constexpr int kConsumers = kConsumers_;
+  static_assert(kBlockM == 64 || (kBlockM == 128 && kPromotion_ == RsFp8Promotion::kK128 && kConsumers == 2),
+                "m64 n64 k32 wgmmas, or m64 n128 k32 on two consumers promoting per k step");
+  static_assert(kConsumers == 4 || kConsumers == 2, "four consumers at 104 registers or two at 216");
   static constexpr int kBlockN = 64 * kConsumers;  // weight rows (64 per consumer)
   static constexpr int kBlockK = 128;
   static constexpr int kAcc = kBlockM / 2;  // fp32 accumulators per consumer thread (m64 n kBlockM)
@@ -98,12 +106,12 @@ struct RsFp8TileConfig {
   static constexpr int kNarrowRows = 48;
   static constexpr int kLastPassRows = kTails_ == RsFp8Tails::kNarrowLast ? kNarrowRows : 0;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  // kK128: the producer re-encodes the landed activations; 128 x 64 + 512 x 104 fills the launch's
-  // 640 x 96.
-  static constexpr int kProducerRegs = kPromotion_ == RsFp8Promotion::kK128 ? 64 : 56;
-  static constexpr int kConsumerRegs = 104;
+  // Two consumers hold an accumulator and a partial set of up to 64 registers each; the producer
+  // keeps its eight token-row pointers.
+  static constexpr int kProducerRegs = kConsumers == 4 ? 56 : 72;
+  static constexpr int kConsumerRegs = kConsumers == 4 ? 104 : 216;
   // setmaxnreg moves registers within the block's allocation: kThreads x the launch's share of
-  // the register file (whole multiples of 8): 640 x 96.
+  // the register file (whole multiples of 8): 640 x 96 or 384 x 168.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs, "register file");
   // The producer signals full(i) after issuing step i + kLookahead, which needs step
@@ -116,7 +124,7 @@ struct RsFp8TileConfig {
   static constexpr int kWBytes = WeightCopy::kWBytes;
   static constexpr int kDBytes = WeightCopy::kDBytes;
   static constexpr int kSaBytes = kBlockM * 4;
-  static constexpr int kSfBytes = 4 * kBlockM * 4;
+  static constexpr int kSfBytes = (kPromotion_ == RsFp8Promotion::kK128 ? 1 : 4) * kBlockM * 4;
   static constexpr int kOffW = kABytes, kOffD = kOffW + kWBytes, kOffSa = kOffD + kDBytes,
                        kOffSf = kOffSa + kSaBytes;
   static constexpr int kStageBytes = (kOffSf + kSfBytes + 1023) / 1024 * 1024;
@@ -132,9 +140,6 @@ __host__ __device__ constexpr int rs_fp8_scale_slot(int c) {
   const int i = c / 8, t = (c % 8) / 2, e = c % 2;
   return (i / 2) * 16 + 4 * t + 2 * (i % 2) + e;
 }
-
-// The producer warpgroup's named barrier (the consumers' epilogues use 1 + their warpgroup).
-inline constexpr uint32_t kRsProducerBarrier = 5;
 
 template <class Cfg>
 struct RsFp8Smem : RsRingSmem<Cfg> {
@@ -176,32 +181,18 @@ struct alignas(64) RsFp8Producer {
       ptx::cp_async_4(ptx::smem_addr(sm.sa(s)) + tid * 4, sa_src ? sa_src + ks * 4 : op.a_scale, sa_src ? 4 : 0);
   }
 
-  // After this thread's copies of stage s landed: its token's four factors 2^(sa - 127) (kK128:
-  // after every producer thread's copies landed, the rows this thread copied re-encoded to their
-  // token's largest scale, and its token's factor of that scale).
+  // After this thread's copies of stage s landed: its token's factors 2^(sa - 127), four (kK32)
+  // or the step's one (kK128: the four bytes are equal).
   static __device__ __forceinline__ void landed(const RsFp8Smem<Cfg>& sm, int s, int tid) {
-    if constexpr (Cfg::kPromotion == RsFp8Promotion::kK128) {
-      ptx::named_barrier_sync(kRsProducerBarrier, 128);  // the scale words of every token landed
-      const uint32_t* sa = reinterpret_cast<const uint32_t*>(sm.sa(s));
-      const int c = tid % 8;  // the 16-byte chunk of the row: k 16 c .. 16 c + 15, k32 block c / 2
-#pragma unroll
-      for (int j = 0; j < Cfg::kBlockM / 16; ++j) {
-        const int row = tid / 8 + 16 * j;
-        const uint32_t word = sa[row];
-        const int d = e8m0_word_max(word) - static_cast<int>((word >> (8 * (c / 2))) & 0xFF);
-        if (d == 0) continue;
-        uint4* chunk = reinterpret_cast<uint4*>(sm.a(s) + row * 128 + ((c ^ (row & 7)) << 4));
-        *chunk = e4m3x16_times_pow2_neg(*chunk, d);
-      }
-      if (tid < Cfg::kBlockM)
-        sm.sf(s)[rs_fp8_scale_slot(tid)] = e8m0_to_float_device(static_cast<uint32_t>(e8m0_word_max(sa[tid])));
-      return;
-    }
     if (tid >= Cfg::kBlockM) return;
     const uint32_t word = reinterpret_cast<const uint32_t*>(sm.sa(s))[tid];
     float* sf = sm.sf(s) + rs_fp8_scale_slot(tid);
+    if constexpr (Cfg::kPromotion == RsFp8Promotion::kK128) {
+      sf[0] = e8m0_to_float_device(word & 0xFF);
+    } else {
 #pragma unroll
-    for (int kb = 0; kb < 4; ++kb) sf[kb * Cfg::kBlockM] = e8m0_to_float_device((word >> (8 * kb)) & 0xFF);
+      for (int kb = 0; kb < 4; ++kb) sf[kb * Cfg::kBlockM] = e8m0_to_float_device((word >> (8 * kb)) & 0xFF);
+    }
   }
 };
 
@@ -353,7 +344,8 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
     release(s);
     Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
   };
-  if constexpr (Cfg::kTails == RsFp8Tails::kNarrowLast) {
+  if constexpr (Cfg::kTails == RsFp8Tails::kNarrowLast || Cfg::kListBlockM != Cfg::kBlockM ||
+                Cfg::kTileWalk != TileWalk::kEvery) {
     for_each_block_tile<Cfg>(p.schedule, work.n_tiles, [&](const TileCoord& tc, auto last_pass) {
       if constexpr (decltype(last_pass)::value)
         run_tile(tc, std::integral_constant<int, Cfg::kNarrowRows / 2>{});

@@ -149,7 +149,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
 }
 
 // D(64xN fp32) = A(64x32 e4m3) * B(Nx32 e4m3)^T (+ D where kAccumulate, else scale-d = 0) with A
-// in registers, for N = 48, 64 and 96 (d[N / 2]; the narrow forms below: N = 8, 16). Per warp w
+// in registers, for N = 48, 64, 96 and 128 (d[N / 2]; the narrow forms below: N = 8, 16). Per warp w
 // of the warpgroup, rows 16w..16w+15 as the A fragment of mma.sync m16n8k32 e4m3 (a[0] = row g,
 // k 4t..4t+3; a[1] = row g + 8; a[2] = row g, k 16+4t..16+4t+3; a[3] = row g + 8; lane = 4g + t);
 // B K-major in shared memory (the layout above, one k32 slice = 32 bytes). As for the bf16 form,
@@ -210,6 +210,20 @@ __device__ __forceinline__ void wgmma_m64n96k32_e4m3_rs(float (&d)[48], const ui
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kAccumulate ? 1 : 0));
 }
 
+template <bool kAccumulate = false>
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      MOE_EP_WGMMA_D64_REGS
+      "{%64, %65, %66, %67}, %68, p, 1, 1;\n"
+      "}\n"
+      : MOE_EP_WGMMA_D64_OPERANDS(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kAccumulate ? 1 : 0));
+}
+
 // The narrow forms for the decode kernels' tiles of at most 8 or 16 tokens: m64n8k32 (d[4]) and
 // m64n16k32 (d[8]).
 __device__ __forceinline__ void wgmma_m64n8k32_e4m3_rs_zero_d(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b) {
@@ -237,11 +251,11 @@ __device__ __forceinline__ void wgmma_m64n16k32_e4m3_rs_zero_d(float (&d)[8], co
 }
 
 // The form of the wgmma above with d[kN] accumulators (N = 2 kN), D = A B^T (+ D where kAccumulate:
-// N = 48, 64 and 96 only).
+// N = 48, 64, 96 and 128 only).
 template <bool kAccumulate, int kN>
 __device__ __forceinline__ void wgmma_k32_e4m3_rs(float (&d)[kN], const uint32_t (&a)[4], uint64_t desc_b) {
-  static_assert(kN == 4 || kN == 8 || kN == 24 || kN == 32 || kN == 48,
-                "m64n8k32, m64n16k32, m64n48k32, m64n64k32 or m64n96k32");
+  static_assert(kN == 4 || kN == 8 || kN == 24 || kN == 32 || kN == 48 || kN == 64,
+                "m64n8k32, m64n16k32, m64n48k32, m64n64k32, m64n96k32 or m64n128k32");
   static_assert(!kAccumulate || kN >= 24, "the narrow forms start from zero");
   if constexpr (kN == 4)
     wgmma_m64n8k32_e4m3_rs_zero_d(d, a, desc_b);
@@ -251,8 +265,10 @@ __device__ __forceinline__ void wgmma_k32_e4m3_rs(float (&d)[kN], const uint32_t
     wgmma_m64n48k32_e4m3_rs<kAccumulate>(d, a, desc_b);
   else if constexpr (kN == 32)
     wgmma_m64n64k32_e4m3_rs<kAccumulate>(d, a, desc_b);
-  else
+  else if constexpr (kN == 48)
     wgmma_m64n96k32_e4m3_rs<kAccumulate>(d, a, desc_b);
+  else
+    wgmma_m64n128k32_e4m3_rs<kAccumulate>(d, a, desc_b);
 }
 
 template <int kN>
