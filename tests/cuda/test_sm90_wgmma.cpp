@@ -225,6 +225,25 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
   wgmma_rs.gemm = GemmKernel::kWgmmaRs;
   EXPECT_NE(plan_of(d, wgmma_rs).find("plan T=1..1024: mxfp4.rs-fp8.64x256, routing m tiles of 64 rows"),
             std::string::npos) << plan_of(d, wgmma_rs);
+  // rs-fp8-k128, both tiles: x moved to one scale per 128 after its quantization (a caller's
+  // quantized x into the workspace, before the routing), h after GEMM 1.
+  KernelOverrides k128;
+  k128.gemm = GemmKernel::kWgmmaRsK128;
+  EXPECT_NE(plan_of(d, k128).find("plan T=1..1024: mxfp4.rs-fp8-k128.64x256, routing m tiles of 64 rows; gemm1 grid "
+                                  "min(m_tiles64(T) x 16, 132), gemm2 grid min(m_tiles64(T) x 16, 132); 7 steps "
+                                  "(quantize x, x to one scale per 128, routing, gemm1, h to one scale per 128, gemm2, "
+                                  "combine)"),
+            std::string::npos) << plan_of(d, k128);
+  KernelOverrides k128_pairs = k128;
+  k128_pairs.tile = {128, 128};
+  EXPECT_NE(plan_of(d, k128_pairs).find("plan T=1..1024: mxfp4.rs-fp8-k128-pairs.128x128, routing m tiles of 64 rows; "
+                                        "gemm1 grid min(m_tiles64(T) x 32, 132), gemm2 grid min(m_tiles64(T) x 32, 132)"),
+            std::string::npos) << plan_of(d, k128_pairs);
+  MoeDesc k128_caller = d;
+  k128_caller.quantize_input = false;
+  EXPECT_NE(plan_of(k128_caller, k128_pairs).find("6 steps (x to one scale per 128, routing, gemm1, h to one scale per "
+                                                  "128, gemm2, combine)"),
+            std::string::npos) << plan_of(k128_caller, k128_pairs);
   KernelOverrides mma;
   mma.gemm = GemmKernel::kMma;
   EXPECT_NE(plan_of(d, mma).find("plan T=1..1024: mxfp4.mma.64x128, routing m tiles of 64 rows; gemm1 grid "
