@@ -3,6 +3,7 @@
 // One place for the CLI and the tests.
 #pragma once
 
+#include "moe_ep/kernel_config.h"
 #include "moe_ep/recipe.h"
 
 namespace moe_ep::testing {
@@ -36,6 +37,13 @@ constexpr double device_rel_err_threshold(Recipe recipe, bool exact_accumulation
     case Recipe::kNvfp4: return kNvfp4DeviceRelErr;
   }
   return -1.0;
+}
+
+// The threshold of a layer whose GEMM family is `gemm` (KernelOverrides::gemm: the k128 forms
+// carry their own).
+constexpr double device_rel_err_threshold(Recipe recipe, bool exact_accumulation, GemmKernel gemm) {
+  return gemm == GemmKernel::kWgmmaRsK128 ? kMxfp4K128DeviceRelErr
+                                          : device_rel_err_threshold(recipe, exact_accumulation);
 }
 
 }  // namespace moe_ep::testing

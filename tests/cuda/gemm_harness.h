@@ -243,6 +243,14 @@ class GemmRun {
     o_ = DeviceBuffer(max_rows * s.H * 2);
     if (sm90_form(k.gemm1).x_16bit) x_16bit_ = DeviceBuffer(std::max<int64_t>(p.T, 1) * s.H * 2);
     if (sm90_form(k.gemm2).h_16bit) h_16bit_ = DeviceBuffer(max_rows * s.I * 2);
+    if (sm90_form(k.gemm1).scales_per_128) {
+      x_128_ = DeviceBuffer(std::max<int64_t>(p.T, 1) * s.H);
+      x_128_scale_ = DeviceBuffer(std::max<int64_t>(p.T, 1) * s.H / 32);
+    }
+    if (sm90_form(k.gemm2).scales_per_128) {
+      h_128_ = DeviceBuffer(max_rows * s.I);
+      h_128_scale_ = DeviceBuffer(max_rows * s.I / 32);
+    }
     poison();
     const FormGrids g = configure_forms(k.gemm1, k.gemm2, s.H, s.I, r_.max_tiles);
     grid1_ = g.grid1;
@@ -253,7 +261,7 @@ class GemmRun {
     MOE_EP_CUDA_CHECK(cudaMemset(h_.get(), 0xFF, h_.bytes()));              // e4m3 NaN
     MOE_EP_CUDA_CHECK(cudaMemset(h_scale_.get(), 0xFF, h_scale_.bytes()));  // E8M0 NaN
     MOE_EP_CUDA_CHECK(cudaMemset(o_.get(), 0xFF, o_.bytes()));              // bf16 NaN
-    for (DeviceBuffer* b : {&x_16bit_, &h_16bit_})
+    for (DeviceBuffer* b : {&x_16bit_, &h_16bit_, &x_128_, &x_128_scale_, &h_128_, &h_128_scale_})
       if (b->bytes()) MOE_EP_CUDA_CHECK(cudaMemset(b->get(), 0xFF, b->bytes()));
   }
 
@@ -329,13 +337,10 @@ class GemmRun {
     set_16bit_activations(op, out.get<uint16_t>());
   }
 
-  // The GEMM's `rows` Q8 rows moved to one scale per 128 (launch_sm90_q8_regroup_128) into q and
-  // scales, which become its A; the rows it was given stay as they were (outputs() reports h so).
+  // The GEMM's `rows` Q8 rows moved to one scale per 128 (launch_sm90_q8_regroup_128, as the
+  // layer's step before the GEMM) into q and scales, which become its A; the rows it was given
+  // stay as they were (outputs() reports h so).
   static void use_scales_per_128(GroupedGemmOperands& op, int64_t rows, DeviceBuffer& q, DeviceBuffer& scales) {
-    q = DeviceBuffer(std::max<int64_t>(rows, 1) * op.k);
-    scales = DeviceBuffer(std::max<int64_t>(rows, 1) * op.k / 32);
-    MOE_EP_CUDA_CHECK(cudaMemset(q.get(), 0xFF, q.bytes()));
-    MOE_EP_CUDA_CHECK(cudaMemset(scales.get(), 0xFF, scales.bytes()));
     Q8RegroupParams r;
     r.q = op.a;
     r.scales = op.a_scale;

@@ -316,7 +316,7 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
     bool fused = false;  // decode: x's quantization and the routing in one launch
     bool wide = false;   // wgmma: the 64x256 tile (four consumers)
     bool split = false;  // decode: K split in two per block (H = I = 1024, whole halves for both recipes)
-    bool pairs = false;  // wgmma-rs-k128: the 128x128 tile (128-token pairs of list tiles, two consumers)
+    bool pairs = false;  // wgmma-rs-k128: the 128x128 tile (two consumers), expert 3 taking every token
   };
   for (const Case c : {Case{"mxfp4", GemmKernel::kDecode}, Case{"mxfp4", GemmKernel::kDecode, true},
                        Case{"mxfp4", GemmKernel::kMma}, Case{"mxfp4", GemmKernel::kWgmma},
@@ -360,12 +360,16 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
       const std::string plan = make_gpu_layer(p, w.pack())->info().config.str();
       EXPECT_NE(plan.find("mxfp4.rs-fp8-k128-pairs.128x128, routing m tiles of 64 rows"), std::string::npos) << plan;
     }
-    const Inputs in = testsupport::random_inputs(p, 70, 15, {.skip_fraction = 0.2});
+    Inputs in = testsupport::random_inputs(p, 70, 15, {.skip_fraction = 0.2});
+    if (c.pairs)  // expert 3 takes every token (70 rows: a full pair of 64-row list tiles)
+      for (int64_t t = 0; t < in.tokens; ++t)
+        for (int64_t k = 0; k < p.top_k; ++k) in.set_id(t, k, k == 0 ? 3 : in.id(t, k) == 3 ? -1 : in.id(t, k));
     // nvfp4's wgmma products are exact f16 ones: its own threshold.
     const bool fp8_warpgroup = warpgroup && p.recipe == Recipe::kMxfp4;
     expect_matches_cpu(p, w, in,
                        fmt::format("{} sanitizer case, {} GEMMs{}{}", c.family, gemm_kernel_name(c.kernel),
-                                   c.fused ? " (fused quantize + routing)" : "", c.wide ? " (64x256)" : ""),
+                                   c.fused ? " (fused quantize + routing)" : "",
+                                   c.wide ? " (64x256)" : c.pairs ? " (128x128)" : ""),
                        !fp8_warpgroup                         ? -1.0
                        : c.kernel == GemmKernel::kWgmmaRsK128 ? k128_recipe_tolerance()
                                                               : wgmma_recipe_tolerance());

@@ -9,7 +9,8 @@
 // GEMM 2, and the decode forms; on the tiny shape and the deepseek-v4-flash shape (fewer
 // experts), at T = 1, 7, 300 and more, with -1 holes, an idle expert and one expert taking every
 // row; outputs NaN-poisoned before each run. h (dequantized) and o agree with mma.sync to the
-// wgmma threshold (the warpgroup forms) or the same-recipe one (the mma.sync-based decode forms);
+// wgmma threshold (the warpgroup forms; the rs-fp8-k128 forms to their own) or the same-recipe one
+// (the mma.sync-based decode forms);
 // GEMM 2 is compared on the same h (isolating it) and along the whole chain; the share of
 // bitwise-equal bytes is printed. rs-fp8 with tails must give bitwise rs-fp8's outputs, and the
 // pairs run's GEMM 2 (rs-fp8's kernel) bitwise rs-fp8's on the same h. Each form reruns 20 times
@@ -391,7 +392,9 @@ TEST_F(Sm90WgmmaKernels, SplitDecodeMatchesTheDecodeKernels) {
 // runs (the warpgroup forms and the decode form) against mma.sync, a few tiles.
 TEST_F(Sm90WgmmaKernels, SmallCaseForSanitizers) {
   const Shape s{"tiny", 16, 256, 128, 4};
-  compare_kernels(s, {{"random, 10% holes", 150, 0.1}}, 77);
+  // One expert taking every token (150 rows: a full pair of 64-row list tiles and an odd last one),
+  // so the 128-token pairs kernels run here too.
+  compare_kernels(s, {{"random, 10% holes", 150, 0.1}, {"one expert, all rows", 150, 0.0, -1, 3}}, 77);
 }
 
 }  // namespace
@@ -405,8 +408,9 @@ using testsupport::Inputs;
 using testsupport::Problem;
 
 // The mxfp4 layer on the tiny preset forced onto each warpgroup family (FP8 wgmma; rs-fp8, also
-// with its one tile pinned) and on auto (decode, then rs-fp8 and, at T = 4096, GEMM 1 on the bf16
-// pairs form) against the CPU layer, at the wgmma threshold.
+// with its one tile pinned; rs-fp8-k128 on both tiles) and on auto (decode, then rs-fp8 and, at
+// T = 4096, GEMM 1 on the bf16 pairs form) against the CPU layer, at the wgmma threshold (the k128
+// forms at theirs).
 TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
   MOE_EP_REQUIRE_CUDA();
   struct Variant {
@@ -508,8 +512,8 @@ TEST(Sm90WgmmaLayer, K128PromotionErrorOnHeavyTailedActivations) {
 
 // rs-fp8-k128 on both tiles with x quantized by the caller (quantize_input = false): the plan moves
 // the caller's rows to one scale per 128 into the workspace (never in the caller's buffers, which
-// must come back unchanged) and GEMM 1 reads them there; the layer meets the wgmma threshold of the
-// CPU layer. A second forward gives the same bits.
+// must come back unchanged) and GEMM 1 reads them there; the layer meets the k128 forms' threshold
+// against the CPU layer. A second forward gives the same bits.
 TEST(Sm90WgmmaLayer, K128WithCallerQuantizedActivations) {
   MOE_EP_REQUIRE_CUDA();
   auto bytes = [](const DeviceTensor& t) {

@@ -4,10 +4,11 @@
 // with the weight rows n on the wgmma M side and the tokens m on N. W' = e2m1 * 2^(d - 8) is
 // exact in e4m3 (tile/fp4_codec.h); the consumers decode it from the packed words in registers
 // right before the wgmma that reads it, so no warp converts weights into shared memory. The
-// activations are the Q8 rows as they are (e4m3 in shared memory). Each k32 product starts from
-// zero (scale-d = 0) and is added to the fp32 accumulator times the token's activation scale: the
-// products and the promotion of the FP8 wgmma kernel (sm90_mxfp4_wgmma_mainloop.cuh), on the
-// transposed tile. The epilogues multiply by the column factor (sm90_rs_epilogues.cuh).
+// activations are the Q8 rows as they are (e4m3 in shared memory). kK32: each k32 product starts
+// from zero (scale-d = 0) and is added to the fp32 accumulator times the token's activation scale:
+// the products and the promotion of the FP8 wgmma kernel (sm90_mxfp4_wgmma_mainloop.cuh), on the
+// transposed tile. kK128: a k step's four k32 products are summed by the tensor cores and added
+// once, times the token's one scale of the step (RsFp8Promotion). The epilogues multiply by the column factor (sm90_rs_epilogues.cuh).
 //
 // Block of 1 + kConsumers warpgroups, one block per SM, persistent over the (m tile, n tile) list
 // of the routing kernel (m tiles of kBlockM tokens, or pairs of the list's 64-row tiles where

@@ -3,7 +3,7 @@
 // pairs of list tiles and the odd last one): the 16-bit family
 // (RsTileConfig, sm90_rs16_mainloop.cuh, and Rs16WideTileConfig, sm90_rs16_wide_mainloop.cuh:
 // sm90_mxfp4_rs_bf16_gemm.cu, sm90_nvfp4_rs_gemm.cu) and the FP8 one (RsFp8TileConfig,
-// sm90_mxfp4_rs_fp8_mainloop.cuh: sm90_mxfp4_rs_fp8_gemm.cu). A configuration provides
+// sm90_mxfp4_rs_fp8_mainloop.cuh: sm90_mxfp4_rs_fp8_gemm.cu, sm90_mxfp4_rs_fp8_k128_gemm.cu). A configuration provides
 // run<Epilogue>(params, smem), operands_ok(op) and its block shape.
 #pragma once
 

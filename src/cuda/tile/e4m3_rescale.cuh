@@ -1,6 +1,6 @@
-// E4M3 codes moved to a coarser power-of-two scale: the rs-fp8-k128 form's producer re-encodes a
-// token's four k32 blocks of Q8 codes to the largest of their four E8M0 scales
-// (kernels/sm90_mxfp4_rs_fp8_mainloop.cuh, RsFp8Promotion::kK128).
+// E4M3 codes moved to a coarser power-of-two scale: Q8 rows moved to one scale per 128 re-encode
+// each group's four k32 blocks to the largest of their four E8M0 scales (kernels/sm90_q8_regroup.cu,
+// the activations of the rs-fp8-k128 forms).
 #pragma once
 
 #include <cstdint>
