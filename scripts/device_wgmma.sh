@@ -15,7 +15,7 @@
 #   shared: the shared expert's dot-product kernels at T = 1, 4, row-major and tiled weights, cp.async and bulk copies
 #   table: issue 12's table (flash and pro, auto; nvfp4 flash) and the PyTorch peers (flash) in the same call, plotted
 #   nvfp4: the nvfp4 layer bench, auto against the f16 wgmma kernels (--kernel wgmma)
-#   wide: the layer at T = MOE_EP_WIDE_TOKENS (512, 2048, 8192; flash, pro), auto against FP8 wgmma, wgmma-rs-k128 and the plain
+#   wide: the layer at T = MOE_EP_WIDE_TOKENS (512, 2048, 8192; flash, pro), auto against FP8 wgmma and the plain
 #     wgmma-rs 64x256, or the runs of MOE_EP_WIDE_RUNS ("kernel:options" words, options joined by commas;
 #     "base/kernel:..." runs .../moe_ep_base)
 #   cross: the decode GEMMs against wgmma-rs 64x256 at T = MOE_EP_CROSS_TOKENS (384 .. 1024), flash and pro
@@ -185,7 +185,7 @@ bench_kernels() {
 # against FP8 wgmma and the plain 64x256 form, flash and pro.
 if has wide; then  # timings only: Kernels/Sm90WgmmaFlashLayer checks the plans' results
   # shellcheck disable=SC2086  # MOE_EP_WIDE_RUNS is a list of runs
-  bench_kernels wide "${MOE_EP_WIDE_TOKENS:-512,2048,8192}" ${MOE_EP_WIDE_RUNS:-auto: wgmma: wgmma-rs:--tile,64x256 wgmma-rs-k128:}
+  bench_kernels wide "${MOE_EP_WIDE_TOKENS:-512,2048,8192}" ${MOE_EP_WIDE_RUNS:-auto: wgmma: wgmma-rs:--tile,64x256}
 fi
 
 # 4a''. Issue 12's table: auto on flash and pro at its T, nvfp4 flash, the PyTorch peers (flash)

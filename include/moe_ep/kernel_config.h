@@ -23,11 +23,8 @@ enum class GemmKernel : uint8_t {
   kWgmmaRs,  // mxfp4 FP8 warpgroup MMA with the weights decoded into registers
   kDecodeWgmma,  // mxfp4 small batches as kDecode, each k32 block on an FP8 warpgroup MMA (not
                  // fp32-exact per k block, so refused with exact_accumulation)
-  kWgmmaRsK128,  // as kWgmmaRs, one fp32 promotion per 128 k: the activations re-encoded to one
-                 // scale per token and 128 k (not the recipe's codes; refused with
-                 // exact_accumulation)
 };
-// "auto", "decode", "mma", "wgmma", "wgmma-rs", "decode-wgmma", "wgmma-rs-k128"
+// "auto", "decode", "mma", "wgmma", "wgmma-rs", "decode-wgmma"
 std::string_view gemm_kernel_name(GemmKernel kernel);
 // Throws kInvalidArgument naming `option` and the allowed names.
 GemmKernel parse_gemm_kernel(std::string_view name, std::string_view option = "gemm");

@@ -312,9 +312,9 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("--warmup", o->warmup, "untimed forwards per T (default: 5 on CUDA, 1 on the CPU)")
       ->check(integer_in_range(0, kMaxIterations));
   cmd->add_option("--variants", o->variants,
-                  "GEMM kernels to bench one after another (auto,decode,mma,wgmma,wgmma-rs,decode-wgmma,wgmma-rs-k128; default: "
+                  "GEMM kernels to bench one after another (auto,decode,mma,wgmma,wgmma-rs,decode-wgmma; default: "
                   "--kernel or auto)")
-      ->delimiter(',')->check(CLI::IsMember({"auto", "decode", "mma", "wgmma", "wgmma-rs", "decode-wgmma", "wgmma-rs-k128"}));
+      ->delimiter(',')->check(CLI::IsMember({"auto", "decode", "mma", "wgmma", "wgmma-rs", "decode-wgmma"}));
   cmd->add_option("--plot", o->plot, "write time and fraction of floor against T as an SVG file");
   cmd->add_option("--plot-with", o->plot_with,
                   "CSV files to add to --plot (other bench --csv runs, bench/torch_peer.py --csv)")

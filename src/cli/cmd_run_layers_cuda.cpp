@@ -191,8 +191,7 @@ int run_cuda_layers(const RunOptions& o) {
   const bool counters_equal = o.eplb_redundant == 0 || (dev_counters == routes.counters &&
                                                         counters_after_timing == dev_counters);
   const std::vector<int64_t> rows = sample_rows(T, o.check_rows);
-  const double threshold = testing::device_rel_err_threshold(setup.desc.recipe, setup.desc.numerics.exact_accumulation,
-                                                            setup.overrides.gemm);
+  const double threshold = testing::device_rel_err_threshold(setup.desc.recipe, setup.desc.numerics.exact_accumulation);
   std::vector<double> rel(N, NAN);
   bool layers_ok = true, sanity_ok = true;
   std::string sanity;

@@ -39,11 +39,11 @@ void add_problem_options(CLI::App& cmd, ProblemOptions& o, const std::string& de
   auto* knobs = "Kernel overrides (default: the implementation selects; `moe_ep run --json` prints it)";
   cmd.add_option("--threads", o.threads, "CPU threads of the CPU backend (default: all)")
       ->check(integer_at_least(1))->group(knobs);
-  cmd.add_option("--kernel", o.kernel, "GEMM kernel family: auto, decode, mma, wgmma, wgmma-rs, decode-wgmma, wgmma-rs-k128 (docs/kernels.md: "
+  cmd.add_option("--kernel", o.kernel, "GEMM kernel family: auto, decode, mma, wgmma, wgmma-rs, decode-wgmma (docs/kernels.md: "
                  "the forms of each family per recipe)")
       ->check(non_empty())->group(knobs);
-  cmd.add_option("--tile", o.tile, "with --kernel wgmma / wgmma-rs / wgmma-rs-k128: that family's output tile MxN "
-                 "(SM90: mxfp4 64x256, wgmma-rs-k128 also 128x128; nvfp4 wgmma 128x128, 64x256)")
+  cmd.add_option("--tile", o.tile, "with --kernel wgmma / wgmma-rs: that family's output tile MxN (SM90: mxfp4 "
+                 "64x256; nvfp4 wgmma 128x128, 64x256)")
       ->check(non_empty())->group(knobs);
   cmd.add_option("--decode-max-tokens", o.decode_max_tokens, "auto: decode GEMMs up to this T")
       ->check(integer_at_least(0))->group(knobs);

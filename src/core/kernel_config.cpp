@@ -16,17 +16,16 @@ std::string_view gemm_kernel_name(GemmKernel kernel) {
     case GemmKernel::kWgmma: return "wgmma";
     case GemmKernel::kWgmmaRs: return "wgmma-rs";
     case GemmKernel::kDecodeWgmma: return "decode-wgmma";
-    case GemmKernel::kWgmmaRsK128: return "wgmma-rs-k128";
   }
   return "unknown";
 }
 
 GemmKernel parse_gemm_kernel(std::string_view name, std::string_view option) {
   for (GemmKernel k : {GemmKernel::kAuto, GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma,
-                       GemmKernel::kWgmmaRs, GemmKernel::kDecodeWgmma, GemmKernel::kWgmmaRsK128})
+                       GemmKernel::kWgmmaRs, GemmKernel::kDecodeWgmma})
     if (gemm_kernel_name(k) == name) return k;
   MOE_EP_FAIL(ErrorCode::kInvalidArgument,
-              "{} '{}' is not a GEMM kernel; allowed: auto, decode, mma, wgmma, wgmma-rs, decode-wgmma, wgmma-rs-k128", option, name);
+              "{} '{}' is not a GEMM kernel; allowed: auto, decode, mma, wgmma, wgmma-rs, decode-wgmma", option, name);
 }
 
 std::string TileShape::str() const { return automatic() ? "auto" : fmt::format("{}x{}", m, n); }

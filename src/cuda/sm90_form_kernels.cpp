@@ -21,8 +21,6 @@ const Sm90FormKernels& sm90_form_kernels(Sm90Form form) {
     case Sm90Form::kMxfp4WgmmaFp8: return kMxfp4WgmmaFp8Kernels;
     case Sm90Form::kMxfp4RsFp8: return kMxfp4RsFp8Kernels;
     case Sm90Form::kMxfp4RsFp8Tails: return kMxfp4RsFp8TailsKernels;
-    case Sm90Form::kMxfp4RsFp8K128: return kMxfp4RsFp8K128Kernels;
-    case Sm90Form::kMxfp4RsFp8K128Pairs: return kMxfp4RsFp8K128PairsKernels;
     case Sm90Form::kMxfp4RsBf16Pairs: return kMxfp4RsBf16PairsKernels;
     case Sm90Form::kMxfp4OneToken: return kWholeLayerForm;  // its own launches (sm90_pipeline.cpp)
     case Sm90Form::kNvfp4Decode: return kNvfp4DecodeKernels;

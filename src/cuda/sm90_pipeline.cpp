@@ -60,25 +60,6 @@ cudaError_t x_to_16bit_step(const Launch& l, const Sm90Binding& b, cudaStream_t 
   return c.convert(kCallerA ? b.a : c.q, kCallerA ? b.a_scale : c.scales, b.num_tokens, nullptr, c.k, c.out, s);
 }
 
-// x (rows T) and h (the routed rows) at one scale per 128; x from the caller's rows into the
-// workspace (kCallerA), or in place.
-template <bool kCallerA>
-cudaError_t x_regroup_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
-  Q8RegroupParams p = l.x_128;
-  if constexpr (kCallerA) {
-    p.q = b.a;
-    p.scales = b.a_scale;
-  }
-  p.rows = b.num_tokens;
-  return launch_sm90_q8_regroup_128(p, s);
-}
-
-cudaError_t h_regroup_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
-  Q8RegroupParams p = l.h_128;
-  p.rows = b.num_tokens * l.plan.shape.top_k;
-  return launch_sm90_q8_regroup_128(p, s);
-}
-
 cudaError_t h_to_16bit_step(const Launch& l, const Sm90Binding& b, cudaStream_t s) {
   const Sm90Pipeline::To16Bit& c = l.h_16bit;
   return c.convert(c.q, c.scales, b.num_tokens * l.plan.shape.top_k, c.row_count, c.k, c.out, s);
@@ -290,12 +271,6 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
       set_16bit_activations(g2.op, l.h_16bit.out);
     }
 
-    // One scale per 128: x in the workspace (the caller's rows copied there), h in place.
-    const bool x128 = f1.scales_per_128, h128 = f2.scales_per_128;
-    MOE_EP_ASSERT(!(x128 || h128) || (s.recipe == Recipe::kMxfp4 && !x16 && !h16));
-    l.x_128 = {ws(w.a), ws(w.a_scale), ws(w.a), ws(w.a_scale), 0, H, nullptr};
-    l.h_128 = {ws(w.h), ws(w.h_scale), ws(w.h), ws(w.h_scale), 0, I, r.expert_offsets + s.num_experts};
-
     l.combine.o = g2.epilogue.out;
     l.combine.slot_row = r.slot_row;
     l.combine.top_k = static_cast<int32_t>(s.top_k);
@@ -309,14 +284,12 @@ Sm90Pipeline::Sm90Pipeline(const Sm90Config& config, const Plan& plan, bool quan
                                                : &quantize_q8_step);
     if (x16 && l.q8.rs_bf16 == nullptr)
       l.steps.push_back(quantize_input ? &x_to_16bit_step<false> : &x_to_16bit_step<true>);
-    if (x128) l.steps.push_back(quantize_input ? &x_regroup_step<false> : &x_regroup_step<true>);
     if (!fused) l.steps.push_back(&permute_step);
-    l.steps.push_back(quantize_input || x128 ? &gemm1_step<GemmA::kWorkspace>
-                      : x16                  ? &gemm1_step<GemmA::kCallerGlobal>
-                                             : &gemm1_step<GemmA::kCaller>);
+    l.steps.push_back(quantize_input ? &gemm1_step<GemmA::kWorkspace>
+                      : x16          ? &gemm1_step<GemmA::kCallerGlobal>
+                                     : &gemm1_step<GemmA::kCaller>);
     if (recipe.global_scales) l.steps.push_back(&h_nvfp4_step);
     if (h16) l.steps.push_back(&h_to_16bit_step);
-    if (h128) l.steps.push_back(&h_regroup_step);
     l.steps.push_back(&gemm2_step);
     l.steps.push_back(&combine_step);
     launches_.push_back(std::move(l));
@@ -345,8 +318,6 @@ void Sm90Pipeline::describe(SelectedConfig& out) const {
           : step == &quantize_route_step || step == &quantize_nvfp4_route_step
               ? fmt::format("quantize x{} + routing (one launch)", x_as)
           : step == &x_to_16bit_step<false> || step == &x_to_16bit_step<true> ? fmt::format("x to {}", wide)
-          : step == &x_regroup_step<false> || step == &x_regroup_step<true>   ? "x to one scale per 128"
-          : step == &h_regroup_step                                           ? "h to one scale per 128"
           : step == &permute_step                                             ? "routing"
           : step == &h_nvfp4_step                                             ? "nvfp4 of h"
           : step == &h_to_16bit_step                                          ? fmt::format("h to {}", wide)

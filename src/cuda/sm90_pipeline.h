@@ -25,7 +25,6 @@
 #include "cuda/kernels/sm90_one_token.h"
 #include "cuda/kernels/sm90_permute.h"
 #include "cuda/kernels/sm90_q8_quantize.h"
-#include "cuda/kernels/sm90_q8_regroup.h"
 #include "cuda/plan.h"
 #include "cuda/policy/sm90_config.h"
 
@@ -89,7 +88,6 @@ class Sm90Pipeline {
     Plan plan;
     Q8QuantizeParams q8;
     To16Bit x_16bit, h_16bit;
-    Q8RegroupParams x_128, h_128;  // x and h at one scale per 128 (Sm90FormInfo::scales_per_128)
     Nvfp4QuantizeParams x_nvfp4, h_nvfp4;
     PermuteParams permute;
     Gemm1Params gemm1;

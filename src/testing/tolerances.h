@@ -3,7 +3,6 @@
 // One place for the CLI and the tests.
 #pragma once
 
-#include "moe_ep/kernel_config.h"
 #include "moe_ep/recipe.h"
 
 namespace moe_ep::testing {
@@ -23,13 +22,6 @@ inline constexpr double kNvfp4DeviceRelErr = 3e-2;
 // margin over the layer error seen against the CPU layer (bench/results, TESTING.md).
 inline constexpr double kMxfp4WgmmaDeviceRelErr = 6e-3;
 
-// mxfp4 on the rs-fp8-k128 forms (pinned only): the activations are moved to one scale per 128
-// k before each GEMM, so a k32 block whose scale is 2^d below its group's largest keeps its codes
-// times 2^-d in e4m3, losing up to d of their bits. Measured against mma.sync on the same routed
-// rows (2026-12-07, H100): 2.5e-3..3.0e-3 at T = 300 and 4096, 7.4e-3 at T = 7 (26 rows); against
-// the CPU layer on deepseek-v4-flash 2.4e-3..4.3e-3. Twice the largest.
-inline constexpr double kMxfp4K128DeviceRelErr = 1.5e-2;
-
 // The threshold of `recipe` (exact_accumulation: NumericsPolicy of the layer).
 constexpr double device_rel_err_threshold(Recipe recipe, bool exact_accumulation = true) {
   switch (recipe) {
@@ -37,13 +29,6 @@ constexpr double device_rel_err_threshold(Recipe recipe, bool exact_accumulation
     case Recipe::kNvfp4: return kNvfp4DeviceRelErr;
   }
   return -1.0;
-}
-
-// The threshold of a layer whose GEMM family is `gemm` (KernelOverrides::gemm: the k128 forms
-// carry their own).
-constexpr double device_rel_err_threshold(Recipe recipe, bool exact_accumulation, GemmKernel gemm) {
-  return gemm == GemmKernel::kWgmmaRsK128 ? kMxfp4K128DeviceRelErr
-                                          : device_rel_err_threshold(recipe, exact_accumulation);
 }
 
 }  // namespace moe_ep::testing

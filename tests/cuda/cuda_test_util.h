@@ -43,8 +43,6 @@ inline double same_recipe_tolerance(Recipe recipe) { return testing::device_rel_
 // The FP8 wgmma GEMMs (NumericsPolicy::exact_accumulation = false): k32 sums with ~2^-14
 // relative error, so more of those flips (testing/tolerances.h).
 inline double wgmma_recipe_tolerance() { return testing::device_rel_err_threshold(Recipe::kMxfp4, false); }
-// mxfp4 on the rs-fp8-k128 forms (x and h at one scale per 128 k): its own threshold.
-inline double k128_recipe_tolerance() { return testing::kMxfp4K128DeviceRelErr; }
 
 // A device copy of a host tensor (same dtype and shape, Device::cuda(0)).
 struct DeviceTensor {

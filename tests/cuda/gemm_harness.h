@@ -27,7 +27,6 @@
 #include "cuda/kernels/sm90_grouped_gemm.h"
 #include "cuda/kernels/sm90_nvfp4_quantize.h"
 #include "cuda/kernels/sm90_permute.h"
-#include "cuda/kernels/sm90_q8_regroup.h"
 #include "cuda/policy/sm90_forms.h"
 #include "cuda/weight_layout.h"
 #include "cuda_test_util.h"
@@ -190,14 +189,11 @@ struct Kernels {
 };
 
 // The mxfp4 forms on folded weights that every comparison runs against mma.sync: FP8 wgmma,
-// rs-fp8 (weights in registers, four consumers), rs-fp8 with narrow tail tiles, rs-fp8-k128 (one
-// promotion per k step, x and h at one scale per 128 k) on 64 x 256 and as 128-token pairs on
-// 128 x 128, and GEMM 1 on the bf16 pairs form (128-token tiles over 64-row list tiles) with GEMM 2
-// on rs-fp8.
+// rs-fp8 (weights in registers, four consumers), rs-fp8 with narrow tail tiles, and GEMM 1 on the
+// bf16 pairs form (128-token tiles over 64-row list tiles) with GEMM 2 on rs-fp8.
 inline const std::vector<Kernels>& wgmma_variants() {
   static const std::vector<Kernels> v = {Kernels(Sm90Form::kMxfp4WgmmaFp8), Kernels(Sm90Form::kMxfp4RsFp8),
-                                         Kernels(Sm90Form::kMxfp4RsFp8Tails), Kernels(Sm90Form::kMxfp4RsFp8K128),
-                                         Kernels(Sm90Form::kMxfp4RsFp8K128Pairs),
+                                         Kernels(Sm90Form::kMxfp4RsFp8Tails),
                                          Kernels(Sm90Form::kMxfp4RsBf16Pairs, Sm90Form::kMxfp4RsFp8)};
   return v;
 }
@@ -243,14 +239,6 @@ class GemmRun {
     o_ = DeviceBuffer(max_rows * s.H * 2);
     if (sm90_form(k.gemm1).x_16bit) x_16bit_ = DeviceBuffer(std::max<int64_t>(p.T, 1) * s.H * 2);
     if (sm90_form(k.gemm2).h_16bit) h_16bit_ = DeviceBuffer(max_rows * s.I * 2);
-    if (sm90_form(k.gemm1).scales_per_128) {
-      x_128_ = DeviceBuffer(std::max<int64_t>(p.T, 1) * s.H);
-      x_128_scale_ = DeviceBuffer(std::max<int64_t>(p.T, 1) * s.H / 32);
-    }
-    if (sm90_form(k.gemm2).scales_per_128) {
-      h_128_ = DeviceBuffer(max_rows * s.I);
-      h_128_scale_ = DeviceBuffer(max_rows * s.I / 32);
-    }
     poison();
     const FormGrids g = configure_forms(k.gemm1, k.gemm2, s.H, s.I, r_.max_tiles);
     grid1_ = g.grid1;
@@ -261,7 +249,7 @@ class GemmRun {
     MOE_EP_CUDA_CHECK(cudaMemset(h_.get(), 0xFF, h_.bytes()));              // e4m3 NaN
     MOE_EP_CUDA_CHECK(cudaMemset(h_scale_.get(), 0xFF, h_scale_.bytes()));  // E8M0 NaN
     MOE_EP_CUDA_CHECK(cudaMemset(o_.get(), 0xFF, o_.bytes()));              // bf16 NaN
-    for (DeviceBuffer* b : {&x_16bit_, &h_16bit_, &x_128_, &x_128_scale_, &h_128_, &h_128_scale_})
+    for (DeviceBuffer* b : {&x_16bit_, &h_16bit_})
       if (b->bytes()) MOE_EP_CUDA_CHECK(cudaMemset(b->get(), 0xFF, b->bytes()));
   }
 
@@ -284,7 +272,6 @@ class GemmRun {
     g1.epilogue.h_q = h_.get();
     g1.epilogue.h_scale = h_scale_.get();
     if (sm90_form(k_.gemm1).x_16bit) use_bf16_activations(g1.op, p_.a, p_.a_scale, p_.T, x_16bit_);
-    if (sm90_form(k_.gemm1).scales_per_128) use_scales_per_128(g1.op, p_.T, x_128_, x_128_scale_);
     MOE_EP_CUDA_CHECK(sm90_form_kernels(k_.gemm1).launch1(g1, grid1_, nullptr));
   }
 
@@ -303,7 +290,6 @@ class GemmRun {
     g2.op.w_col_scale = k_.folded ? w_.w2.col_scale.get<float>() : nullptr;
     g2.epilogue.out = o_.get<uint16_t>();
     if (sm90_form(k_.gemm2).h_16bit) use_bf16_activations(g2.op, in.h_, in.h_scale_, r_.rows, h_16bit_);
-    if (sm90_form(k_.gemm2).scales_per_128) use_scales_per_128(g2.op, r_.rows, h_128_, h_128_scale_);
     MOE_EP_CUDA_CHECK(sm90_form_kernels(k_.gemm2).launch2(g2, grid2_, nullptr));
   }
 
@@ -337,22 +323,6 @@ class GemmRun {
     set_16bit_activations(op, out.get<uint16_t>());
   }
 
-  // The GEMM's `rows` Q8 rows moved to one scale per 128 (launch_sm90_q8_regroup_128, as the
-  // layer's step before the GEMM) into q and scales, which become its A; the rows it was given
-  // stay as they were (outputs() reports h so).
-  static void use_scales_per_128(GroupedGemmOperands& op, int64_t rows, DeviceBuffer& q, DeviceBuffer& scales) {
-    Q8RegroupParams r;
-    r.q = op.a;
-    r.scales = op.a_scale;
-    r.q_out = q.get();
-    r.scales_out = scales.get();
-    r.rows = rows;
-    r.cols = op.k;
-    MOE_EP_CUDA_CHECK(launch_sm90_q8_regroup_128(r, nullptr));
-    op.a = q.get();
-    op.a_scale = scales.get();
-  }
-
   const Shape& s_;
   const DeviceProblem& p_;
   const DeviceWeights& w_;
@@ -360,7 +330,6 @@ class GemmRun {
   DeviceRouting r_;
   DeviceBuffer h_, h_scale_, o_;
   DeviceBuffer x_16bit_, h_16bit_;  // the bf16 activations of forms that read them
-  DeviceBuffer x_128_, x_128_scale_, h_128_, h_128_scale_;  // x and h at one scale per 128 (rs-fp8-k128)
   int grid1_ = 0, grid2_ = 0;
 };
 

@@ -1,6 +1,5 @@
 #include "rs_codec_probe.h"
 
-#include "cuda/tile/e4m3_rescale.cuh"
 #include "cuda/tile/fp4_bf16_codec.h"
 
 namespace moe_ep::cuda::test {
@@ -17,29 +16,7 @@ __global__ void rs_fragment_probe_kernel(const uint32_t* words_g, const uint32_t
   for (int r = 0; r < 4; ++r) out[4 * i + r] = a[r];
 }
 
-__global__ void e4m3_rescale_probe_kernel(const uint32_t* words, const int32_t* shifts, int n, uint32_t* out,
-                                          uint32_t* out16) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  out[i] = e4m3x4_times_pow2_neg(words[i], shifts[i]);
-  if (i % 4 == 0) {
-    const uint4 r = e4m3x16_times_pow2_neg(make_uint4(words[i], words[i + 1], words[i + 2], words[i + 3]), shifts[i]);
-    out16[i] = r.x;
-    out16[i + 1] = r.y;
-    out16[i + 2] = r.z;
-    out16[i + 3] = r.w;
-  }
-}
-
 }  // namespace
-
-cudaError_t run_e4m3_rescale_probe(const uint32_t* words, const int32_t* shifts, int n, uint32_t* out,
-                                   uint32_t* out16) {
-  if (n <= 0 || n % 4 != 0) return cudaErrorInvalidValue;
-  e4m3_rescale_probe_kernel<<<(n + 255) / 256, 256>>>(words, shifts, n, out, out16);
-  cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? cudaDeviceSynchronize() : err;
-}
 
 cudaError_t run_rs_fragment_probe(const uint32_t* words_g, const uint32_t* words_g8, const uint32_t* d_g,
                                   const uint32_t* d_g8, const int32_t* steps, int n, uint32_t* out) {

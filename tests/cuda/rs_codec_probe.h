@@ -1,6 +1,5 @@
 // A device run of tile/fp4_bf16_codec.h's fragment decode (tests/cuda/rs_codec_probe.cu), so the
-// host-tested decode is also checked on the GPU (mul.rn.bf16x2 of the subnormal 2^-127 of code 1),
-// and of tile/e4m3_rescale.cuh (device only: checked against the formats module).
+// host-tested decode is also checked on the GPU (mul.rn.bf16x2 of the subnormal 2^-127 of code 1).
 #pragma once
 
 #include <cstdint>
@@ -13,11 +12,5 @@ namespace moe_ep::cuda::test {
 // rs_fold_factor(d_g8[i])) into out[4 i .. 4 i + 3]. Device pointers; synchronous.
 cudaError_t run_rs_fragment_probe(const uint32_t* words_g, const uint32_t* words_g8, const uint32_t* d_g,
                                   const uint32_t* d_g8, const int32_t* steps, int n, uint32_t* out);
-
-// For each i < n: e4m3x4_times_pow2_neg(words[i], shifts[i]) into out[i] (shifts >= 1), and
-// e4m3x16_times_pow2_neg of words 4 j .. 4 j + 3 at shifts[4 j] into out16[4 j ..] (n a multiple
-// of 4). Device pointers; synchronous.
-cudaError_t run_e4m3_rescale_probe(const uint32_t* words, const int32_t* shifts, int n, uint32_t* out,
-                                   uint32_t* out16);
 
 }  // namespace moe_ep::cuda::test

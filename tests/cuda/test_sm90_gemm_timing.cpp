@@ -47,10 +47,8 @@ TEST(Sm90WgmmaTiming, FlashSizeRandomBytesMatchMmaAndKernelTimes) {
       const GemmOutputs got = run.outputs();
       const double err_h = rel_err_h(got, ref);
       const double err_o = rel_err_o(got, ref);
-      // The rs-fp8-k128 forms (their times include the regroup of x or h): their own threshold.
-      const bool k128 = sm90_form(k.gemm1).scales_per_128 || sm90_form(k.gemm2).scales_per_128;
-      EXPECT_LE(err_h, k128 ? cudatest::k128_recipe_tolerance() : tol) << "T=" << T << " " << tile;
-      EXPECT_LE(err_o, k128 ? cudatest::k128_recipe_tolerance() : tol) << "T=" << T << " " << tile;
+      EXPECT_LE(err_h, tol) << "T=" << T << " " << tile;
+      EXPECT_LE(err_o, tol) << "T=" << T << " " << tile;
       fmt::print("[ wgmma   ] {:>5} {:<52} {:>10.1f} {:>10.1f} {:>9.1f} {:>9.1f}  h err {:.2e} (bytes equal "
                  "{:.4f}), o err {:.2e} (equal {:.4f})\n",
                  T, tile, t1, t2, flop1 / t1 * 1e-6, flop2 / t2 * 1e-6, err_h,

@@ -306,7 +306,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, Sm90LayerTiny, ::testing::Values("mxfp4", "nvf
 
 // The sanitizer case on each GEMM family pinned in turn (the auto choice at T = 70 is decode only),
 // so compute-sanitizer covers the decode (also with K split in two, and with x's quantization and
-// the routing in one launch), mma.sync, wgmma, wgmma-rs and wgmma-rs-k128 (both tiles) forms of mxfp4 and the nvfp4 families
+// the routing in one launch), mma.sync, wgmma and wgmma-rs forms of mxfp4 and the nvfp4 families
 // (decode, mma.sync, the f16 wgmma forms on both tiles).
 TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
   MOE_EP_REQUIRE_CUDA();
@@ -316,13 +316,10 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
     bool fused = false;  // decode: x's quantization and the routing in one launch
     bool wide = false;   // wgmma: the 64x256 tile (four consumers)
     bool split = false;  // decode: K split in two per block (H = I = 1024, whole halves for both recipes)
-    bool pairs = false;  // wgmma-rs-k128: the 128x128 tile (two consumers), expert 3 taking every token
   };
   for (const Case c : {Case{"mxfp4", GemmKernel::kDecode}, Case{"mxfp4", GemmKernel::kDecode, true},
                        Case{"mxfp4", GemmKernel::kMma}, Case{"mxfp4", GemmKernel::kWgmma},
-                       Case{"mxfp4", GemmKernel::kWgmmaRs}, Case{"mxfp4", GemmKernel::kWgmmaRsK128},
-                       Case{"mxfp4", GemmKernel::kWgmmaRsK128, false, false, false, true},
-                       Case{"nvfp4", GemmKernel::kDecode},
+                       Case{"mxfp4", GemmKernel::kWgmmaRs}, Case{"nvfp4", GemmKernel::kDecode},
                        Case{"nvfp4", GemmKernel::kDecode, true}, Case{"nvfp4", GemmKernel::kMma},
                        Case{"nvfp4", GemmKernel::kWgmma}, Case{"nvfp4", GemmKernel::kWgmma, false, true},
                        Case{"mxfp4", GemmKernel::kDecode, false, false, true},
@@ -330,15 +327,13 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
     Problem p = tiny(c.family, 80);
     p.overrides.gemm = c.kernel;
     if (c.wide) p.overrides.tile = {64, 256};
-    if (c.pairs) p.overrides.tile = {128, 128};
     if (c.split) {
       p.hidden = p.intermediate = 1024;
       p.overrides.decode_split_k = 2;
     }
     if (c.fused) p.overrides.fuse_quantize_route = true;
     // The warpgroup kernels and the split decode kernels are refused with exact accumulation.
-    const bool warpgroup =
-        c.kernel == GemmKernel::kWgmma || c.kernel == GemmKernel::kWgmmaRs || c.kernel == GemmKernel::kWgmmaRsK128;
+    const bool warpgroup = c.kernel == GemmKernel::kWgmma || c.kernel == GemmKernel::kWgmmaRs;
     p.exact_accumulation = !warpgroup && !c.split;
     const WeightSet w = testsupport::random_weights(p, native_format(p), 10);
     if (c.fused) {  // the plan runs what the case names
@@ -356,23 +351,13 @@ TEST(Sm90Sanitizer, SmallCaseOfEveryGemmFamily) {
       const std::string plan = make_gpu_layer(p, w.pack())->info().config.str();
       EXPECT_NE(plan.find("nvfp4.rs-f16.64x256, routing m tiles of 64 rows"), std::string::npos) << plan;
     }
-    if (c.pairs) {
-      const std::string plan = make_gpu_layer(p, w.pack())->info().config.str();
-      EXPECT_NE(plan.find("mxfp4.rs-fp8-k128-pairs.128x128, routing m tiles of 64 rows"), std::string::npos) << plan;
-    }
-    Inputs in = testsupport::random_inputs(p, 70, 15, {.skip_fraction = 0.2});
-    if (c.pairs)  // expert 3 takes every token (70 rows: a full pair of 64-row list tiles)
-      for (int64_t t = 0; t < in.tokens; ++t)
-        for (int64_t k = 0; k < p.top_k; ++k) in.set_id(t, k, k == 0 ? 3 : in.id(t, k) == 3 ? -1 : in.id(t, k));
+    const Inputs in = testsupport::random_inputs(p, 70, 15, {.skip_fraction = 0.2});
     // nvfp4's wgmma products are exact f16 ones: its own threshold.
     const bool fp8_warpgroup = warpgroup && p.recipe == Recipe::kMxfp4;
     expect_matches_cpu(p, w, in,
                        fmt::format("{} sanitizer case, {} GEMMs{}{}", c.family, gemm_kernel_name(c.kernel),
-                                   c.fused ? " (fused quantize + routing)" : "",
-                                   c.wide ? " (64x256)" : c.pairs ? " (128x128)" : ""),
-                       !fp8_warpgroup                         ? -1.0
-                       : c.kernel == GemmKernel::kWgmmaRsK128 ? k128_recipe_tolerance()
-                                                              : wgmma_recipe_tolerance());
+                                   c.fused ? " (fused quantize + routing)" : "", c.wide ? " (64x256)" : ""),
+                       fp8_warpgroup ? wgmma_recipe_tolerance() : -1.0);
   }
 }
 

@@ -2,9 +2,7 @@
 // weights as operand A): on the host, every code at every shift against the formats module, and
 // the fragments of a whole kernel-layout tensor against the canonical weights, element by element
 // in the order along k the activations are stored in; on the GPU, the same decode bitwise equal
-// to the host's (Sm90RsCodecDevice), rs-fp8-k128's re-encoding of e4m3 codes to a coarser scale
-// against the formats module, the Q8 rows moved to one scale per 128 (launch_sm90_q8_regroup_128)
-// against a host model of it, and the Q8 -> bf16 conversion of the activations into that
+// to the host's (Sm90RsCodecDevice), and the Q8 -> bf16 conversion of the activations into that
 // order (launch_sm90_q8_to_rs_bf16) against a host model built from the formats module.
 #include <cmath>
 #include <cstring>
@@ -15,7 +13,6 @@
 
 #include "core/weight_prep.h"
 #include "cuda/kernels/sm90_grouped_gemm.h"
-#include "cuda/kernels/sm90_q8_regroup.h"
 #include "cuda/tile/fp4_bf16_codec.h"
 #include "cuda/tile/fp4_codec.h"
 #include "cuda/tile/nvfp4_f16_codec.h"
@@ -259,52 +256,6 @@ TEST(Sm90RsCodecDevice, FragmentDecodeIsBitwiseTheHosts) {
   }
 }
 
-// tile/e4m3_rescale.cuh: every e4m3 code but NaN at every shift d = 1 .. 40 and a few up to the
-// largest E8M0 difference (253) against the formats
-// module's encoder (float_to_e4m3, checked against ml_dtypes) of the exact value code * 2^-d:
-// round to nearest even into e4m3's subnormals and to signed zeros; across d = 15 | 16 the device
-// changes from the f16 path to the fp32 one. Each word's four bytes are four different codes.
-TEST(Sm90RsCodecDevice, E4m3RescaleRoundsLikeTheFormatsModule) {
-  MOE_EP_REQUIRE_CUDA();
-  std::vector<uint32_t> words;
-  std::vector<int32_t> shifts;
-  std::vector<uint32_t> want;
-  std::vector<int> shift_values;
-  for (int d = 1; d <= 40; ++d) shift_values.push_back(d);
-  for (const int d : {63, 64, 65, 127, 253}) shift_values.push_back(d);
-  for (const int d : shift_values)
-    for (uint32_t c = 0; c < 256; ++c) {
-      uint32_t word = 0, expect = 0;
-      for (int b = 0; b < 4; ++b) {
-        uint32_t code = (c + 67 * b) & 0xFF;
-        if ((code & 0x7F) == 0x7F) code ^= 1;  // NaN never reaches the kernels
-        word |= code << (8 * b);
-        expect |= static_cast<uint32_t>(float_to_e4m3(std::ldexp(e4m3_to_float(static_cast<uint8_t>(code)), -d)))
-                  << (8 * b);
-      }
-      words.push_back(word);
-      shifts.push_back(d);
-      want.push_back(expect);
-    }
-  const int n = static_cast<int>(words.size());
-  const DeviceBuffer dw = DeviceBuffer::upload(words), ds = DeviceBuffer::upload(shifts);
-  DeviceBuffer out(words.size() * 4), out16(words.size() * 4);
-  MOE_EP_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));
-  MOE_EP_CUDA_CHECK(cudaMemset(out16.get(), 0xFF, out16.bytes()));
-  MOE_EP_CUDA_CHECK(test::run_e4m3_rescale_probe(dw.get<uint32_t>(), ds.get<int32_t>(), n, out.get<uint32_t>(),
-                                                 out16.get<uint32_t>()));
-  std::vector<uint32_t> got(n), got16(n);
-  MOE_EP_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
-  MOE_EP_CUDA_CHECK(cudaMemcpy(got16.data(), out16.get(), out16.bytes(), cudaMemcpyDeviceToHost));
-  int64_t nonzero = 0;
-  for (int i = 0; i < n; ++i) {
-    ASSERT_EQ(got[i], want[i]) << "word " << std::hex << words[i] << std::dec << " at d = " << shifts[i];
-    ASSERT_EQ(got16[i], want[i]) << "16-byte form, word " << std::hex << words[i] << std::dec << " at d = " << shifts[i];
-    for (int b = 0; b < 4; ++b) nonzero += ((want[i] >> (8 * b)) & 0x7F) != 0;
-  }
-  EXPECT_GT(nonzero, 0);
-}
-
 // Random Q8 rows (formats module quantizer) -> bf16 rows in the rs order on the GPU, against the
 // host: position rs_position_of_k(k) of each 128-wide step holds bf16(e4m3 * 2^(E8M0 - 127)).
 TEST(Sm90RsCodecDevice, Q8ToBf16WritesEachValueExactlyAtItsRsPosition) {
@@ -336,89 +287,6 @@ TEST(Sm90RsCodecDevice, Q8ToBf16WritesEachValueExactlyAtItsRsPosition) {
     }
   EXPECT_EQ(launch_sm90_q8_to_rs_bf16(dq.get(), dsc.get(), rows, nullptr, 96, out.get<uint16_t>(), nullptr),
             cudaErrorInvalidValue);
-}
-
-// launch_sm90_q8_regroup_128 against a host model from the formats module: each group of four k32
-// blocks takes its largest E8M0 byte, and a block 2^d below keeps float_to_e4m3(code x 2^-d)
-// (float_to_e4m3 is checked against ml_dtypes). x has each k32 block of a row times 2^-j, j
-// uniform in 0 .. 12, so most groups hold different scales (the shifts the re-encoding rounds at,
-// from 1 to 12, and blocks whose codes all become zero); one row is all zero. Out of place into
-// poisoned buffers and in place; with a row count, the rows from it on are neither read nor
-// written.
-std::vector<uint8_t> bytes_of(const DeviceBuffer& b, size_t n) {
-  std::vector<uint8_t> v(n);
-  MOE_EP_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n, cudaMemcpyDeviceToHost));
-  return v;
-}
-
-TEST(Sm90RsCodecDevice, Q8RegroupMovesEachGroupToItsLargestScale) {
-  MOE_EP_REQUIRE_CUDA();
-  const int64_t rows = 37, k = 640, row_count = 29;
-  std::mt19937 rng(41);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> octave(0, 12);
-  std::vector<float> x(rows * k);
-  for (int64_t i = 0, j = 0; i < rows * k; ++i) {
-    if (i % 32 == 0) j = octave(rng);
-    x[i] = i / k == 5 ? 0.0f : std::ldexp(normal(rng), -static_cast<int>(j));
-  }
-  std::vector<uint8_t> q(rows * k), sc(rows * k / 32);
-  for (int64_t r = 0; r < rows; ++r) quantize_q8(x.data() + r * k, k, q.data() + r * k, sc.data() + r * k / 32);
-  std::vector<uint8_t> want_q = q, want_sc = sc;
-  int64_t rescaled = 0, groups_apart = 0;
-  for (int64_t g = 0; g < rows * k / 128; ++g) {
-    uint8_t top = 0;
-    for (int b = 0; b < 4; ++b) top = std::max(top, sc[g * 4 + b]);
-    for (int b = 0; b < 4; ++b) {
-      const int d = top - sc[g * 4 + b];
-      groups_apart += d > 0 && b == 0;
-      want_sc[g * 4 + b] = top;
-      if (d == 0) continue;
-      for (int i = 0; i < 32; ++i) {
-        uint8_t& c = want_q[g * 128 + b * 32 + i];
-        const uint8_t before = c;
-        c = float_to_e4m3(std::ldexp(e4m3_to_float(c), -d));
-        rescaled += c != before;
-      }
-    }
-  }
-  ASSERT_GT(rescaled, rows * k / 8) << "the input must make the re-encoding change many codes";
-  ASSERT_GT(groups_apart, 0);
-  const DeviceBuffer dq = DeviceBuffer::upload(q), dsc = DeviceBuffer::upload(sc);
-  DeviceBuffer oq(q.size()), osc(sc.size());
-  DeviceBuffer count = DeviceBuffer::upload(std::vector<int32_t>{static_cast<int32_t>(row_count)});
-  for (const bool limited : {false, true}) {
-    MOE_EP_CUDA_CHECK(cudaMemset(oq.get(), 0xFF, oq.bytes()));
-    MOE_EP_CUDA_CHECK(cudaMemset(osc.get(), 0xFF, osc.bytes()));
-    Q8RegroupParams p;
-    p.q = dq.get();
-    p.scales = dsc.get();
-    p.q_out = oq.get();
-    p.scales_out = osc.get();
-    p.rows = rows;
-    p.cols = k;
-    p.row_count = limited ? count.get<int32_t>() : nullptr;
-    MOE_EP_CUDA_CHECK(launch_sm90_q8_regroup_128(p, nullptr));
-    MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<uint8_t> got_q = bytes_of(oq, q.size()), got_sc = bytes_of(osc, sc.size());
-    const int64_t done = limited ? row_count : rows;
-    for (int64_t i = 0; i < rows * k; ++i)
-      ASSERT_EQ(got_q[i], i / k < done ? want_q[i] : 0xFF) << "row " << i / k << " k " << i % k << " limited " << limited;
-    for (int64_t i = 0; i < rows * k / 32; ++i)
-      ASSERT_EQ(got_sc[i], i / (k / 32) < done ? want_sc[i] : 0xFF) << "scale " << i << " limited " << limited;
-  }
-  // In place: the same bytes.
-  DeviceBuffer iq = DeviceBuffer::upload(q), isc = DeviceBuffer::upload(sc);
-  Q8RegroupParams p;
-  p.q = p.q_out = iq.get();
-  p.scales = p.scales_out = isc.get();
-  p.rows = rows;
-  p.cols = k;
-  MOE_EP_CUDA_CHECK(launch_sm90_q8_regroup_128(p, nullptr));
-  EXPECT_EQ(bytes_of(iq, q.size()), want_q);
-  EXPECT_EQ(bytes_of(isc, sc.size()), want_sc);
-  p.cols = 96;
-  EXPECT_EQ(launch_sm90_q8_regroup_128(p, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -9,8 +9,7 @@
 // GEMM 2, and the decode forms; on the tiny shape and the deepseek-v4-flash shape (fewer
 // experts), at T = 1, 7, 300 and more, with -1 holes, an idle expert and one expert taking every
 // row; outputs NaN-poisoned before each run. h (dequantized) and o agree with mma.sync to the
-// wgmma threshold (the warpgroup forms; the rs-fp8-k128 forms to their own) or the same-recipe one
-// (the mma.sync-based decode forms);
+// wgmma threshold (the warpgroup forms) or the same-recipe one (the mma.sync-based decode forms);
 // GEMM 2 is compared on the same h (isolating it) and along the whole chain; the share of
 // bitwise-equal bytes is printed. rs-fp8 with tails must give bitwise rs-fp8's outputs, and the
 // pairs run's GEMM 2 (rs-fp8's kernel) bitwise rs-fp8's on the same h. Each form reruns 20 times
@@ -24,11 +23,9 @@
 // wgmma-rs) or on auto (which reaches the bf16 pairs GEMM 1 at large T) against the CPU layer on
 // the tiny preset and deepseek-v4-flash (T = 1, 7, 300, 1024, 4096, 6144, a subset of rows for the
 // large ones), structured routings, and 20 bitwise reruns; nvfp4's f16 wgmma forms likewise.
-#include <cmath>
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -68,7 +65,6 @@ std::vector<Kernels> compared_forms(const Shape& s) {
 // bf16 products summed over K, the decode-wgmma k32 sums) have their own; the mma.sync decode forms
 // run mma.sync's products.
 double tolerance_of(const Kernels& k) {
-  if (sm90_form(k.gemm1).scales_per_128 || sm90_form(k.gemm2).scales_per_128) return cudatest::k128_recipe_tolerance();
   const bool warpgroup = sm90_form(k.gemm1).consumers > 0 || sm90_form(k.gemm2).consumers > 0;
   return warpgroup ? cudatest::wgmma_recipe_tolerance() : cudatest::same_recipe_tolerance(Recipe::kMxfp4);
 }
@@ -226,25 +222,6 @@ TEST(Sm90Config, PlanStepsFollowTheConfig) {
   wgmma_rs.gemm = GemmKernel::kWgmmaRs;
   EXPECT_NE(plan_of(d, wgmma_rs).find("plan T=1..1024: mxfp4.rs-fp8.64x256, routing m tiles of 64 rows"),
             std::string::npos) << plan_of(d, wgmma_rs);
-  // rs-fp8-k128, both tiles: x moved to one scale per 128 after its quantization (a caller's
-  // quantized x into the workspace, before the routing), h after GEMM 1.
-  KernelOverrides k128;
-  k128.gemm = GemmKernel::kWgmmaRsK128;
-  EXPECT_NE(plan_of(d, k128).find("plan T=1..1024: mxfp4.rs-fp8-k128.64x256, routing m tiles of 64 rows; gemm1 grid "
-                                  "min(m_tiles64(T) x 16, 132), gemm2 grid min(m_tiles64(T) x 16, 132); 7 steps "
-                                  "(quantize x, x to one scale per 128, routing, gemm1, h to one scale per 128, gemm2, "
-                                  "combine)"),
-            std::string::npos) << plan_of(d, k128);
-  KernelOverrides k128_pairs = k128;
-  k128_pairs.tile = {128, 128};
-  EXPECT_NE(plan_of(d, k128_pairs).find("plan T=1..1024: mxfp4.rs-fp8-k128-pairs.128x128, routing m tiles of 64 rows; "
-                                        "gemm1 grid min(m_tiles64(T) x 32, 132), gemm2 grid min(m_tiles64(T) x 32, 132)"),
-            std::string::npos) << plan_of(d, k128_pairs);
-  MoeDesc k128_caller = d;
-  k128_caller.quantize_input = false;
-  EXPECT_NE(plan_of(k128_caller, k128_pairs).find("6 steps (x to one scale per 128, routing, gemm1, h to one scale per "
-                                                  "128, gemm2, combine)"),
-            std::string::npos) << plan_of(k128_caller, k128_pairs);
   KernelOverrides mma;
   mma.gemm = GemmKernel::kMma;
   EXPECT_NE(plan_of(d, mma).find("plan T=1..1024: mxfp4.mma.64x128, routing m tiles of 64 rows; gemm1 grid "
@@ -392,9 +369,7 @@ TEST_F(Sm90WgmmaKernels, SplitDecodeMatchesTheDecodeKernels) {
 // runs (the warpgroup forms and the decode form) against mma.sync, a few tiles.
 TEST_F(Sm90WgmmaKernels, SmallCaseForSanitizers) {
   const Shape s{"tiny", 16, 256, 128, 4};
-  // One expert taking every token (150 rows: a full pair of 64-row list tiles and an odd last one),
-  // so the 128-token pairs kernels run here too.
-  compare_kernels(s, {{"random, 10% holes", 150, 0.1}, {"one expert, all rows", 150, 0.0, -1, 3}}, 77);
+  compare_kernels(s, {{"random, 10% holes", 150, 0.1}}, 77);
 }
 
 }  // namespace
@@ -408,9 +383,8 @@ using testsupport::Inputs;
 using testsupport::Problem;
 
 // The mxfp4 layer on the tiny preset forced onto each warpgroup family (FP8 wgmma; rs-fp8, also
-// with its one tile pinned; rs-fp8-k128 on both tiles) and on auto (decode, then rs-fp8 and, at
-// T = 4096, GEMM 1 on the bf16 pairs form) against the CPU layer, at the wgmma threshold (the k128
-// forms at theirs).
+// with its one tile pinned) and on auto (decode, then rs-fp8 and, at T = 4096, GEMM 1 on the bf16
+// pairs form) against the CPU layer, at the wgmma threshold.
 TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
   MOE_EP_REQUIRE_CUDA();
   struct Variant {
@@ -421,8 +395,6 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
   for (const Variant v : {Variant{"wgmma", GemmKernel::kWgmma, ""}, Variant{"wgmma 64x256", GemmKernel::kWgmma, "64x256"},
                           Variant{"wgmma-rs", GemmKernel::kWgmmaRs, ""},
                           Variant{"wgmma-rs 64x256", GemmKernel::kWgmmaRs, "64x256"},
-                          Variant{"wgmma-rs-k128", GemmKernel::kWgmmaRsK128, ""},
-                          Variant{"wgmma-rs-k128 128x128", GemmKernel::kWgmmaRsK128, "128x128"},
                           Variant{"auto", GemmKernel::kAuto, ""}}) {
     const char* tile = v.name;
     Problem p = testsupport::tiny_problem("mxfp4");
@@ -442,8 +414,7 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
       const double err = relative_error_rows(y, ref, p.hidden);
       int64_t same = 0;
       for (size_t i = 0; i < y.size(); ++i) same += bf16_to_float(y[i]) == ref[i];
-      EXPECT_LE(err, v.gemm == GemmKernel::kWgmmaRsK128 ? k128_recipe_tolerance() : wgmma_recipe_tolerance())
-          << what << " tile " << tile << ": " << p.str();
+      EXPECT_LE(err, wgmma_recipe_tolerance()) << what << " tile " << tile << ": " << p.str();
       fmt::print("[ wgmma   ] layer tiny {:<10} {:<28} T={:<5} rel_err={:.3e} bitwise-equal={:.4f}\n", tile, what,
                  in.tokens, err, y.empty() ? 1.0 : static_cast<double>(same) / y.size());
     };
@@ -457,96 +428,6 @@ TEST(Sm90WgmmaLayer, TinyMatchesCpuWithStructuredRoutings) {
     for (int64_t t = 0; t < in.tokens; ++t)
       for (int64_t k = 0; k < p.top_k; ++k) in.set_id(t, k, k == 0 ? 5 : -1);
     check(in, "one expert, all rows");
-  }
-}
-
-// What promoting once per 128 k costs in accuracy: the layer (H = 1024, I = 512, T = 1024) on
-// rs-fp8 (k32 promotion, the recipe's codes) and on rs-fp8-k128 (each token's four k32 blocks
-// re-encoded to their largest scale) against the CPU layer, with x normal, Student-t with 3
-// degrees of freedom, normal with every 61st column times 100 (the outlier columns of
-// bench/numerics/promotion_groups.py), and normal with each k32 block of a token times 2^-j, j
-// uniform in 0 .. 8 (a token's four scales of a k step apart by up to 8 octaves: the re-encoding
-// drops the most bits). Each stays within its threshold (wgmma's; the k128 forms'); the errors
-// print side by side.
-TEST(Sm90WgmmaLayer, K128PromotionErrorOnHeavyTailedActivations) {
-  MOE_EP_REQUIRE_CUDA();
-  Problem p = testsupport::tiny_problem("mxfp4");
-  p.max_tokens = 1024;
-  p.hidden = 1024;
-  p.intermediate = 512;
-  p.exact_accumulation = false;
-  const testsupport::WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 31);
-  std::mt19937_64 rng(77);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::chi_squared_distribution<double> chi2(3.0);
-  std::uniform_int_distribution<int> octave(0, 8);
-  for (const char* dist : {"normal", "student-t(3)", "outlier columns x100", "k32 blocks x2^-(0..8)"}) {
-    Inputs in = testsupport::random_inputs(p, 1024, 41, {.skip_fraction = 0.05});
-    for (int64_t t = 0; t < in.tokens; ++t)
-      for (int64_t h = 0, j = 0; h < p.hidden; ++h) {
-        if (h % 32 == 0) j = octave(rng);
-        double v = normal(rng);
-        if (dist[0] == 'k') v = std::ldexp(v, -static_cast<int>(j));
-        if (dist[0] == 's') v /= std::sqrt(chi2(rng) / 3.0);
-        if (dist[0] == 'o' && h % 61 == 0) v *= 100.0;
-        in.x[static_cast<size_t>(t * p.hidden + h)] = float_to_bf16(static_cast<float>(v));
-      }
-    const std::vector<double> ref = cpu_reference(p, w.pack(), in);
-    double errs[2] = {0, 0};
-    int i = 0;
-    for (const GemmKernel g : {GemmKernel::kWgmmaRs, GemmKernel::kWgmmaRsK128}) {
-      Problem pg = p;
-      pg.overrides.gemm = g;
-      auto layer = make_gpu_layer(pg, w.pack());
-      const std::vector<uint16_t> y = run_on_gpu(*layer, to_device(pg, in));
-      EXPECT_EQ(layer->read_error_flags(), 0u) << dist;
-      errs[i] = relative_error_rows(y, ref, p.hidden);
-      EXPECT_LE(errs[i], g == GemmKernel::kWgmmaRsK128 ? k128_recipe_tolerance() : wgmma_recipe_tolerance())
-          << dist << " " << gemm_kernel_name(g);
-      ++i;
-    }
-    fmt::print("[ wgmma   ] layer H=1024 I=512 T=1024 x {:<22} rel_err rs-fp8 (k32)={:.3e}  rs-fp8-k128={:.3e}\n",
-               dist, errs[0], errs[1]);
-  }
-}
-
-// rs-fp8-k128 on both tiles with x quantized by the caller (quantize_input = false): the plan moves
-// the caller's rows to one scale per 128 into the workspace (never in the caller's buffers, which
-// must come back unchanged) and GEMM 1 reads them there; the layer meets the k128 forms' threshold
-// against the CPU layer. A second forward gives the same bits.
-TEST(Sm90WgmmaLayer, K128WithCallerQuantizedActivations) {
-  MOE_EP_REQUIRE_CUDA();
-  auto bytes = [](const DeviceTensor& t) {
-    std::vector<uint8_t> v(t.buffer.bytes());
-    MOE_EP_CUDA_CHECK(cudaMemcpy(v.data(), t.buffer.get(), v.size(), cudaMemcpyDeviceToHost));
-    return v;
-  };
-  for (const char* tile : {"", "128x128"}) {
-    Problem p = testsupport::tiny_problem("mxfp4");
-    p.max_tokens = 512;
-    p.exact_accumulation = false;
-    p.quantize_input = false;
-    p.overrides.gemm = GemmKernel::kWgmmaRsK128;
-    if (*tile) p.overrides.tile = parse_tile_shape(tile);
-    const testsupport::WeightSet w = testsupport::random_weights(p, WeightFormat::kMXFP4, 17);
-    Inputs in = testsupport::random_inputs(p, 300, 43, {.skip_fraction = 0.1});
-    testsupport::quantize_inputs_for_caller(p, in);
-    const std::vector<double> ref = cpu_reference(p, w.pack(), in);
-    auto layer = make_gpu_layer(p, w.pack());
-    const std::string plan = layer->info().config.str();
-    EXPECT_NE(plan.find("x to one scale per 128, routing, gemm1, h to one scale per 128, gemm2"), std::string::npos)
-        << plan;
-    const DeviceInputs d = to_device(p, in);
-    const std::vector<uint8_t> a_before = bytes(d.a), s_before = bytes(d.a_scale);
-    const std::vector<uint16_t> y = run_on_gpu(*layer, d);
-    EXPECT_EQ(layer->read_error_flags(), 0u) << tile;
-    EXPECT_EQ(bytes(d.a), a_before) << tile << ": the caller's codes changed";
-    EXPECT_EQ(bytes(d.a_scale), s_before) << tile << ": the caller's scales changed";
-    const double err = relative_error_rows(y, ref, p.hidden);
-    EXPECT_LE(err, k128_recipe_tolerance()) << tile;
-    EXPECT_EQ(run_on_gpu(*layer, d), y) << tile << ": a second forward differs";
-    fmt::print("[ wgmma   ] layer tiny rs-fp8-k128 {:<8} quantize_input = false T=300 rel_err={:.3e}\n",
-               *tile ? tile : "64x256", err);
   }
 }
 
@@ -625,9 +506,7 @@ TEST_P(Sm90WgmmaFlashLayer, MatchesCpuAndIsBitwiseDeterministic) {
   const bool mxfp4 = fk.recipe == Recipe::kMxfp4;
   const testing::HostWeights weights = preset_weights(p, mxfp4 ? WeightFormat::kMXFP4 : WeightFormat::kNVFP4, 2027);
   // The FP8 products have their own threshold; nvfp4's f16 ones are exact (the recipe's).
-  const double tolerance = !mxfp4                                ? same_recipe_tolerance(fk.recipe)
-                           : fk.gemm == GemmKernel::kWgmmaRsK128 ? k128_recipe_tolerance()
-                                                                 : wgmma_recipe_tolerance();
+  const double tolerance = mxfp4 ? wgmma_recipe_tolerance() : same_recipe_tolerance(fk.recipe);
 
   struct Case {
     std::string name;
@@ -682,10 +561,6 @@ INSTANTIATE_TEST_SUITE_P(Kernels, Sm90WgmmaFlashLayer,
                                          "T=1..6144: mxfp4.wgmma-fp8.64x256, routing m tiles of 64 rows"},
                              FlashKernel{"wgmma_rs", GemmKernel::kWgmmaRs, Recipe::kMxfp4, "",
                                          "T=1..6144: mxfp4.rs-fp8.64x256, routing m tiles of 64 rows"},
-                             FlashKernel{"wgmma_rs_k128", GemmKernel::kWgmmaRsK128, Recipe::kMxfp4, "",
-                                         "T=1..6144: mxfp4.rs-fp8-k128.64x256, routing m tiles of 64 rows"},
-                             FlashKernel{"wgmma_rs_k128_pairs", GemmKernel::kWgmmaRsK128, Recipe::kMxfp4, "128x128",
-                                         "T=1..6144: mxfp4.rs-fp8-k128-pairs.128x128, routing m tiles of 64 rows"},
                              FlashKernel{"nvfp4_wgmma", GemmKernel::kWgmma, Recipe::kNvfp4, "",
                                          "T=1..6144: nvfp4.rs-f16.128x128, routing m tiles of 128 rows"},
                              FlashKernel{"nvfp4_wgmma_64x256", GemmKernel::kWgmma, Recipe::kNvfp4, "64x256",

@@ -114,8 +114,6 @@ extern const Sm90FormKernels kMxfp4DecodeWgmmaKernels,
 extern const Sm90FormKernels kMxfp4MmaKernels;                                // sm90_mxfp4_mma_gemm.cu
 extern const Sm90FormKernels kMxfp4WgmmaFp8Kernels;                           // sm90_mxfp4_wgmma_gemm.cu
 extern const Sm90FormKernels kMxfp4RsFp8Kernels, kMxfp4RsFp8TailsKernels;     // sm90_mxfp4_rs_fp8_gemm.cu
-extern const Sm90FormKernels kMxfp4RsFp8K128Kernels,
-    kMxfp4RsFp8K128PairsKernels;                                              // sm90_mxfp4_rs_fp8_k128_gemm.cu
 extern const Sm90FormKernels kMxfp4RsBf16PairsKernels;                        // sm90_mxfp4_rs_bf16_gemm.cu
 extern const Sm90FormKernels kNvfp4DecodeKernels, kNvfp4DecodeSplitKernels;  // sm90_nvfp4_decode_gemm.cu
 extern const Sm90FormKernels kNvfp4MmaKernels;                                // sm90_nvfp4_mma_gemm.cu

@@ -33,11 +33,26 @@ struct Q8Bf16Block {
   }
 };
 
+// Both launches share the grid.
+cudaError_t configure_pairs(int /*k*/, int* blocks_per_sm) {
+  static_assert(Mxfp4RsWidePairsConfig::kThreads == Mxfp4RsWideOddLastConfig::kThreads);
+  return configure_persistent_kernels(sm90_rs_kernel<Mxfp4RsWidePairsConfig, RsSwigluQ8Epilogue, Gemm1Params>,
+                                      Mxfp4RsWidePairsConfig::kSharedBytes,
+                                      sm90_rs_kernel<Mxfp4RsWideOddLastConfig, RsSwigluQ8Epilogue, Gemm1Params>,
+                                      Mxfp4RsWideOddLastConfig::kSharedBytes, Mxfp4RsWidePairsConfig::kThreads,
+                                      blocks_per_sm);
+}
+
+// Needs schedule.num_experts (the odd-last walk goes over the experts).
+cudaError_t launch_pairs(const Gemm1Params& p, int grid, cudaStream_t stream) {
+  if (p.schedule.num_experts <= 0) return cudaErrorInvalidValue;
+  const cudaError_t e = launch_rs_kernel<Mxfp4RsWidePairsConfig, RsSwigluQ8Epilogue>(p, grid, stream);
+  return e != cudaSuccess ? e : launch_rs_kernel<Mxfp4RsWideOddLastConfig, RsSwigluQ8Epilogue>(p, grid, stream);
+}
+
 }  // namespace
 
-const Sm90FormKernels kMxfp4RsBf16PairsKernels = {
-    &configure_rs_pairs<Mxfp4RsWidePairsConfig, Mxfp4RsWideOddLastConfig, RsSwigluQ8Epilogue, Gemm1Params>, nullptr,
-    &launch_rs_pairs<Mxfp4RsWidePairsConfig, Mxfp4RsWideOddLastConfig, RsSwigluQ8Epilogue, Gemm1Params>, nullptr};
+const Sm90FormKernels kMxfp4RsBf16PairsKernels = {&configure_pairs, nullptr, &launch_pairs, nullptr};
 
 cudaError_t launch_sm90_q8_to_rs_bf16(const uint8_t* a, const uint8_t* a_scale, int64_t rows,
                                       const int32_t* row_count, int k, uint16_t* out, cudaStream_t stream) {

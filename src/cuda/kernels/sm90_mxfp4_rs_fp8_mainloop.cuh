@@ -4,27 +4,25 @@
 // with the weight rows n on the wgmma M side and the tokens m on N. W' = e2m1 * 2^(d - 8) is
 // exact in e4m3 (tile/fp4_codec.h); the consumers decode it from the packed words in registers
 // right before the wgmma that reads it, so no warp converts weights into shared memory. The
-// activations are the Q8 rows as they are (e4m3 in shared memory). kK32: each k32 product starts
-// from zero (scale-d = 0) and is added to the fp32 accumulator times the token's activation scale:
-// the products and the promotion of the FP8 wgmma kernel (sm90_mxfp4_wgmma_mainloop.cuh), on the
-// transposed tile. kK128: a k step's four k32 products are summed by the tensor cores and added
-// once, times the token's one scale of the step (RsFp8Promotion). The epilogues multiply by the column factor (sm90_rs_epilogues.cuh).
+// activations are the Q8 rows as they are (e4m3 in shared memory). Each k32 product starts from
+// zero (scale-d = 0) and is added to the fp32 accumulator times the token's activation scale: the
+// products and the promotion of the FP8 wgmma kernel (sm90_mxfp4_wgmma_mainloop.cuh), on the
+// transposed tile. The epilogues multiply by the column factor (sm90_rs_epilogues.cuh).
 //
-// Block of 1 + kConsumers warpgroups, one block per SM, persistent over the (m tile, n tile) list
-// of the routing kernel (m tiles of kBlockM tokens, or pairs of the list's 64-row tiles where
-// kBlockM = 128: for_each_block_tile; n tiles of kBlockN = 64 kConsumers weight rows):
+// Block of 5 warpgroups (640 threads), one block per SM, persistent over the (m tile, n tile) list
+// of the routing kernel (m tiles of kBlockM = 64 tokens, n tiles of kBlockN = 256 weight rows):
 //   WG 0      producer: per k step, cp.async of the tile's token rows (a_row_index gathers;
-//             zero-filled past the tile's rows), their E8M0 scale words, the n tile's weight
+//             zero-filled past the tile's rows), their E8M0 scale words, the n tile's 32 weight
 //             micro-tiles and kBlockN shift words; kLookahead steps later each thread converts its
-//             token's scale word to fp32 factors, fences and arrives on the full barrier.
-//   WG 1 ..   consumers: weight rows 64 c .. 64 c + 63 of the n tile each, one partial set each.
-//             kK32: one m64 n(kBlockM) k32 wgmma in flight per consumer; after wait_group 0
-//             retires block j, the consumer promotes it and issues block j + 1 (decoded meanwhile
-//             into the other fragment set) into the same set, while the other consumers keep the
-//             tensor cores busy. (ptxas follows wgmma registers only through wait_group 0: reading
-//             a set retired by wait_group 1 while another wgmma is in flight serializes every
-//             wgmma (C7514). Closed groups of 2 or 4 wgmmas in flight, which avoid that, are
-//             slower.) kK128: the step's four k32 wgmmas chained on the partial set, one promotion.
+//             token's scale word to four fp32 factors, fences and arrives on the full barrier.
+//   WG 1 .. 4 consumers: weight rows 64 c .. 64 c + 63 of the n tile each, one partial set each
+//             (a quarter of the consumers' registers): one m64 n64 k32 wgmma in flight per
+//             consumer; after wait_group 0 retires block j, the consumer promotes it and issues
+//             block j + 1 (decoded meanwhile into the other fragment set) into the same set, while
+//             the other three keep the tensor cores busy. (ptxas follows wgmma
+//             registers only through wait_group 0: reading a set retired by wait_group 1 while
+//             another wgmma is in flight serializes every wgmma (C7514). Closed groups of 2 or 4
+//             wgmmas in flight, which avoid that, are slower.)
 //
 // Shared memory (base aligned to 1024 bytes):
 //   stage s < kStages, kStageBytes (a multiple of 1024) apart:
@@ -32,8 +30,7 @@
 //     W   kBlockN / 8 micro-tiles x 512 B: weight rows 8u .. 8u + 7 of the n tile, this k step
 //     D   kBlockN shift words (the 4 k32 blocks of one weight row)
 //     SA  kBlockM E8M0 words (the 4 k32 blocks of one token), as copied
-//     SF  kK32: 4 x kBlockM fp32, 2^(sa - 127) of k32 block kb at [kb][rs_fp8_scale_slot(token)];
-//         kK128: kBlockM fp32, the step's one factor of each token at [rs_fp8_scale_slot(token)]
+//     SF  4 x kBlockM fp32: 2^(sa - 127) of k32 block kb at [kb][rs_fp8_scale_slot(token)]
 //   amax   [kConsumers][kBlockM][4 warps] fp32 (GEMM 1 epilogue: Q8 amax per token)
 //   table  16 x 8 B: e4m3 magnitude bytes of codes 0..7 for shift d (15 unused)
 //   full[kStages], empty[kStages]  mbarriers (full: 128 producer arrivals; empty: one per
@@ -66,22 +63,7 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
 // kNarrowLast is the rs-fp8-tails form (policy/sm90_forms.cpp).
 enum class RsFp8Tails { kFull, kNarrowLast };
 
-// How often a consumer adds the tensor cores' sums into its fp32 accumulator:
-//   kK32   every k32 block, times the token's E8M0 factor of that block: the recipe's codes and
-//          scales as they are.
-//   kK128  every k step: the step's four k32 wgmmas chain on one partial set and are promoted
-//          once, times the token's factor of the step. The activations must hold one scale per
-//          128 k (launch_sm90_q8_regroup_128: a token's four k32 scales of a step are equal), so
-//          the producer takes each token's first scale byte of the step. A quarter of the
-//          promotions, for the rs-fp8-k128 forms.
-enum class RsFp8Promotion { kK32, kK128 };
-
-// kBlockM_: token rows of a tile (64: m64 n64 k32 wgmmas; 128 with kK128 only: m64 n128 k32, two
-// consumers, each decoded weight fragment feeding twice the tokens). kListBlockM_ and kTileWalk_:
-// as for Rs16WideTileConfig (sm90_persistent_tiles.cuh: the 128-token tiles as pairs of the
-// routing's 64-row tiles).
-template <RsFp8Tails kTails_ = RsFp8Tails::kFull, RsFp8Promotion kPromotion_ = RsFp8Promotion::kK32,
-          int kBlockM_ = 64, int kConsumers_ = 4, int kListBlockM_ = kBlockM_, TileWalk kTileWalk_ = TileWalk::kEvery>
+template <RsFp8Tails kTails_ = RsFp8Tails::kFull>
 struct RsFp8TileConfig {
   // The kernel body (sm90_rs_kernel.cuh) and its launch check: folded weights only.
   template <class Epilogue, class Params>
@@ -89,13 +71,8 @@ struct RsFp8TileConfig {
     run_rs_fp8_grouped_gemm<RsFp8TileConfig, Epilogue>(p, smem);
   }
   static bool operands_ok(const GroupedGemmOperands& op) { return op.w_col_scale != nullptr; }
-  static constexpr int kBlockM = kBlockM_;  // token rows (the wgmma N side)
-  static constexpr int kListBlockM = kListBlockM_;
-  static constexpr TileWalk kTileWalk = kTileWalk_;
-  static constexpr int kConsumers = kConsumers_;
-  static_assert(kBlockM == 64 || (kBlockM == 128 && kPromotion_ == RsFp8Promotion::kK128 && kConsumers == 2),
-                "m64 n64 k32 wgmmas, or m64 n128 k32 on two consumers promoting per k step");
-  static_assert(kConsumers == 4 || kConsumers == 2, "four consumers at 104 registers or two at 216");
+  static constexpr int kBlockM = 64;  // token rows (the wgmma N side)
+  static constexpr int kConsumers = 4;
   static constexpr int kBlockN = 64 * kConsumers;  // weight rows (64 per consumer)
   static constexpr int kBlockK = 128;
   static constexpr int kAcc = kBlockM / 2;  // fp32 accumulators per consumer thread (m64 n kBlockM)
@@ -103,16 +80,13 @@ struct RsFp8TileConfig {
   static constexpr int kStages = 8;
   static constexpr int kLookahead = 3;  // k steps in flight (kStages - 2 measured no faster)
   static constexpr RsFp8Tails kTails = kTails_;
-  static constexpr RsFp8Promotion kPromotion = kPromotion_;
   static constexpr int kNarrowRows = 48;
   static constexpr int kLastPassRows = kTails_ == RsFp8Tails::kNarrowLast ? kNarrowRows : 0;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  // Two consumers hold an accumulator and a partial set of up to 64 registers each; the producer
-  // keeps its eight token-row pointers.
-  static constexpr int kProducerRegs = kConsumers == 4 ? 56 : 72;
-  static constexpr int kConsumerRegs = kConsumers == 4 ? 104 : 216;
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = 104;
   // setmaxnreg moves registers within the block's allocation: kThreads x the launch's share of
-  // the register file (whole multiples of 8): 640 x 96 or 384 x 168.
+  // the register file (whole multiples of 8): 640 x 96.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs, "register file");
   // The producer signals full(i) after issuing step i + kLookahead, which needs step
@@ -125,7 +99,7 @@ struct RsFp8TileConfig {
   static constexpr int kWBytes = WeightCopy::kWBytes;
   static constexpr int kDBytes = WeightCopy::kDBytes;
   static constexpr int kSaBytes = kBlockM * 4;
-  static constexpr int kSfBytes = (kPromotion_ == RsFp8Promotion::kK128 ? 1 : 4) * kBlockM * 4;
+  static constexpr int kSfBytes = 4 * kBlockM * 4;
   static constexpr int kOffW = kABytes, kOffD = kOffW + kWBytes, kOffSa = kOffD + kDBytes,
                        kOffSf = kOffSa + kSaBytes;
   static constexpr int kStageBytes = (kOffSf + kSfBytes + 1023) / 1024 * 1024;
@@ -182,18 +156,13 @@ struct alignas(64) RsFp8Producer {
       ptx::cp_async_4(ptx::smem_addr(sm.sa(s)) + tid * 4, sa_src ? sa_src + ks * 4 : op.a_scale, sa_src ? 4 : 0);
   }
 
-  // After this thread's copies of stage s landed: its token's factors 2^(sa - 127), four (kK32)
-  // or the step's one (kK128: the four bytes are equal).
+  // After this thread's copies of stage s landed: its token's four factors 2^(sa - 127).
   static __device__ __forceinline__ void landed(const RsFp8Smem<Cfg>& sm, int s, int tid) {
     if (tid >= Cfg::kBlockM) return;
     const uint32_t word = reinterpret_cast<const uint32_t*>(sm.sa(s))[tid];
     float* sf = sm.sf(s) + rs_fp8_scale_slot(tid);
-    if constexpr (Cfg::kPromotion == RsFp8Promotion::kK128) {
-      sf[0] = e8m0_to_float_device(word & 0xFF);
-    } else {
 #pragma unroll
-      for (int kb = 0; kb < 4; ++kb) sf[kb * Cfg::kBlockM] = e8m0_to_float_device((word >> (8 * kb)) & 0xFF);
-    }
+    for (int kb = 0; kb < 4; ++kb) sf[kb * Cfg::kBlockM] = e8m0_to_float_device((word >> (8 * kb)) & 0xFF);
   }
 };
 
@@ -294,34 +263,6 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
       if (lane == 0) ptx::mbarrier_arrive(sm.empty(s));
     };
 
-    if constexpr (Cfg::kPromotion == RsFp8Promotion::kK128) {
-      // Per k step: its four blocks decoded in two pairs (the second pair while the first pair's
-      // wgmmas run), all four chained on `part` and committed as one group; the next step's words
-      // are loaded while they run, then the group is retired and promoted once.
-      uint32_t quad[4][4];
-      auto pair = [&](auto first_constant, int s) {
-        constexpr int kb = decltype(first_constant)::value;
-        decode(kb, quad[kb]);
-        decode(kb + 1, quad[kb + 1]);
-        ptx::wgmma_fence();
-        ptx::wgmma_k32_e4m3_rs<kb != 0>(part, quad[kb], desc(s, kb));
-        ptx::wgmma_k32_e4m3_rs<true>(part, quad[kb + 1], desc(s, kb + 1));
-      };
-      load_step(0);
-      for (int ks = 0; ks < k_steps; ++ks) {
-        const int s = (item + ks) % S;
-        pair(std::integral_constant<int, 0>{}, s);
-        pair(std::integral_constant<int, 2>{}, s);
-        ptx::wgmma_commit_group();
-        if (ks + 1 < k_steps) load_step(ks + 1);
-        ptx::wgmma_wait_group<0>();
-        ptx::fence_operands(part);
-        promote(part, s, 0);
-        release(s);
-      }
-      Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
-      return;
-    }
     using B0 = std::integral_constant<int, 0>;
     using B1 = std::integral_constant<int, 1>;
     using B2 = std::integral_constant<int, 2>;
@@ -345,8 +286,7 @@ __device__ __forceinline__ void run_rs_fp8_grouped_gemm(const Params& p, uint8_t
     release(s);
     Epilogue::template apply<Cfg>(p.epilogue, op, tc, f, sm, acc);
   };
-  if constexpr (Cfg::kTails == RsFp8Tails::kNarrowLast || Cfg::kListBlockM != Cfg::kBlockM ||
-                Cfg::kTileWalk != TileWalk::kEvery) {
+  if constexpr (Cfg::kTails == RsFp8Tails::kNarrowLast) {
     for_each_block_tile<Cfg>(p.schedule, work.n_tiles, [&](const TileCoord& tc, auto last_pass) {
       if constexpr (decltype(last_pass)::value)
         run_tile(tc, std::integral_constant<int, Cfg::kNarrowRows / 2>{});

@@ -1,9 +1,8 @@
 // The register-operand grouped GEMM kernels of one tile configuration and epilogue, their
-// plan-time configuration and launch, and a form's kernels built from them (one configuration, or
-// pairs of list tiles and the odd last one): the 16-bit family
+// plan-time configuration and launch, and a form's kernels built from them: the 16-bit family
 // (RsTileConfig, sm90_rs16_mainloop.cuh, and Rs16WideTileConfig, sm90_rs16_wide_mainloop.cuh:
 // sm90_mxfp4_rs_bf16_gemm.cu, sm90_nvfp4_rs_gemm.cu) and the FP8 one (RsFp8TileConfig,
-// sm90_mxfp4_rs_fp8_mainloop.cuh: sm90_mxfp4_rs_fp8_gemm.cu, sm90_mxfp4_rs_fp8_k128_gemm.cu). A configuration provides
+// sm90_mxfp4_rs_fp8_mainloop.cuh: sm90_mxfp4_rs_fp8_gemm.cu). A configuration provides
 // run<Epilogue>(params, smem), operands_ok(op) and its block shape.
 #pragma once
 
@@ -35,26 +34,6 @@ cudaError_t launch_rs_kernel(const Params& p, int grid, cudaStream_t stream) {
     return cudaErrorInvalidValue;  // the format's scale operands, whole tiles only
   sm90_rs_kernel<Cfg, Epilogue, Params><<<grid, Cfg::kThreads, Cfg::kSharedBytes, stream>>>(p);
   return cudaGetLastError();
-}
-
-// A form over the routing's 64-row list tiles in two launches on one grid: an expert's full pairs
-// of list tiles as 128-token tiles (PairsCfg, TileWalk::kFullPairs), then its odd last tile
-// (OddCfg, TileWalk::kOddLast), so no tile carries more than 63 empty rows. The launch needs
-// schedule.num_experts (the odd-last walk goes over the experts).
-template <class PairsCfg, class OddCfg, class Epilogue, class Params>
-cudaError_t configure_rs_pairs(int /*k*/, int* blocks_per_sm) {
-  static_assert(PairsCfg::kThreads == OddCfg::kThreads && PairsCfg::kBlockN == OddCfg::kBlockN);
-  static_assert(PairsCfg::kTileWalk == TileWalk::kFullPairs && OddCfg::kTileWalk == TileWalk::kOddLast);
-  return configure_persistent_kernels(sm90_rs_kernel<PairsCfg, Epilogue, Params>, PairsCfg::kSharedBytes,
-                                      sm90_rs_kernel<OddCfg, Epilogue, Params>, OddCfg::kSharedBytes,
-                                      PairsCfg::kThreads, blocks_per_sm);
-}
-
-template <class PairsCfg, class OddCfg, class Epilogue, class Params>
-cudaError_t launch_rs_pairs(const Params& p, int grid, cudaStream_t stream) {
-  if (p.schedule.num_experts <= 0) return cudaErrorInvalidValue;
-  const cudaError_t e = launch_rs_kernel<PairsCfg, Epilogue>(p, grid, stream);
-  return e != cudaSuccess ? e : launch_rs_kernel<OddCfg, Epilogue>(p, grid, stream);
 }
 
 // The kernels of a form whose GEMMs share one configuration.

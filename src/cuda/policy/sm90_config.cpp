@@ -253,13 +253,11 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
   // A family is pinnable for a recipe where the table has a form of it.
   std::string families = "auto";
   for (const GemmKernel g :
-       {GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma, GemmKernel::kWgmmaRs, GemmKernel::kDecodeWgmma,
-        GemmKernel::kWgmmaRsK128})
+       {GemmKernel::kDecode, GemmKernel::kMma, GemmKernel::kWgmma, GemmKernel::kWgmmaRs, GemmKernel::kDecodeWgmma})
     if (sm90_family_form(desc.recipe, g)) fmt::format_to(std::back_inserter(families), ", {}", gemm_kernel_name(g));
   MOE_EP_CHECK_CODE(o.gemm == GemmKernel::kAuto || sm90_family_form(desc.recipe, o.gemm), ErrorCode::kUnsupported, "overrides.gemm = {}: recipe '{}' has no such kernel "
                     "family on SM90; allowed: {}", gemm_kernel_name(o.gemm), recipe_name(desc.recipe), families);
-  const bool warpgroup =
-      o.gemm == GemmKernel::kWgmma || o.gemm == GemmKernel::kWgmmaRs || o.gemm == GemmKernel::kWgmmaRsK128;
+  const bool warpgroup = o.gemm == GemmKernel::kWgmma || o.gemm == GemmKernel::kWgmmaRs;
   MOE_EP_CHECK_CODE(!((warpgroup || o.gemm == GemmKernel::kDecodeWgmma) && c.exact_accumulation),
                     ErrorCode::kInvalidArgument,
                     "overrides.gemm = {} contradicts desc.numerics.exact_accumulation = true (the "
@@ -272,7 +270,7 @@ Sm90Config select_sm90_load_config(const MoeDesc& desc, const KernelOverrides& o
   if (!o.tile.automatic()) {
     const std::string tiles = sm90_family_tiles(desc.recipe, o.gemm);
     MOE_EP_CHECK_CODE(warpgroup && !tiles.empty(), ErrorCode::kUnsupported,
-                      "overrides.tile = {}: a tile is pinned together with overrides.gemm = wgmma, wgmma-rs or wgmma-rs-k128 "
+                      "overrides.tile = {}: a tile is pinned together with overrides.gemm = wgmma or wgmma-rs "
                       "(overrides.gemm = {})", o.tile.str(), gemm_kernel_name(o.gemm));
     MOE_EP_CHECK_CODE(sm90_family_form(desc.recipe, o.gemm, o.tile).has_value(), ErrorCode::kUnsupported, "overrides.tile = {} is not a tile of {} for recipe '{}' on "
                       "SM90; allowed: {}", o.tile.str(), gemm_kernel_name(o.gemm), recipe_name(desc.recipe), tiles);

@@ -27,8 +27,6 @@ enum class Sm90Form : uint8_t {
   kMxfp4WgmmaFp8,
   kMxfp4RsFp8,
   kMxfp4RsFp8Tails,
-  kMxfp4RsFp8K128,
-  kMxfp4RsFp8K128Pairs,
   kMxfp4RsBf16Pairs,
   kMxfp4OneToken,
   kNvfp4Decode,
@@ -59,8 +57,6 @@ struct Sm90FormInfo {
   bool x_16bit, h_16bit;       // reads x (GEMM 1) / h (GEMM 2) as 16-bit rows in its k order
   bool whole_layer;            // both GEMMs, the quantization of x, the routing and the combine in
                                // its own launches (a bucket of T = 1), not through the grouped steps
-  bool scales_per_128;         // reads x and h at one scale per 128 k: the steps before its GEMMs
-                               // move their Q8 rows there (kernels/sm90_q8_regroup.h)
 };
 
 // The decode families (kDecode, kDecodeWgmma): tiles of 16 routed rows, weights streamed into

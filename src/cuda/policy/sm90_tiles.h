@@ -20,7 +20,7 @@ inline constexpr int kWgmmaThreads = 384;
 // Register-operand wgmma (the weights decoded into the A fragment): the 16-bit family on two
 // consumers (kRsBlockM tokens x 128 rows) or four (kRsWideBlockM x kRsWideBlockN); GEMM 1 of the
 // bf16 form over 128-token tiles (kRsWide128BlockM); the FP8 family on four consumers
-// (64 x kRsFp8WideBlockN) or, promoting per k step, on two (kRsWide128BlockM x kRsFp8PairsBlockN).
+// (64 x kRsFp8WideBlockN).
 inline constexpr int kRsBlockM = 128;
 inline constexpr int kRsBlockN = 128;
 inline constexpr int kRsThreads = 384;
@@ -28,7 +28,6 @@ inline constexpr int kRsWideBlockM = 64;
 inline constexpr int kRsWideBlockN = 256;
 inline constexpr int kRsWide128BlockM = 128;
 inline constexpr int kRsFp8WideBlockN = 256;
-inline constexpr int kRsFp8PairsBlockN = 128;
 
 // Decode kernels: the weights on the MMA's m side, 16-token tiles x 128 weight rows, 256 threads,
 // kDecodePrefetch k steps of weights in registers per warp; with K split in two, 64 weight rows

@@ -66,13 +66,6 @@ __device__ __forceinline__ uint16_t cvt_e4m3x2(float lo, float hi) {
   return r;
 }
 
-// f16x2 -> two e4m3 (round to nearest even, saturating to +-448): the low half in byte 0.
-__device__ __forceinline__ uint16_t cvt_e4m3x2_from_f16x2(uint32_t v) {
-  uint16_t r;
-  asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;\n" : "=h"(r) : "r"(v));
-  return r;
-}
-
 // Two e4m3 (byte 0 -> low half) -> f16x2, exact.
 __device__ __forceinline__ uint32_t cvt_f16x2_from_e4m3x2(uint16_t v) {
   uint32_t r;

@@ -148,14 +148,13 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
 #undef MOE_EP_WGMMA_M64N64K16_RS
 }
 
-// D(64xN fp32) = A(64x32 e4m3) * B(Nx32 e4m3)^T (+ D where kAccumulate, else scale-d = 0) with A
-// in registers, for N = 48, 64, 96 and 128 (d[N / 2]; the narrow forms below: N = 8, 16). Per warp w
+// D(64xN fp32) = A(64x32 e4m3) * B(Nx32 e4m3)^T with A in registers and D not accumulated
+// (scale-d = 0), for N = 48, 64 and 96 (d[N / 2]; the narrow forms below: N = 8, 16). Per warp w
 // of the warpgroup, rows 16w..16w+15 as the A fragment of mma.sync m16n8k32 e4m3 (a[0] = row g,
 // k 4t..4t+3; a[1] = row g + 8; a[2] = row g, k 16+4t..16+4t+3; a[3] = row g + 8; lane = 4g + t);
 // B K-major in shared memory (the layout above, one k32 slice = 32 bytes). As for the bf16 form,
 // a[] and d[] belong to the wgmma until a wgmma_wait_group has retired it.
-template <bool kAccumulate = false>
-__device__ __forceinline__ void wgmma_m64n48k32_e4m3_rs(float (&d)[24], const uint32_t (&a)[4], uint64_t desc_b) {
+__device__ __forceinline__ void wgmma_m64n48k32_e4m3_rs_zero_d(float (&d)[24], const uint32_t (&a)[4], uint64_t desc_b) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -168,11 +167,10 @@ __device__ __forceinline__ void wgmma_m64n48k32_e4m3_rs(float (&d)[24], const ui
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kAccumulate ? 1 : 0));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(0));
 }
 
-template <bool kAccumulate = false>
-__device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs_zero_d(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -186,11 +184,10 @@ __device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float (&d)[32], const ui
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kAccumulate ? 1 : 0));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(0));
 }
 
-template <bool kAccumulate = false>
-__device__ __forceinline__ void wgmma_m64n96k32_e4m3_rs(float (&d)[48], const uint32_t (&a)[4], uint64_t desc_b) {
+__device__ __forceinline__ void wgmma_m64n96k32_e4m3_rs_zero_d(float (&d)[48], const uint32_t (&a)[4], uint64_t desc_b) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -207,21 +204,7 @@ __device__ __forceinline__ void wgmma_m64n96k32_e4m3_rs(float (&d)[48], const ui
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
         "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kAccumulate ? 1 : 0));
-}
-
-template <bool kAccumulate = false>
-__device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      MOE_EP_WGMMA_D64_REGS
-      "{%64, %65, %66, %67}, %68, p, 1, 1;\n"
-      "}\n"
-      : MOE_EP_WGMMA_D64_OPERANDS(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kAccumulate ? 1 : 0));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(0));
 }
 
 // The narrow forms for the decode kernels' tiles of at most 8 or 16 tokens: m64n8k32 (d[4]) and
@@ -250,30 +233,21 @@ __device__ __forceinline__ void wgmma_m64n16k32_e4m3_rs_zero_d(float (&d)[8], co
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(0));
 }
 
-// The form of the wgmma above with d[kN] accumulators (N = 2 kN), D = A B^T (+ D where kAccumulate:
-// N = 48, 64, 96 and 128 only).
-template <bool kAccumulate, int kN>
-__device__ __forceinline__ void wgmma_k32_e4m3_rs(float (&d)[kN], const uint32_t (&a)[4], uint64_t desc_b) {
-  static_assert(kN == 4 || kN == 8 || kN == 24 || kN == 32 || kN == 48 || kN == 64,
-                "m64n8k32, m64n16k32, m64n48k32, m64n64k32, m64n96k32 or m64n128k32");
-  static_assert(!kAccumulate || kN >= 24, "the narrow forms start from zero");
+// The form of the wgmma above with d[kN] accumulators (N = 2 kN).
+template <int kN>
+__device__ __forceinline__ void wgmma_k32_e4m3_rs_zero_d(float (&d)[kN], const uint32_t (&a)[4], uint64_t desc_b) {
+  static_assert(kN == 4 || kN == 8 || kN == 24 || kN == 32 || kN == 48,
+                "m64n8k32, m64n16k32, m64n48k32, m64n64k32 or m64n96k32");
   if constexpr (kN == 4)
     wgmma_m64n8k32_e4m3_rs_zero_d(d, a, desc_b);
   else if constexpr (kN == 8)
     wgmma_m64n16k32_e4m3_rs_zero_d(d, a, desc_b);
   else if constexpr (kN == 24)
-    wgmma_m64n48k32_e4m3_rs<kAccumulate>(d, a, desc_b);
+    wgmma_m64n48k32_e4m3_rs_zero_d(d, a, desc_b);
   else if constexpr (kN == 32)
-    wgmma_m64n64k32_e4m3_rs<kAccumulate>(d, a, desc_b);
-  else if constexpr (kN == 48)
-    wgmma_m64n96k32_e4m3_rs<kAccumulate>(d, a, desc_b);
+    wgmma_m64n64k32_e4m3_rs_zero_d(d, a, desc_b);
   else
-    wgmma_m64n128k32_e4m3_rs<kAccumulate>(d, a, desc_b);
-}
-
-template <int kN>
-__device__ __forceinline__ void wgmma_k32_e4m3_rs_zero_d(float (&d)[kN], const uint32_t (&a)[4], uint64_t desc_b) {
-  wgmma_k32_e4m3_rs<false>(d, a, desc_b);
+    wgmma_m64n96k32_e4m3_rs_zero_d(d, a, desc_b);
 }
 
 __device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }

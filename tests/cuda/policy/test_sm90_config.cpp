@@ -91,10 +91,6 @@ TEST(Sm90Forms, TableRowsAreUniqueParseableAndConsistent) {
   EXPECT_FALSE(sm90_family_form(Recipe::kNvfp4, GemmKernel::kDecodeWgmma));
   EXPECT_EQ(sm90_family_tiles(Recipe::kMxfp4, GemmKernel::kDecodeWgmma), "");
   EXPECT_EQ(sm90_family_form(Recipe::kMxfp4, GemmKernel::kWgmmaRs), F::kMxfp4RsFp8);  // not the tails form
-  EXPECT_EQ(sm90_family_form(Recipe::kMxfp4, GemmKernel::kWgmmaRsK128), F::kMxfp4RsFp8K128);
-  EXPECT_EQ(sm90_family_form(Recipe::kMxfp4, GemmKernel::kWgmmaRsK128, {128, 128}), F::kMxfp4RsFp8K128Pairs);
-  EXPECT_FALSE(sm90_family_form(Recipe::kNvfp4, GemmKernel::kWgmmaRsK128));
-  EXPECT_EQ(sm90_family_tiles(Recipe::kMxfp4, GemmKernel::kWgmmaRsK128), "64x256, 128x128");
   EXPECT_EQ(sm90_family_form(Recipe::kNvfp4, GemmKernel::kWgmma), F::kNvfp4RsF16);
   EXPECT_EQ(sm90_family_form(Recipe::kNvfp4, GemmKernel::kWgmma, {64, 256}), F::kNvfp4RsF16Wide);
   EXPECT_FALSE(sm90_family_form(Recipe::kNvfp4, GemmKernel::kWgmma, {96, 256}));
@@ -356,20 +352,6 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   expect_refused([&] { select_sm90_load_config(nv, rs); }, ErrorCode::kUnsupported,
                  "overrides.gemm = wgmma-rs: recipe 'nvfp4' has no such kernel family on SM90; allowed: auto, "
                  "decode, mma, wgmma");
-  // rs-fp8-k128: not with exact accumulation, not for nvfp4, folded weights only.
-  KernelOverrides k128;
-  k128.gemm = GemmKernel::kWgmmaRsK128;
-  EXPECT_EQ(plan_of(selected(d, k128)), "0..8192 mxfp4.rs-fp8-k128.64x256");
-  KernelOverrides k128_pairs = k128;
-  k128_pairs.tile = {128, 128};
-  EXPECT_EQ(plan_of(selected(d, k128_pairs)), "0..8192 mxfp4.rs-fp8-k128-pairs.128x128");
-  expect_refused([&] { select_sm90_load_config(exact, k128); }, ErrorCode::kInvalidArgument,
-                 "overrides.gemm = wgmma-rs-k128 contradicts desc.numerics.exact_accumulation = true");
-  expect_refused([&] { select_sm90_load_config(nv, k128); }, ErrorCode::kUnsupported,
-                 "overrides.gemm = wgmma-rs-k128: recipe 'nvfp4' has no such kernel family on SM90");
-  KernelOverrides k128_unfolded = k128;
-  k128_unfolded.fold_fp8 = false;
-  expect_refused([&] { select_sm90_load_config(d, k128_unfolded); }, ErrorCode::kUnsupported, "needs folded weights");
   // decode-wgmma: not with exact accumulation, not for nvfp4; E8M0 block scales allowed.
   KernelOverrides dw;
   dw.gemm = GemmKernel::kDecodeWgmma;
@@ -394,7 +376,7 @@ TEST(Sm90Config, OverridesThatCannotBeHonouredAreRefusedNamingThem) {
   KernelOverrides tile;
   tile.tile = {64, 256};
   expect_refused([&] { select_sm90_load_config(d, tile); }, ErrorCode::kUnsupported,
-                 "a tile is pinned together with overrides.gemm = wgmma, wgmma-rs or wgmma-rs-k128");
+                 "a tile is pinned together with overrides.gemm = wgmma or wgmma-rs");
   tile.gemm = GemmKernel::kWgmma;
   tile.tile = {128, 128};
   expect_refused([&] { select_sm90_load_config(d, tile); }, ErrorCode::kUnsupported,
