@@ -61,6 +61,18 @@ struct CheckResult {
   bool passed = false;
 };
 
+// FNV-1a (64 bit) of y's bf16 bytes, little-endian: two runs or two builds gave bitwise the same
+// y when their digests match.
+std::string y_digest(const std::vector<uint16_t>& y) {
+  uint64_t h = 14695981039346656037ull;
+  for (uint16_t v : y)
+    for (int b = 0; b < 2; ++b) {
+      h ^= (v >> (8 * b)) & 0xFFu;
+      h *= 1099511628211ull;
+    }
+  return fmt::format("{:016x}", h);
+}
+
 ForwardResult run_forward(const ProblemSetup& s, const RunOptions& o, const testing::HostWeights& weights,
                           const testing::HostInputs& inputs) {
   ForwardResult r;
@@ -157,6 +169,7 @@ void print_summary(const ProblemSetup& s, const RunOptions& o, const testing::Ho
   fmt::print("  selected config ({}):\n{}", s.implementation, indent(f.config.str(), "  "));
   fmt::print("  forward: {:.1f} us ({})\n", median(f.times_us), f.timing);
   fmt::print("  rerun: y {} the first forward's bitwise\n", f.rerun_bitwise_equal ? "equals" : "DIFFERS FROM");
+  fmt::print("  y digest: {} (FNV-1a of the first forward's bf16 bytes)\n", y_digest(f.y));
   if (!c.enabled) {
     fmt::print("  check: off\n");
     return;
@@ -188,6 +201,7 @@ Json result_json(const ProblemSetup& s, const RunOptions& o, const testing::Host
   j["times_us"] = times;
   j["timing"] = f.timing;
   j["rerun_bitwise_equal"] = f.rerun_bitwise_equal;
+  j["y_digest"] = y_digest(f.y);
   j["layer_notes"] = f.layer_notes;
   j["config"] = config_json(f.config);
   j["check"] = c.enabled;

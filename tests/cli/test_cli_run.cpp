@@ -32,6 +32,19 @@ TEST(CliRun, JsonHasTheRequiredKeys) {
   EXPECT_GT(j["time_us"].get<double>(), 0.0);
 }
 
+TEST(CliRun, YDigestNamesTheOutputBits) {
+  auto digest = [](const char* args) {
+    const CliResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << describe(r);
+    return parse_json(r).value("y_digest", std::string());
+  };
+  const std::string a = digest("run --device cpu --tokens 5 --seed 3 --json");
+  EXPECT_EQ(a.size(), 16u);
+  EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos) << a;
+  EXPECT_EQ(digest("run --device cpu --tokens 5 --seed 3 --threads 1 --json"), a);
+  EXPECT_NE(digest("run --device cpu --tokens 5 --seed 4 --json"), a);
+}
+
 TEST(CliRun, Nvfp4PassesOnCpu) {
   const CliResult r = run_cli("run --device cpu --backend nvfp4 --tokens 40 --seed 7 --json");
   ASSERT_EQ(r.exit_code, 0) << describe(r);
