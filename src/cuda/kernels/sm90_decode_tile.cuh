@@ -57,18 +57,15 @@ __device__ __forceinline__ void add_second_k_half(float* area, DecodeAccumulator
 }
 
 // kBlockRows: the weight rows of a block (kDecodeBlockN; half of it with K split in two).
-// kThroughL2: the schedule is read before the grid's dependency wait (written two launches
-// back, griddep.cuh), so through L2.
-template <int kBlockRows = kDecodeBlockN, bool kThroughL2 = false>
+template <int kBlockRows = kDecodeBlockN>
 __device__ __forceinline__ bool decode_tile(const GroupedGemmSchedule& s, int n, DecodeTile& t) {
-  auto read = [](const int* p) { return kThroughL2 ? __ldcg(p) : *p; };
   const int n_chunks = n / kBlockRows;
   const int m_tile = blockIdx.x / n_chunks;
-  if (m_tile >= read(s.num_m_tiles)) return false;
+  if (m_tile >= *s.num_m_tiles) return false;
   t.n_chunk = blockIdx.x % n_chunks;
-  t.expert = read(s.tile_expert + m_tile);
-  t.row_begin = read(s.tile_row_begin + m_tile);
-  t.num_rows = min(kDecodeBlockM, read(s.expert_offsets + t.expert + 1) - t.row_begin);
+  t.expert = s.tile_expert[m_tile];
+  t.row_begin = s.tile_row_begin[m_tile];
+  t.num_rows = min(kDecodeBlockM, s.expert_offsets[t.expert + 1] - t.row_begin);
   return true;
 }
 

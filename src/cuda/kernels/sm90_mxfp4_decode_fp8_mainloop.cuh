@@ -14,14 +14,10 @@
 // either operand. The FP8 tensor cores' k32 sum is not fp32-exact (as rs-fp8's), so the form is
 // not exact: exact_accumulation keeps the mma.sync decode.
 //
-// Tiles of > 8 rows (m64 n16): per k step a warpgroup decodes block j + 1 (into the other
-// fragment set) while block j's wgmma runs, then retires j (wait_group 0), promotes it and issues
-// j + 1. Tiles of <= 8 rows (m64 n8, where one or two tokens per expert leave the warps waiting
-// on each wgmma's round trip): two blocks in flight, j + 1 issued before j is retired
-// (wait_group 1), with three fragment sets and two partial sums. Either way block 0 of the next
-// k step is decoded during the step's last blocks (it needs the weight words only), every k step
-// ends with nothing in flight, and the blocks are promoted in order, so both schedules give the
-// same bits.
+// Per k step a warpgroup decodes block j + 1 (into the other fragment set) while block j's wgmma
+// runs, then retires j (wait_group 0), promotes it and issues j + 1; block 0 of the next k step
+// is decoded during block 3 (it needs the weight words only), and issued after the chunk barrier
+// that orders its A rows.
 //
 // Shared memory (shared_bytes(K)): the decode layout (decode_shared_bytes) from a 1024-byte
 // aligned base, whose A chunks hold per k step 16 rows x 128 bytes as two 8-row atoms of the
@@ -69,17 +65,14 @@ struct Mxfp4DecodeFp8Mainloop {
     return smem + ((1024 - (ptx::smem_addr(smem) & 1023)) & 1023);
   }
 
-  // before_a: called once the weight stream has started, before the tile's A rows are read.
-  template <class BeforeA>
   static __device__ __forceinline__ void run(const GroupedGemmOperands& op, const DecodeTile& t, uint8_t* smem,
-                                             DecodeTables& tables, DecodeAccumulators& acc, const BeforeA& before_a) {
+                                             DecodeTables& tables, DecodeAccumulators& acc) {
     const int k_steps = op.k / kGemmBlockK;
     const int chunks = Rows::part_chunks(k_steps), first_step = part() * chunks * kAChunkSteps;
     const int steps = kSplit == 1 ? k_steps : chunks * kAChunkSteps;  // this warp's k steps
     zero_accumulators(acc);
     Stream ws(op, t, k_steps, first_step, steps);
     if constexpr (kFolded) init_decode_tables(tables);
-    before_a();
     Rows::load_a(op, t, smem);
     // The fp32 scales of tokens 2t, 2t + 1 from the warp's first k step.
     const float* saf = reinterpret_cast<const float*>(smem + decode_saf_offset(kSplit)) + 2 * (threadIdx.x % 4) +
@@ -105,34 +98,21 @@ struct Mxfp4DecodeFp8Mainloop {
     // The warp's K part through a shuffle, so the compiler sees the descriptors warp-uniform.
     const int ring_part = __shfl_sync(0xFFFFFFFFu, part(), 0);
     const uint64_t desc0 = ptx::wgmma_desc_k_major_sw128(a_base + ring_part * kARing * kAChunkBytes);
-    // Tiles of <= 8 rows (m64 n8) keep two k32 blocks in flight: three A fragment sets and two
-    // partial sums still fit the kernel's register bound, as they would not for m64 n16.
-    constexpr bool kPipelined = kN == 4;
-    constexpr int kFrags = kPipelined ? 3 : 2, kSums = kPipelined ? 2 : 1;
-    uint32_t frag[kFrags][4];  // A fragments of the k32 blocks being decoded or in flight
-    float sw[2][2];            // unfolded, m64 n16: the fragments' rows' E8M0 factors
-    float part_sum[kSums][kN]; // the k32 blocks in flight
-#pragma unroll
-    for (int kb = 0; kb < (kPipelined ? 2 : 1); ++kb)  // the first step's blocks that come decoded
-      decode_weight_fragment<kFolded>(kb, ws.w[0][0], ws.w[0][1], ws.s[0][0], ws.s[0][1], tables, frag[kb],
-                                      sw[0][0], sw[0][1]);
-    auto issue = [&](const uint32_t(&a)[4], float(&d)[kN], uint64_t desc) {
+    uint32_t frag[2][4];  // the A fragments of two k32 blocks (j % 2)
+    float sw[2][2];       // unfolded: their rows' E8M0 factors
+    float part_sum[kN];   // the k32 block in flight
+    decode_weight_fragment<kFolded>(0, ws.w[0][0], ws.w[0][1], ws.s[0][0], ws.s[0][1], tables, frag[0], sw[0][0],
+                                    sw[0][1]);
+    auto issue = [&](const uint32_t(&a)[4], uint64_t desc) {
       ptx::wgmma_fence();
-      ptx::wgmma_k32_e4m3_rs_zero_d(d, a, desc);
+      ptx::wgmma_k32_e4m3_rs_zero_d(part_sum, a, desc);
       ptx::wgmma_commit_group();
     };
-    // Waits until the oldest k32 block in flight (summed in d) is done, with the block after it
-    // still running where keep_one, and adds it to the accumulators as the mma.sync decode
-    // promotes: n8 half h from d[4h].
-    auto retire = [&](bool keep_one, float(&d)[kN], const float* sa_kb, const float(&s)[2]) {
-      if (keep_one)
-        ptx::wgmma_wait_group<1>();
-      else
-        ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(d);
+    // The mma.sync decode's promotion, n8 half h from part_sum[4h].
+    auto promote = [&](const float* sa_kb, const float(&s)[2]) {
 #pragma unroll
       for (int h = 0; h < kN / 4; ++h)
-        promote_k32<kFolded>(acc[h], d + 4 * h, *reinterpret_cast<const float2*>(sa_kb + 8 * h), s[0], s[1]);
+        promote_k32<kFolded>(acc[h], part_sum + 4 * h, *reinterpret_cast<const float2*>(sa_kb + 8 * h), s[0], s[1]);
     };
     for (int c = 0; c < chunks; ++c) {
       // Every warpgroup has retired its wgmmas of chunk c - 1 (each k step ends in wait_group 0).
@@ -145,50 +125,20 @@ struct Mxfp4DecodeFp8Mainloop {
         const uint64_t desc = ptx::wgmma_desc_advance(desc0, (slot_off + s * kDecodeWgmmaStepBytes) >> 4);
         const float* sa_step = saf + ks * 4 * kDecodeBlockM;
         const int kSlot = s % kPrefetch, kNextSlot = (s + 1) % kPrefetch;  // constants once unrolled
-        const bool more = ks + 1 < steps;
-        auto decode = [&](int kb, int slot, uint32_t(&a)[4], float(&s_w)[2]) {
-          decode_weight_fragment<kFolded>(kb, ws.w[slot][0], ws.w[slot][1], ws.s[slot][0], ws.s[slot][1], tables, a,
-                                          s_w[0], s_w[1]);
-        };
-        if constexpr (kPipelined) {
-          // Two k32 blocks in flight: block kb + 1 is issued before block kb is retired. Blocks 0
-          // and 1 come decoded (from the step before, after its last wait). Unfolded, a block's row
-          // factors are read from the slot's scale words when it is retired, not kept beside
-          // its fragment.
-          float s_w[2];
-          auto retire_block = [&](bool keep_one, float(&d)[kN], int kb) {
-            if constexpr (!kFolded) {
-              s_w[0] = e8m0_to_float_device(__byte_perm(ws.s[kSlot][0], 0, 0x4440 + kb));
-              s_w[1] = e8m0_to_float_device(__byte_perm(ws.s[kSlot][1], 0, 0x4440 + kb));
-            }
-            retire(keep_one, d, sa_step + kb * kDecodeBlockM, s_w);
-          };
-          issue(frag[0], part_sum[0], desc);
-          issue(frag[1], part_sum[1], ptx::wgmma_desc_advance(desc, 2));
-          decode(2, kSlot, frag[2], s_w);
-          retire_block(true, part_sum[0], 0);
-          issue(frag[2], part_sum[0], ptx::wgmma_desc_advance(desc, 4));
-          decode(3, kSlot, frag[0], s_w);  // block 0's registers, retired
-          retire_block(true, part_sum[1], 1);
-          issue(frag[0], part_sum[1], ptx::wgmma_desc_advance(desc, 6));
-          retire_block(true, part_sum[0], 2);
-          retire_block(false, part_sum[1], 3);
-          if (more) {
-            decode(0, kNextSlot, frag[0], s_w);
-            decode(1, kNextSlot, frag[1], s_w);
-          }
-        } else {
-          issue(frag[0], part_sum[0], desc);
+        issue(frag[0], desc);
 #pragma unroll
-          for (int kb = 0; kb < 4; ++kb) {
-            const int cur = kb % 2, next = 1 - cur;
-            if (kb < 3)
-              decode(kb + 1, kSlot, frag[next], sw[next]);
-            else if (more)  // block 0 of the next step, into set 0 (block 2's, retired)
-              decode(0, kNextSlot, frag[0], sw[0]);
-            retire(false, part_sum[0], sa_step + kb * kDecodeBlockM, sw[cur]);
-            if (kb < 3) issue(frag[next], part_sum[0], ptx::wgmma_desc_advance(desc, 2 * (kb + 1)));  // 32 bytes a k32 block
-          }
+        for (int kb = 0; kb < 4; ++kb) {
+          const int cur = kb % 2, next = 1 - cur;
+          if (kb < 3)
+            decode_weight_fragment<kFolded>(kb + 1, ws.w[kSlot][0], ws.w[kSlot][1], ws.s[kSlot][0], ws.s[kSlot][1],
+                                            tables, frag[next], sw[next][0], sw[next][1]);
+          else if (ks + 1 < steps)  // block 0 of the next step, into set 0 (block 2's, retired)
+            decode_weight_fragment<kFolded>(0, ws.w[kNextSlot][0], ws.w[kNextSlot][1], ws.s[kNextSlot][0],
+                                            ws.s[kNextSlot][1], tables, frag[0], sw[0][0], sw[0][1]);
+          ptx::wgmma_wait_group<0>();
+          ptx::fence_operands(part_sum);
+          promote(sa_step + kb * kDecodeBlockM, sw[cur]);
+          if (kb < 3) issue(frag[next], ptx::wgmma_desc_advance(desc, 2 * (kb + 1)));  // 32 bytes a k32 block
         }
         if (ks + kPrefetch < steps) ws.fetch(kSlot);
         if (kSlot == kPrefetch - 1) ws.advance();

@@ -3,8 +3,6 @@
 // (sm90_mxfp4_decode_fp8_mainloop.cuh, by sm90_mxfp4_decode_fp8_gemm.cu).
 #pragma once
 
-#include <type_traits>
-
 #include "cuda/kernels/sm90_decode_epilogues.cuh"
 #include "cuda/kernels/sm90_kernel_config.cuh"
 #include "cuda/kernels/sm90_mxfp4_decode_mainloop.cuh"
@@ -24,24 +22,14 @@ __global__ void __launch_bounds__(kDecodeThreads, Mainloop::kMinBlocks)
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = Mainloop::smem_base(smem_raw);
   __shared__ DecodeTables tables;
-  // GEMM 1 waits before it reads anything: the routing right before it wrote the schedule (and,
-  // fused with it, the quantization A).
-  // GEMM 2 reads the schedule (two launches back) and starts its weight stream first, and waits
-  // before it reads A, the rows GEMM 1 writes; GEMM 1's blocks let it launch once they are past
-  // their main loops, not earlier: GEMM 2's blocks would take the slots GEMM 1 leaves free at its
-  // start and end up unevenly spread over the SMs.
-  constexpr bool kStreamBeforeWait = std::is_same_v<Params, Gemm2Params>;
-  if constexpr (!kStreamBeforeWait) ptx::grid_dependency_wait();
+  // The schedule, A and (GEMM 2) the rows written by GEMM 1. No early launch of the next grid:
+  // GEMM 2's blocks would take the slots GEMM 1 leaves free at its start and end up unevenly
+  // spread over the SMs.
+  ptx::grid_dependency_wait();
   DecodeTile t;
-  if (!decode_tile<Mainloop::kBlockRows, kStreamBeforeWait>(p.schedule, p.op.n, t)) {
-    if constexpr (kStreamBeforeWait) ptx::grid_dependency_wait();
-    return;
-  }
+  if (!decode_tile<Mainloop::kBlockRows>(p.schedule, p.op.n, t)) return;
   DecodeAccumulators acc;
-  Mainloop::run(p.op, t, smem, tables, acc, [] {
-    if constexpr (kStreamBeforeWait) ptx::grid_dependency_wait();
-  });
-  if constexpr (!kStreamBeforeWait) ptx::launch_dependents();
+  Mainloop::run(p.op, t, smem, tables, acc);
   uint8_t* epilogue_smem = smem + decode_epilogue_offset(p.op.k, Mainloop::kParts);
   if constexpr (Mainloop::kParts == 1) {
     Epilogue::apply(p.epilogue, p.op, t, acc, epilogue_smem);

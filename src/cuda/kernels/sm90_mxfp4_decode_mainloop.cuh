@@ -242,10 +242,8 @@ struct Mxfp4DecodeMainloop {
     }
   }
 
-  // before_a: called once the weight stream has started, before the tile's A rows are read.
-  template <class BeforeA>
   static __device__ __forceinline__ void run(const GroupedGemmOperands& op, const DecodeTile& t, uint8_t* smem,
-                                             DecodeTables& tables, DecodeAccumulators& acc, const BeforeA& before_a) {
+                                             DecodeTables& tables, DecodeAccumulators& acc) {
     const int lane = threadIdx.x % 32, tq = lane % 4;
     const int k = op.k, k_steps = k / kGemmBlockK;
     const bool two_halves = t.num_rows > 8;  // block-uniform
@@ -257,7 +255,6 @@ struct Mxfp4DecodeMainloop {
     DecodeWeightStream<uint32_t, kPrefetch, kGroups> ws(op, t, k_steps, first_step, steps);
 
     if constexpr (kFolded) init_decode_tables(tables);
-    before_a();
     load_a(op, t, smem);
     const int32_t* source = reinterpret_cast<const int32_t*>(smem + decode_epilogue_offset(k, kSplit));
 

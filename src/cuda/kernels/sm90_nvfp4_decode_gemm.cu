@@ -18,7 +18,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks)
   using Mainloop = Nvfp4DecodeMainloop<kSplit>;
   extern __shared__ __align__(128) uint8_t smem[];
   // The schedule, A and (GEMM 2) the rows written by the pass before. No early launch of the
-  // next grid (the reason is in sm90_mxfp4_decode_kernel.cuh).
+  // next grid (see sm90_mxfp4_decode_gemm.cu).
   ptx::grid_dependency_wait();
   DecodeTile t;
   if (!decode_tile<Mainloop::kBlockRows>(p.schedule, p.op.n, t)) return;

@@ -9,7 +9,7 @@
 //   The one read allowed before the wait: data of a grid two launches back, where every block of
 //   the grid between calls launch_dependents only after its own wait (that grid has then
 //   completed); read it through L2 (__ldcg). The one-token layer's down kernel reads the routing
-//   ids so, and the mxfp4 decode GEMM 2 its m tile from the routing's list.
+//   ids so.
 // Both are no-ops in a grid launched without the attribute.
 #pragma once
 
