@@ -28,17 +28,9 @@ BUDGET=${MOE_EP_AB_BUDGET:-540}
 WORK=$(mktemp -d /tmp/moe_ep_ab.XXXX)
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/$NEW:${LD_LIBRARY_PATH:-}"
-START=$(date +%s)
-elapsed() { echo $(( $(date +%s) - START )); }
-run_limited() {  # run_limited SECONDS cmd...: the smaller of SECONDS and the budget left
-  local left=$(( BUDGET - $(elapsed) - 10 )) s=$1; shift
-  (( left < s )) && s=$left
-  if (( s <= 5 )); then echo "skipped: budget spent" >&2; return 124; fi
-  timeout "$s" "$@"
-}
-has() { [[ " $STEPS " == *" $1 "* ]]; }
 SUMMARY=$WORK/decode_ab_summary.txt
-note() { echo "$*" | tee -a "$SUMMARY"; }
+# shellcheck source=device_steps.sh
+source scripts/device_steps.sh
 note "gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1)"
 for b in $BINS; do note "build $b: $(tr '\n' ' ' < "$b/COMMIT")"; done
 note "date: $(date -u +%Y-%m-%dT%H:%MZ)"

@@ -38,17 +38,9 @@ WORK=$(mktemp -d /tmp/moe_ep_wgmma.XXXX)
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/$BIN:${LD_LIBRARY_PATH:-}"
 TESTS=$BIN/moe_ep_cuda_tests CLI=$BIN/moe_ep
-START=$(date +%s)
-elapsed() { echo $(( $(date +%s) - START )); }
-run_limited() {  # run_limited SECONDS cmd...: the smaller of SECONDS and the budget left
-  local left=$(( BUDGET - $(elapsed) - 10 )) s=$1; shift
-  (( left < s )) && s=$left
-  if (( s <= 5 )); then echo "skipped: budget spent" >&2; return 124; fi
-  timeout "$s" "$@"
-}
-has() { [[ " $STEPS " == *" $1 "* ]]; }
 SUMMARY=$WORK/wgmma_summary.txt
-note() { echo "$*" | tee -a "$SUMMARY"; }
+# shellcheck source=device_steps.sh
+source scripts/device_steps.sh
 gtest_counts() {
   echo "passed=$(grep -c "^\[       OK \]" "$1") failed=$(grep -c "^\[  FAILED  \].*(" "$1") skipped=$(grep -c "^\[  SKIPPED \].*(" "$1")"
 }
