@@ -16,7 +16,7 @@
 #
 # Outputs ($OUT, default ./device-out): decode_ab_summary.txt, decode_ab_logs.tar.gz, bench_*.csv.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$PWD/device-out}
 [[ -n "${MOE_EP_AB_ARCHIVE:-}" ]] && tar -xzf "$MOE_EP_AB_ARCHIVE"
 NEW=${MOE_EP_DEVICE_BIN:-.device-bin}
@@ -29,7 +29,7 @@ WORK=$(mktemp -d /tmp/moe_ep_ab.XXXX)
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/$NEW:${LD_LIBRARY_PATH:-}"
 SUMMARY=$WORK/decode_ab_summary.txt
-# shellcheck source=device_steps.sh
+# shellcheck source=scripts/device_steps.sh
 source scripts/device_steps.sh
 note "gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1)"
 for b in $BINS; do note "build $b: $(tr '\n' ' ' < "$b/COMMIT")"; done
@@ -107,4 +107,4 @@ fi
 note "done ($(elapsed) s)"
 cp "$SUMMARY" "$OUT/"
 tar -C "$WORK" -czf "$OUT/decode_ab_logs.tar.gz" . 2>/dev/null
-cat "$OUT/decode_ab_summary.txt" | tail -5
+tail -5 "$OUT/decode_ab_summary.txt"

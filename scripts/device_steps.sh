@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the GPU runners that do a list of steps in one device call (device_wgmma.sh,
 # device_decode_ab.sh). Source it after setting BUDGET (seconds for every step), STEPS (the
 # steps to do, space-separated) and SUMMARY (the summary file); do not run it.

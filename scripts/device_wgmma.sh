@@ -39,7 +39,7 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/$BIN:${LD_LIBRARY_PATH:-}"
 TESTS=$BIN/moe_ep_cuda_tests CLI=$BIN/moe_ep
 SUMMARY=$WORK/wgmma_summary.txt
-# shellcheck source=device_steps.sh
+# shellcheck source=scripts/device_steps.sh
 source scripts/device_steps.sh
 gtest_counts() {
   echo "passed=$(grep -c "^\[       OK \]" "$1") failed=$(grep -c "^\[  FAILED  \].*(" "$1") skipped=$(grep -c "^\[  SKIPPED \].*(" "$1")"
