@@ -13,7 +13,8 @@ ROOT=$PWD
 WT=${MOE_EP_AB_WORKTREE:-/tmp/moe_ep_ab_worktree}
 EXCLUDE=$(git rev-parse --git-path info/exclude)
 grep -qxF "/.device-ab/" "$EXCLUDE" 2>/dev/null || echo "/.device-ab/" >> "$EXCLUDE"
-[[ -d "$WT" ]] || git worktree add --detach "$WT" HEAD >/dev/null
+git worktree prune
+[[ -d "$WT" ]] || git worktree add --detach "$WT" HEAD >/dev/null 2>&1
 BINS=()
 for i in $(seq 1 $#); do
   spec=${!i}
