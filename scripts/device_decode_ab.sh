@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# GPU runner of a decode-bucket change, A/B against a base build in the same call: the decode
-# GEMMs' GPU tests on the new build, y digests of both builds (bitwise equal where the change
-# keeps the products and their order), the layer bench of both builds interleaved (flash T = 1 ..
-# 512, pro T = 1, 8; graph replays), and ncu of one forward's kernels at flash T = 1 for both (duration, DRAM
-# throughput, issue and warp stall reasons), compute-sanitizer racecheck and synccheck on the small
-# case. Prints a short summary last.
+# GPU runner of a decode-bucket change, A/B against a base build in the same call: y digests of
+# every build (bitwise equal where the change keeps the products and their order), the layer bench
+# of the builds interleaved (flash T = 1 .. 512, pro T = 1, 8; graph replays), the decode GEMMs'
+# GPU tests and compute-sanitizer racecheck / synccheck on the small case with the new build, and
+# ncu of one forward's kernels at flash T = 1 for every build (duration, DRAM throughput, issue and
+# warp stall reasons). Prints a short summary last.
 #
-#   (here)  git stash; scripts/device_pack.sh build-cuda .device-bin-base; rm .device-bin-base/moe_ep_cuda_tests
-#           git stash pop; scripts/device_pack.sh build-cuda .device-bin
-#           (more builds: MOE_EP_AB_BINS; over the carry limit, tar -czf the folders into one archive
-#            and name it in MOE_EP_AB_ARCHIVE, unpacked here first)
-#   (device) scripts/device_decode_ab.sh     carry: .device-bin .device-bin-base (or the archive)
+#   (here)  scripts/device_pack_ab.sh base=REV new=REV [more=REV ...]: the builds in one archive,
+#           and the device command with MOE_EP_AB_ARCHIVE (unpacked there first), MOE_EP_AB_BINS
+#           (the builds' folders) and MOE_EP_DEVICE_BIN (the one with the test binary)
+#   (device) that command, carry [".device-ab"]
 #   MOE_EP_AB_STEPS="digest bench tests sanitize ncu" (default: all, in that order)
 #   MOE_EP_AB_TOKENS (default 1,2,8,32,128,512), MOE_EP_AB_BUDGET=540 seconds for all steps
 #
@@ -94,7 +93,7 @@ fi
 if has ncu; then
   for b in $BINS; do
     tag=$(basename "$b" | tr -d .)
-    run_limited 100 ncu --clock-control none --kernel-name-base demangled --kernel-name regex:'sm90_' \
+    run_limited 100 ncu --clock-control none --kernel-name-base demangled --kernel-name regex:'sm90_(quantize_route|mxfp4_decode|combine)' \
       --launch-count 4 --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
       "$b/moe_ep" run --device cuda --preset deepseek-v4-flash -T 1 --eager --iters 1 --warmup 0 --no-check \
       > "$WORK/ncu_$tag.txt" 2>&1
