@@ -16,7 +16,8 @@ namespace moe_ep::cpu {
 float dot_fp32(const float* a, const float* b, int64_t n);
 
 // Rows [row_begin, row_begin + num_rows) of a [rows, k] MXFP4 tensor (packed e2m1, E8M0 per 32)
-// as fp32 values e2m1 * 2^(byte - 127) into out [num_rows, k].
+// as fp32 values e2m1 * 2^(byte - 127) into out [num_rows, k]. Both FP4 decoders run 16 elements
+// at a time with AVX2 where the CPU has it, with the scalar loop's bits.
 void decode_mxfp4_rows(const uint8_t* packed, const uint8_t* scales, int64_t row_begin,
                        int64_t num_rows, int64_t k, float* out);
 

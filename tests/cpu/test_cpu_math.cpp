@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -65,6 +66,33 @@ TEST(CpuMath, DecodersMatchTheLibraryDequantizers) {
   dequantize_nvfp4(packed.data(), nv_scales.data(), 1.0f, rows, k, want.data());
   decode_nvfp4_rows(packed.data(), nv_scales.data(), 2, 3, k, got.data());
   for (int64_t i = 0; i < 3 * k; ++i) ASSERT_EQ(got[i], want[2 * k + i]) << i;
+}
+
+// Every code byte (both nibbles) under every scale byte but NaN, bit for bit against e2m1 times
+// the scale as the format functions give them (signed zeros included), whichever decode path the
+// machine runs (AVX2 or scalar).
+TEST(CpuMath, DecodersGiveEveryCodeUnderEveryScaleBitForBit) {
+  const int64_t k = 512;  // each row: the 256 code bytes in order
+  std::vector<uint8_t> packed(256 * k / 2);
+  for (size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<uint8_t>(i % 256);
+  auto check = [&](const char* recipe, int64_t block, auto decode, auto scale_of, bool (*nan)(uint8_t)) {
+    std::vector<uint8_t> scales(256 * k / block);
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<uint8_t>(i / (k / block));  // row r: byte r
+    std::vector<float> got(256 * k);
+    decode(packed.data(), scales.data(), 0, 256, k, got.data());
+    for (int r = 0; r < 256; ++r) {
+      if (nan(static_cast<uint8_t>(r))) continue;
+      const float scale = scale_of(static_cast<uint8_t>(r));
+      for (int64_t i = 0; i < k; ++i) {
+        const uint8_t byte = packed[(r * k + i) / 2];
+        const float want = e2m1_to_float(static_cast<uint8_t>(i % 2 ? byte >> 4 : byte & 0xF)) * scale;
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[r * k + i]), std::bit_cast<uint32_t>(want))
+            << recipe << " scale byte " << r << " element " << i;
+      }
+    }
+  };
+  check("mxfp4", 32, &decode_mxfp4_rows, &e8m0_to_float, [](uint8_t b) { return b == 0xFF; });
+  check("nvfp4", 16, &decode_nvfp4_rows, &e4m3_to_float, [](uint8_t b) { return (b & 0x7F) == 0x7F; });
 }
 
 TEST(CpuMath, RoundTripsMatchTheLibraryQuantizers) {
