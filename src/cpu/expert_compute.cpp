@@ -46,6 +46,12 @@ std::vector<std::pair<int64_t, int64_t>> chunk_tasks(const ExpertGroups& g, int6
   return tasks;
 }
 
+// out[j] = dot_fp32(a, b + j * k, k) for j < rows (<= 4): four rows at a time where there are four.
+void rows_dot(const float* a, const float* b, int64_t k, int64_t rows, float* out) {
+  if (rows == 4) return dot_fp32_x4(a, b, k, k, out);
+  for (int64_t j = 0; j < rows; ++j) out[j] = dot_fp32(a, b + j * k, k);
+}
+
 std::vector<float>& scratch(int64_t n) {
   thread_local std::vector<float> buffer;
   buffer.resize(static_cast<size_t>(n));
@@ -103,10 +109,16 @@ void compute_expert_outputs(const ExpertProblem& problem, const QuantizedRows& r
       const float* a_row = a.data() + used_idx[en.row] * H;
       const float alpha = nvfp4 ? w.w13_weight_scale_2(e) / rows.global[en.row] : 1.0f;
       float* h_row = h.data() + idx * I + r0;
-      for (int64_t r = 0; r < n; ++r) {
-        const float gu_gate = round_to_bf16(dot_fp32(a_row, gate + r * H, H) * alpha);
-        const float gu_up = round_to_bf16(dot_fp32(a_row, up + r * H, H) * alpha);
-        h_row[r] = clamped_swiglu(gu_gate, gu_up, problem.activation_clamp, en.weight);
+      float gate_dots[4], up_dots[4];
+      for (int64_t r = 0; r < n; r += 4) {
+        const int64_t rows = std::min<int64_t>(4, n - r);
+        rows_dot(a_row, gate + r * H, H, rows, gate_dots);
+        rows_dot(a_row, up + r * H, H, rows, up_dots);
+        for (int64_t j = 0; j < rows; ++j) {
+          const float gu_gate = round_to_bf16(gate_dots[j] * alpha);
+          const float gu_up = round_to_bf16(up_dots[j] * alpha);
+          h_row[r + j] = clamped_swiglu(gu_gate, gu_up, problem.activation_clamp, en.weight);
+        }
       }
     }
   });
@@ -135,8 +147,12 @@ void compute_expert_outputs(const ExpertProblem& problem, const QuantizedRows& r
       const float* b_row = h.data() + idx * I;
       const float alpha = nvfp4 ? w.w2_weight_scale_2(e) / h_global[idx] : 1.0f;
       uint16_t* o_row = out + idx * H + r0;
-      for (int64_t r = 0; r < n; ++r)
-        o_row[r] = float_to_bf16(dot_fp32(b_row, buf.data() + r * I, I) * alpha);
+      float dots[4];
+      for (int64_t r = 0; r < n; r += 4) {
+        const int64_t rows = std::min<int64_t>(4, n - r);
+        rows_dot(b_row, buf.data() + r * I, I, rows, dots);
+        for (int64_t j = 0; j < rows; ++j) o_row[r + j] = float_to_bf16(dots[j] * alpha);
+      }
     }
   });
 }

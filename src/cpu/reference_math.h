@@ -15,6 +15,9 @@ namespace moe_ep::cpu {
 // (p[j] += p[j + 8], then p[j] += p[j + 4], p[j + 2], p[j + 1]).
 float dot_fp32(const float* a, const float* b, int64_t n);
 
+// out[r] = dot_fp32(a, b + r * stride, n) for r = 0..3, bit for bit.
+void dot_fp32_x4(const float* a, const float* b, int64_t stride, int64_t n, float* out);
+
 // Rows [row_begin, row_begin + num_rows) of a [rows, k] MXFP4 tensor (packed e2m1, E8M0 per 32)
 // as fp32 values e2m1 * 2^(byte - 127) into out [num_rows, k]. Both FP4 decoders run 16 elements
 // at a time with AVX2 where the CPU has it, with the scalar loop's bits.

@@ -52,6 +52,18 @@ TEST(CpuMath, DotProductFollowsTheDocumentedOrder) {
   EXPECT_GT(differs_from_sequential, 10) << "inputs too tame to tell summation orders apart";
 }
 
+TEST(CpuMath, FourRowDotGivesEachRowsDotBitForBit) {
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    const int64_t n = 16 * (1 + seed % 24), stride = n + 16 * (seed % 3);
+    const auto a = random_floats(n, seed), b = random_floats(4 * stride, seed + 500);
+    float got[4];
+    dot_fp32_x4(a.data(), b.data(), stride, n, got);
+    for (int r = 0; r < 4; ++r)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[r]), std::bit_cast<uint32_t>(dot_fp32(a.data(), b.data() + r * stride, n)))
+          << "n=" << n << " row " << r << " seed=" << seed;
+  }
+}
+
 TEST(CpuMath, DecodersMatchTheLibraryDequantizers) {
   std::mt19937_64 rng(7);
   const int64_t rows = 6, k = 64;
