@@ -87,6 +87,8 @@ void compute_expert_outputs(const ExpertProblem& problem, const QuantizedRows& r
   });
 
   const ExpertGroups groups = group_by_expert(entries, w.shape.num_experts);
+  const auto decode = nvfp4 ? &decode_nvfp4_rows : &decode_mxfp4_rows;
+  const auto dot_rows_x4 = nvfp4 ? &dot_nvfp4_rows_x4 : &dot_mxfp4_rows_x4;
 
   // GEMM 1 + clamped SwiGLU: h [num_entries, I] fp32. A task decodes gate rows [r0, r0 + n)
   // and the matching up rows [I + r0, I + r0 + n), then serves every entry of its expert.
@@ -97,12 +99,17 @@ void compute_expert_outputs(const ExpertProblem& problem, const QuantizedRows& r
   pool.parallel_for(static_cast<int64_t>(gemm1_tasks.size()), [&](int64_t t) {
     const auto [e, r0] = gemm1_tasks[t];
     const int64_t n = std::min(gate_rows_per_chunk, I - r0);
-    std::vector<float>& buf = scratch(2 * n * H);
-    float* gate = buf.data();
-    float* up = buf.data() + n * H;
-    auto decode = nvfp4 ? &decode_nvfp4_rows : &decode_mxfp4_rows;
-    decode(w.w13_packed(e), w.w13_scales(e), r0, n, H, gate);
-    decode(w.w13_packed(e), w.w13_scales(e), I + r0, n, H, up);
+    // An expert with one entry decodes its rows inside the dot products (the same bits).
+    const bool decode_in_dot = groups.begin[e + 1] - groups.begin[e] == 1 && n % 4 == 0;
+    float* gate = nullptr;
+    float* up = nullptr;
+    if (!decode_in_dot) {
+      std::vector<float>& buf = scratch(2 * n * H);
+      gate = buf.data();
+      up = buf.data() + n * H;
+      decode(w.w13_packed(e), w.w13_scales(e), r0, n, H, gate);
+      decode(w.w13_packed(e), w.w13_scales(e), I + r0, n, H, up);
+    }
     for (int64_t g = groups.begin[e]; g < groups.begin[e + 1]; ++g) {
       const int64_t idx = groups.order[g];
       const ExpertEntry& en = entries[idx];
@@ -112,8 +119,13 @@ void compute_expert_outputs(const ExpertProblem& problem, const QuantizedRows& r
       float gate_dots[4], up_dots[4];
       for (int64_t r = 0; r < n; r += 4) {
         const int64_t rows = std::min<int64_t>(4, n - r);
-        rows_dot(a_row, gate + r * H, H, rows, gate_dots);
-        rows_dot(a_row, up + r * H, H, rows, up_dots);
+        if (decode_in_dot) {
+          dot_rows_x4(a_row, w.w13_packed(e), w.w13_scales(e), r0 + r, H, gate_dots);
+          dot_rows_x4(a_row, w.w13_packed(e), w.w13_scales(e), I + r0 + r, H, up_dots);
+        } else {
+          rows_dot(a_row, gate + r * H, H, rows, gate_dots);
+          rows_dot(a_row, up + r * H, H, rows, up_dots);
+        }
         for (int64_t j = 0; j < rows; ++j) {
           const float gu_gate = round_to_bf16(gate_dots[j] * alpha);
           const float gu_up = round_to_bf16(up_dots[j] * alpha);
@@ -139,9 +151,12 @@ void compute_expert_outputs(const ExpertProblem& problem, const QuantizedRows& r
   pool.parallel_for(static_cast<int64_t>(gemm2_tasks.size()), [&](int64_t t) {
     const auto [e, r0] = gemm2_tasks[t];
     const int64_t n = std::min(out_rows_per_chunk, H - r0);
-    std::vector<float>& buf = scratch(n * I);
-    (nvfp4 ? &decode_nvfp4_rows : &decode_mxfp4_rows)(w.w2_packed(e), w.w2_scales(e), r0, n, I,
-                                                      buf.data());
+    const bool decode_in_dot = groups.begin[e + 1] - groups.begin[e] == 1 && n % 4 == 0;
+    float* w2_rows = nullptr;
+    if (!decode_in_dot) {
+      w2_rows = scratch(n * I).data();
+      decode(w.w2_packed(e), w.w2_scales(e), r0, n, I, w2_rows);
+    }
     for (int64_t g = groups.begin[e]; g < groups.begin[e + 1]; ++g) {
       const int64_t idx = groups.order[g];
       const float* b_row = h.data() + idx * I;
@@ -150,7 +165,10 @@ void compute_expert_outputs(const ExpertProblem& problem, const QuantizedRows& r
       float dots[4];
       for (int64_t r = 0; r < n; r += 4) {
         const int64_t rows = std::min<int64_t>(4, n - r);
-        rows_dot(b_row, buf.data() + r * I, I, rows, dots);
+        if (decode_in_dot)
+          dot_rows_x4(b_row, w.w2_packed(e), w.w2_scales(e), r0 + r, I, dots);
+        else
+          rows_dot(b_row, w2_rows + r * I, I, rows, dots);
         for (int64_t j = 0; j < rows; ++j) o_row[r + j] = float_to_bf16(dots[j] * alpha);
       }
     }

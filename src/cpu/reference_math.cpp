@@ -51,36 +51,74 @@ const E2M1Table kE2M1;
 
 const bool kHasAvx2 = __builtin_cpu_supports("avx2");
 
-// The scalar loop below, 16 elements a round: each code's value from the same table (codes 0..7
-// and 8..15 by two permutes, bit 3 choosing), times the block's scale by one multiply in the same
-// operand order, so every output has the scalar loop's bits.
+// The 16 elements of 8 code bytes (byte j's low nibble is element 2j, its high nibble 2j + 1) as
+// the scalar loop below gives them: each code's value from the same table (codes 0..7 and 8..15
+// by two permutes, bit 3 choosing), times the block's scale by one multiply in the same operand
+// order, so every element has the scalar loop's bits. Elements 0..7 in first, 8..15 in second.
+struct Fp4x16Avx2 {
+  __m256 low_codes, high_codes;
+  __m128i nibble;
+  __attribute__((target("avx2"))) Fp4x16Avx2()
+      : low_codes(_mm256_loadu_ps(kE2M1.value.data())),
+        high_codes(_mm256_loadu_ps(kE2M1.value.data() + 8)),
+        nibble(_mm_set1_epi8(0x0F)) {}
+  __attribute__((target("avx2"))) void decode(const uint8_t* c, __m256 scale, __m256& first,
+                                              __m256& second) const {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c));
+    const __m128i elements = _mm_unpacklo_epi8(_mm_and_si128(bytes, nibble),
+                                               _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble));
+    first = value(_mm256_cvtepu8_epi32(elements), scale);
+    second = value(_mm256_cvtepu8_epi32(_mm_srli_si128(elements, 8)), scale);
+  }
+  __attribute__((target("avx2"))) __m256 value(__m256i e, __m256 scale) const {
+    const __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(low_codes, e),
+                                      _mm256_permutevar8x32_ps(high_codes, e),
+                                      _mm256_castsi256_ps(_mm256_slli_epi32(e, 28)));
+    return _mm256_mul_ps(v, scale);
+  }
+};
+
 template <int64_t kBlock>
 __attribute__((target("avx2"))) void decode_fp4_blocks_avx2(const uint8_t* codes, const uint8_t* s,
                                                             const ByteTable& scale_table,
                                                             int64_t num_blocks, float* out) {
   static_assert(kBlock % 16 == 0, "whole rounds of 8 bytes");
-  const __m256 low_codes = _mm256_loadu_ps(kE2M1.value.data());
-  const __m256 high_codes = _mm256_loadu_ps(kE2M1.value.data() + 8);
-  const __m128i nibble = _mm_set1_epi8(0x0F);
+  const Fp4x16Avx2 fp4;
   for (int64_t b = 0; b < num_blocks; ++b) {
     const __m256 scale = _mm256_set1_ps(scale_table.value[s[b]]);
-    const uint8_t* c = codes + b * kBlock / 2;
-    float* o = out + b * kBlock;
-    for (int64_t i = 0; i < kBlock / 2; i += 8) {
-      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + i));
-      // Element order: byte j's low nibble (element 2j), then its high nibble (2j + 1).
-      const __m128i elements = _mm_unpacklo_epi8(_mm_and_si128(bytes, nibble),
-                                                 _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble));
-      const __m256i first = _mm256_cvtepu8_epi32(elements);
-      const __m256i second = _mm256_cvtepu8_epi32(_mm_srli_si128(elements, 8));
-      for (const __m256i& e : {first, second}) {
-        const __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(low_codes, e),
-                                          _mm256_permutevar8x32_ps(high_codes, e),
-                                          _mm256_castsi256_ps(_mm256_slli_epi32(e, 28)));
-        _mm256_storeu_ps(o, _mm256_mul_ps(v, scale));
-        o += 8;
-      }
+    for (int64_t i = 0; i < kBlock; i += 16) {
+      __m256 first, second;
+      fp4.decode(codes + (b * kBlock + i) / 2, scale, first, second);
+      _mm256_storeu_ps(out + b * kBlock + i, first);
+      _mm256_storeu_ps(out + b * kBlock + i + 8, second);
     }
+  }
+}
+
+// dot_fp32_x4 of a with four consecutive FP4 rows decoded on the fly: the decoded values and the
+// 16 partial sums of each row are those of decoding the rows and calling dot_fp32.
+template <int64_t kBlock>
+__attribute__((target("avx2"))) void decode_dot_x4_avx2(const float* a, const uint8_t* codes, const uint8_t* s,
+                                                        const ByteTable& scale_table, int64_t k, float* out) {
+  const Fp4x16Avx2 fp4;
+  __m256 p[4][2];
+  for (auto& row : p) row[0] = row[1] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < k; i += 16) {
+    const __m256 a0 = _mm256_loadu_ps(a + i), a1 = _mm256_loadu_ps(a + i + 8);
+    for (int r = 0; r < 4; ++r) {
+      __m256 w0, w1;
+      fp4.decode(codes + (r * k + i) / 2, _mm256_set1_ps(scale_table.value[s[(r * k + i) / kBlock]]), w0, w1);
+      p[r][0] = _mm256_add_ps(p[r][0], _mm256_mul_ps(a0, w0));
+      p[r][1] = _mm256_add_ps(p[r][1], _mm256_mul_ps(a1, w1));
+    }
+  }
+  for (int r = 0; r < 4; ++r) {
+    float q[kLanes];
+    _mm256_storeu_ps(q, p[r][0]);
+    _mm256_storeu_ps(q + 8, p[r][1]);
+    for (int width = kLanes / 2; width >= 1; width /= 2)
+      for (int j = 0; j < width; ++j) q[j] += q[j + width];
+    out[r] = q[0];
   }
 }
 #endif
@@ -164,6 +202,34 @@ void decode_mxfp4_rows(const uint8_t* packed, const uint8_t* scales, int64_t row
 void decode_nvfp4_rows(const uint8_t* packed, const uint8_t* scales, int64_t row_begin,
                        int64_t num_rows, int64_t k, float* out) {
   decode_fp4_rows<kNvBlock>(packed, scales, kE4M3, row_begin, num_rows, k, out);
+}
+
+namespace {
+
+template <int64_t kBlock>
+void dot_fp4_rows_x4(const float* a, const uint8_t* packed, const uint8_t* scales, const ByteTable& scale_table,
+                     int64_t row_begin, int64_t k, float* out) {
+#if MOE_EP_CPU_AVX2_DECODE
+  if (kHasAvx2)
+    return decode_dot_x4_avx2<kBlock>(a, packed + row_begin * k / 2, scales + row_begin * k / kBlock, scale_table,
+                                      k, out);
+#endif
+  thread_local std::vector<float> rows;
+  rows.resize(static_cast<size_t>(4 * k));
+  decode_fp4_rows<kBlock>(packed, scales, scale_table, row_begin, 4, k, rows.data());
+  dot_fp32_x4(a, rows.data(), k, k, out);
+}
+
+}  // namespace
+
+void dot_mxfp4_rows_x4(const float* a, const uint8_t* packed, const uint8_t* scales, int64_t row_begin, int64_t k,
+                       float* out) {
+  dot_fp4_rows_x4<kMxBlock>(a, packed, scales, kE8M0, row_begin, k, out);
+}
+
+void dot_nvfp4_rows_x4(const float* a, const uint8_t* packed, const uint8_t* scales, int64_t row_begin, int64_t k,
+                       float* out) {
+  dot_fp4_rows_x4<kNvBlock>(a, packed, scales, kE4M3, row_begin, k, out);
 }
 
 void decode_q8_row(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out) {

@@ -28,6 +28,14 @@ void decode_mxfp4_rows(const uint8_t* packed, const uint8_t* scales, int64_t row
 void decode_nvfp4_rows(const uint8_t* packed, const uint8_t* scales, int64_t row_begin,
                        int64_t num_rows, int64_t k, float* out);
 
+// out[r] = dot_fp32(a, row_begin + r decoded), r = 0..3, bit for bit, for four rows of an MXFP4 /
+// NVFP4 tensor; with AVX2 the rows are decoded in registers and never stored (a weight row used
+// by one activation row only).
+void dot_mxfp4_rows_x4(const float* a, const uint8_t* packed, const uint8_t* scales, int64_t row_begin, int64_t k,
+                       float* out);
+void dot_nvfp4_rows_x4(const float* a, const uint8_t* packed, const uint8_t* scales, int64_t row_begin, int64_t k,
+                       float* out);
+
 // One Q8 activation row (e4m3 codes, E8M0 per 32) as fp32 values.
 void decode_q8_row(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
 

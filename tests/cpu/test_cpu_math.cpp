@@ -64,6 +64,30 @@ TEST(CpuMath, FourRowDotGivesEachRowsDotBitForBit) {
   }
 }
 
+TEST(CpuMath, FourRowFp4DotsGiveTheDecodedRowsDotsBitForBit) {
+  std::mt19937_64 rng(11);
+  const int64_t rows = 9, k = 96;
+  std::vector<uint8_t> packed(rows * k / 2), mx_scales(rows * k / 32), nv_scales(rows * k / 16);
+  for (auto& b : packed) b = uint8_t(rng());
+  for (auto& s : mx_scales) s = uint8_t(100 + rng() % 50);
+  for (auto& s : nv_scales) s = uint8_t(rng() % 0x7F);
+  const auto a = random_floats(k, 3);
+  std::vector<float> decoded(4 * k);
+  float got[4];
+  for (int64_t first = 0; first + 4 <= rows; ++first) {
+    decode_mxfp4_rows(packed.data(), mx_scales.data(), first, 4, k, decoded.data());
+    dot_mxfp4_rows_x4(a.data(), packed.data(), mx_scales.data(), first, k, got);
+    for (int r = 0; r < 4; ++r)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[r]), std::bit_cast<uint32_t>(dot_fp32(a.data(), decoded.data() + r * k, k)))
+          << "mxfp4 row " << first + r;
+    decode_nvfp4_rows(packed.data(), nv_scales.data(), first, 4, k, decoded.data());
+    dot_nvfp4_rows_x4(a.data(), packed.data(), nv_scales.data(), first, k, got);
+    for (int r = 0; r < 4; ++r)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[r]), std::bit_cast<uint32_t>(dot_fp32(a.data(), decoded.data() + r * k, k)))
+          << "nvfp4 row " << first + r;
+  }
+}
+
 TEST(CpuMath, DecodersMatchTheLibraryDequantizers) {
   std::mt19937_64 rng(7);
   const int64_t rows = 6, k = 64;
