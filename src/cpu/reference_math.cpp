@@ -49,7 +49,11 @@ struct E2M1Table {
 };
 const E2M1Table kE2M1;
 
-const bool kHasAvx2 = __builtin_cpu_supports("avx2");
+// A static initializer may run before libgcc's own, so it initializes the feature bits itself.
+const bool kHasAvx2 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") != 0;
+}();
 
 // The 16 elements of 8 code bytes (byte j's low nibble is element 2j, its high nibble 2j + 1) as
 // the scalar loop below gives them: each code's value from the same table (codes 0..7 and 8..15
