@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -40,11 +41,16 @@ const ByteTable kE8M0(&e8m0_to_float);
 const ByteTable kE4M3(&e4m3_to_float);
 
 #if MOE_EP_CPU_AVX2_DECODE
-// e2m1 values of codes 0..15, for the AVX2 decode's two 8-entry permutes.
+// e2m1 values of codes 0..15; the AVX2 decode permutes the first 8 and takes the sign from bit 3,
+// which holds where codes 8..15 are codes 0..7 with the sign bit set (sign_symmetric).
 struct E2M1Table {
   std::array<float, 16> value;
+  bool sign_symmetric = true;
   E2M1Table() {
     for (int c = 0; c < 16; ++c) value[c] = e2m1_to_float(static_cast<uint8_t>(c));
+    for (int c = 0; c < 8; ++c)
+      sign_symmetric = sign_symmetric && std::bit_cast<uint32_t>(value[c + 8]) ==
+                                             (std::bit_cast<uint32_t>(value[c]) | 0x80000000u);
   }
 };
 const E2M1Table kE2M1;
@@ -52,32 +58,35 @@ const E2M1Table kE2M1;
 // A static initializer may run before libgcc's own, so it initializes the feature bits itself.
 const bool kHasAvx2 = [] {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") != 0;
+  return __builtin_cpu_supports("avx2") != 0 && kE2M1.sign_symmetric;
 }();
 
-// The 16 elements of 8 code bytes (byte j's low nibble is element 2j, its high nibble 2j + 1) as
-// the scalar loop below gives them: each code's value from the same table (codes 0..7 and 8..15
-// by two permutes, bit 3 choosing), times the block's scale by one multiply in the same operand
-// order, so every element has the scalar loop's bits. Elements 0..7 in first, 8..15 in second.
+// The 16 elements of 8 code bytes (nibble i of each 4-byte word is element i: byte j's low nibble
+// is element 2j, its high nibble 2j + 1) as the scalar loop below gives them: each code's
+// magnitude from the same table (codes 0..7, one permute), its sign bit from bit 3 (the table's
+// codes 8..15 are the negated 0..7, -0 for 8), times the block's scale by one multiply in the same
+// operand order, so every element has the scalar loop's bits. The word is broadcast from memory
+// and shifted per lane, so a round of 8 elements takes one shuffle. Elements 0..7 in first, 8..15
+// in second.
 struct Fp4x16Avx2 {
-  __m256 low_codes, high_codes;
-  __m128i nibble;
+  __m256 magnitudes;
+  __m256i shifts, nibble, sign;
   __attribute__((target("avx2"))) Fp4x16Avx2()
-      : low_codes(_mm256_loadu_ps(kE2M1.value.data())),
-        high_codes(_mm256_loadu_ps(kE2M1.value.data() + 8)),
-        nibble(_mm_set1_epi8(0x0F)) {}
+      : magnitudes(_mm256_loadu_ps(kE2M1.value.data())),
+        shifts(_mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+        nibble(_mm256_set1_epi32(0xF)),
+        sign(_mm256_set1_epi32(static_cast<int>(0x80000000u))) {}
   __attribute__((target("avx2"))) void decode(const uint8_t* c, __m256 scale, __m256& first,
                                               __m256& second) const {
-    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c));
-    const __m128i elements = _mm_unpacklo_epi8(_mm_and_si128(bytes, nibble),
-                                               _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble));
-    first = value(_mm256_cvtepu8_epi32(elements), scale);
-    second = value(_mm256_cvtepu8_epi32(_mm_srli_si128(elements, 8)), scale);
+    first = value(c, scale);
+    second = value(c + 4, scale);
   }
-  __attribute__((target("avx2"))) __m256 value(__m256i e, __m256 scale) const {
-    const __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(low_codes, e),
-                                      _mm256_permutevar8x32_ps(high_codes, e),
-                                      _mm256_castsi256_ps(_mm256_slli_epi32(e, 28)));
+  __attribute__((target("avx2"))) __m256 value(const uint8_t* word, __m256 scale) const {
+    int32_t w;
+    __builtin_memcpy(&w, word, sizeof(w));
+    const __m256i e = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w), shifts), nibble);
+    const __m256 v = _mm256_xor_ps(_mm256_permutevar8x32_ps(magnitudes, e),
+                                   _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(e, 28), sign)));
     return _mm256_mul_ps(v, scale);
   }
 };
