@@ -20,6 +20,14 @@ namespace {
 
 constexpr int kLanes = 16;
 
+// dot_fp32's last step on its 16 partial sums: added pairwise (p[j] += p[j + 8], then + 4, + 2,
+// + 1); the result is p[0].
+inline float add_partial_sums(float* p) {
+  for (int width = kLanes / 2; width >= 1; width /= 2)
+    for (int j = 0; j < width; ++j) p[j] += p[j + width];
+  return p[0];
+}
+
 // e2m1 values of both nibbles of a byte: {low (even element), high (odd element)}.
 struct E2M1PairTable {
   std::array<std::array<float, 2>, 256> pair;
@@ -129,9 +137,7 @@ __attribute__((target("avx2"))) void decode_dot_x4_avx2(const float* a, const ui
     float q[kLanes];
     _mm256_storeu_ps(q, p[r][0]);
     _mm256_storeu_ps(q + 8, p[r][1]);
-    for (int width = kLanes / 2; width >= 1; width /= 2)
-      for (int j = 0; j < width; ++j) q[j] += q[j + width];
-    out[r] = q[0];
+    out[r] = add_partial_sums(q);
   }
 }
 #endif
@@ -175,9 +181,7 @@ float dot_fp32(const float* a, const float* b, int64_t n) {
   float p[kLanes] = {};
   for (int64_t i = 0; i < n; i += kLanes)
     for (int j = 0; j < kLanes; ++j) p[j] += a[i + j] * b[i + j];
-  for (int width = kLanes / 2; width >= 1; width /= 2)
-    for (int j = 0; j < width; ++j) p[j] += p[j + width];
-  return p[0];
+  return add_partial_sums(p);
 }
 
 // Four rows at once: the same 16 partial sums per row in the same order (lanes 0..7 of a row's
@@ -201,9 +205,7 @@ void dot_fp32_x4(const float* a, const float* b, int64_t stride, int64_t n, floa
     float q[kLanes];
     __builtin_memcpy(q, &p[r][0], sizeof(p[r][0]));
     __builtin_memcpy(q + 8, &p[r][1], sizeof(p[r][1]));
-    for (int width = kLanes / 2; width >= 1; width /= 2)
-      for (int j = 0; j < width; ++j) q[j] += q[j + width];
-    out[r] = q[0];
+    out[r] = add_partial_sums(q);
   }
 }
 
